@@ -1,0 +1,81 @@
+"""Shared fixtures and Hypothesis profiles.
+
+Profiles: ``ci`` (the default under CI=true: bounded so the suite fits its budget), ``dev`` (the
+default locally) and ``long`` (thorough; select with HYPOTHESIS_PROFILE=long).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=40, stateful_step_count=30, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "dev", max_examples=100, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "long", max_examples=1000, stateful_step_count=80, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+class FakeClock:
+    """A settable epoch-millisecond clock; every call returns the current reading."""
+
+    def __init__(self, start_ms: int = 1_767_225_600_000) -> None:  # 2026-01-01T00:00:00Z
+        self.now_ms = start_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+    def sleep(self, seconds: float) -> None:
+        """A sleep that only moves this clock, for lock waits in tests."""
+        self.now_ms += max(1, int(seconds * 1000))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+_memory_roots = itertools.count()
+
+
+@pytest.fixture
+def memory_uri() -> Iterator[str]:
+    """A fresh memory:// location, removed afterwards."""
+    import fsspec
+
+    root = f"/metatxn-test-{os.getpid()}-{next(_memory_roots)}"
+    yield f"memory://{root}"
+    fs = fsspec.filesystem("memory")
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+@pytest.fixture
+def local_uri(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    return str(tmp_path / "table")
+
+
+@pytest.fixture(params=["memory", "local"])
+def table_uri(request, memory_uri: str, local_uri: str) -> str:  # type: ignore[no-untyped-def]
+    """A fresh table location on each fast backend."""
+    return memory_uri if request.param == "memory" else local_uri
+
+
+def make_ids(prefix: str = "id") -> Callable[[], str]:
+    counter = itertools.count()
+    return lambda: f"{prefix}{next(counter):06d}"

@@ -1,0 +1,107 @@
+"""The timeline: storage primitives, instants, the table lock, heartbeats and archival.
+
+This package knows nothing of segments, files or indexes. It stores instants whose plans and
+commit metadata are opaque JSON payloads chosen by the layers above.
+
+Example:
+    >>> import timeline
+    >>> tl = timeline.Timeline(timeline.open_storage("memory://doc/example"))
+    >>> instant = tl.start(tl.request("commit", {"note": "hello"}))
+    >>> with tl.lock() as lease:
+    ...     done = tl.complete(instant, {"rows": 3}, lease=lease)
+    >>> [i.state for i in tl.load().completed()]
+    ['completed']
+"""
+
+from ._archive import ArchivedInstant, ArchiveFile
+from ._clock import Clock, next_time, system_clock
+from ._errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    CorruptMetadataError,
+    DuplicateKeyError,
+    IllegalTransitionError,
+    InvalidOptionError,
+    LockLostError,
+    LockTimeoutError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    SchemaMismatchError,
+    SegmentNotFoundError,
+    StorageError,
+    TableExistsError,
+    TableNotFoundError,
+    TxnError,
+)
+from ._heartbeat import Heartbeat
+from ._instant import (
+    ACTIONS,
+    COMPLETED,
+    INFLIGHT,
+    REQUESTED,
+    ROLLEDBACK,
+    Instant,
+    State,
+    format_time,
+    parse_file_name,
+    parse_time,
+    time_of,
+)
+from ._local import LocalStorage
+from ._lock import Lease, LockRecord, TableLock
+from ._memory import MemoryStorage
+from ._open import open_storage
+from ._storage import Storage
+from ._timeline import RollbackPlan, Timeline, TimelineOptions
+from ._view import TimelineView
+
+__all__ = [
+    "ACTIONS",
+    "COMPLETED",
+    "INFLIGHT",
+    "REQUESTED",
+    "ROLLEDBACK",
+    "ArchiveFile",
+    "ArchivedInstant",
+    "Clock",
+    "CommitConflictError",
+    "CommitStateUnknownError",
+    "CorruptMetadataError",
+    "DuplicateKeyError",
+    "Heartbeat",
+    "IllegalTransitionError",
+    "Instant",
+    "InvalidOptionError",
+    "Lease",
+    "LocalStorage",
+    "LockLostError",
+    "LockRecord",
+    "LockTimeoutError",
+    "MemoryStorage",
+    "ObjectExistsError",
+    "ObjectNotFoundError",
+    "RollbackPlan",
+    "SchemaMismatchError",
+    "SegmentNotFoundError",
+    "State",
+    "Storage",
+    "StorageError",
+    "TableExistsError",
+    "TableLock",
+    "TableNotFoundError",
+    "Timeline",
+    "TimelineOptions",
+    "TimelineView",
+    "TxnError",
+    "format_time",
+    "next_time",
+    "open_storage",
+    "parse_file_name",
+    "parse_time",
+    "system_clock",
+    "time_of",
+]
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

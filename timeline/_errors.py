@@ -1,0 +1,137 @@
+"""The error tree of the metatxn distribution.
+
+It lives in the bottom package so that every layer (``timeline``, ``indexes``, ``txn``) raises the
+same classes; ``txn`` re-exports all of them as the public surface. The tree is flat under one
+root, :class:`TxnError`. Where a builtin exception fits, it is mixed in so that generic handlers
+(``except FileNotFoundError``) keep working. Errors carry structured fields so tests and callers
+can inspect them without parsing messages.
+"""
+
+from __future__ import annotations
+
+
+class TxnError(Exception):
+    """Root of every error metatxn raises on purpose."""
+
+
+class TableNotFoundError(TxnError, FileNotFoundError):
+    """No metatxn table exists at the given location."""
+
+    def __init__(self, uri: str, detail: str = "") -> None:
+        self.uri = uri
+        message = f"no metatxn table at {uri!r}"
+        if detail:
+            message += f": {detail}"
+        message += "\nHelp: create it with txn.create_table(uri, schema)"
+        super().__init__(message)
+
+
+class TableExistsError(TxnError, FileExistsError):
+    """A table already exists where a new one was to be created."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        super().__init__(
+            f"a metatxn table already exists at {uri!r}\n"
+            "Help: open it with txn.open_table(uri), or choose another location"
+        )
+
+
+class SchemaMismatchError(TxnError, ValueError):
+    """Data or files do not have the schema the table expects."""
+
+
+class DuplicateKeyError(TxnError, ValueError):
+    """A record key that must be unique was found more than once."""
+
+
+class CommitConflictError(TxnError):
+    """The commit definitely did not land: a concurrent commit won.
+
+    It is safe to delete what the losing writer staged and to retry against the new state.
+    """
+
+
+class CommitStateUnknownError(TxnError):
+    """The outcome of a commit is unknown (for example storage failed after the write was sent).
+
+    Never delete staged files after this error: the commit may have landed.
+    """
+
+
+class InvalidOptionError(TxnError, ValueError):
+    """An argument, option or table property has a value metatxn does not accept."""
+
+
+class SegmentNotFoundError(TxnError, LookupError):
+    """A segment id that does not exist in the table."""
+
+
+class CorruptMetadataError(TxnError, ValueError):
+    """A metadata file cannot be decoded or contradicts its own name.
+
+    ``path`` names the file (relative to the table root); ``expected`` says what should be there.
+    """
+
+    def __init__(self, path: str, expected: str, found: str = "") -> None:
+        self.path = path
+        self.expected = expected
+        self.found = found
+        message = f"corrupt metadata file {path!r}: expected {expected}"
+        if found:
+            message += f", found {found}"
+        super().__init__(message)
+
+
+class IllegalTransitionError(TxnError):
+    """An instant was asked to move to a state its lifecycle does not allow."""
+
+    def __init__(self, instant: str, current: str, requested: str, reason: str = "") -> None:
+        self.instant = instant
+        self.current = current
+        self.requested = requested
+        message = f"instant {instant} cannot move from {current!r} to {requested!r}"
+        if reason:
+            message += f": {reason}"
+        super().__init__(message)
+
+
+class StorageError(TxnError, OSError):
+    """A storage backend failed in a way metatxn cannot recover from by itself."""
+
+
+class ObjectExistsError(StorageError, FileExistsError):
+    """``put_if_absent`` lost: an object with that name already exists."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"object {path!r} already exists (put-if-absent lost the race)")
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """The object does not exist."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"object {path!r} does not exist")
+
+
+class LockTimeoutError(TxnError, TimeoutError):
+    """The table lock could not be taken in time because another writer holds it."""
+
+    def __init__(self, owner: str, expires_ms: int, waited_ms: int) -> None:
+        self.owner = owner
+        self.expires_ms = expires_ms
+        self.waited_ms = waited_ms
+        super().__init__(
+            f"table lock is held by {owner!r} (lease ends at epoch ms {expires_ms}); "
+            f"gave up after waiting {waited_ms} ms\n"
+            "Help: retry later, or raise the lock timeout if commits are long"
+        )
+
+
+class LockLostError(TxnError):
+    """The lease on the table lock ended before the holder finished its critical section.
+
+    Nothing was committed by the call that raised it.
+    """

@@ -1,0 +1,143 @@
+"""Instants: the value type, its time format and its file names. Pure: no storage here.
+
+An instant is identified by its requested time ``T`` (17 digits, ``yyyyMMddHHmmssSSS``, UTC) and
+its action. Each state is its own immutable file in ``_timeline/``:
+
+* ``T.<action>.requested``: the plan;
+* ``T.<action>.inflight``: the writer has started;
+* ``T_C.<action>``: completed at completion time ``C``, holding the commit metadata;
+* ``T.<action>.rolledback``: a rollback decided this instant will never complete.
+
+An instant's state is the furthest state file present. Putting the completion time in the name
+means the completed view, in completion order, comes from one listing with no reads.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Final, Literal
+
+import msgspec
+
+State = Literal["requested", "inflight", "completed", "rolledback"]
+
+REQUESTED: Final = "requested"
+INFLIGHT: Final = "inflight"
+COMPLETED: Final = "completed"
+ROLLEDBACK: Final = "rolledback"
+
+#: Actions a table's timeline accepts. Data writes: ``commit`` (new files), ``deltacommit``
+#: (metadata-table log blocks), ``replacecommit`` (replaces segments: overwrite, compaction).
+#: Services: ``compaction``, ``clean``, ``rollback``, ``savepoint``.
+ACTIONS: Final = frozenset(
+    {"commit", "deltacommit", "replacecommit", "compaction", "clean", "rollback", "savepoint"}
+)
+
+TIME_DIGITS: Final = 17
+_TIME_FORMAT: Final = "%Y%m%d%H%M%S"
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_STATE_ORDER: Final = {REQUESTED: 0, INFLIGHT: 1, COMPLETED: 2, ROLLEDBACK: 2}
+
+_NAME = re.compile(
+    r"^(?P<time>\d{17})(?:_(?P<completed>\d{17}))?\.(?P<action>[a-z]+)"
+    r"(?:\.(?P<state>requested|inflight|rolledback))?$"
+)
+
+
+class Instant(msgspec.Struct, frozen=True, kw_only=True, order=False):
+    """One action on the timeline.
+
+    ``time`` is the requested time and the instant's identity; ``completed_at`` is set only in the
+    ``completed`` state and orders snapshots.
+    """
+
+    time: str
+    action: str
+    state: State
+    completed_at: str | None = None
+
+    @property
+    def is_completed(self) -> bool:
+        return self.state == COMPLETED
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state in (REQUESTED, INFLIGHT)
+
+    @property
+    def file_name(self) -> str:
+        """The name of the file that records this instant's current state."""
+        return file_name(self.time, self.action, self.state, self.completed_at)
+
+    def with_state(self, state: State, completed_at: str | None = None) -> Instant:
+        return Instant(time=self.time, action=self.action, state=state, completed_at=completed_at)
+
+    def __str__(self) -> str:
+        done = f" @ {self.completed_at}" if self.completed_at else ""
+        return f"{self.time} {self.action} {self.state}{done}"
+
+
+def state_rank(state: str) -> int:
+    """Position of a state in the lifecycle (completed and rolledback are both terminal)."""
+    return _STATE_ORDER[state]
+
+
+def file_name(time: str, action: str, state: str, completed_at: str | None = None) -> str:
+    if state == COMPLETED:
+        if completed_at is None:
+            raise ValueError("a completed instant needs its completion time")
+        return f"{time}_{completed_at}.{action}"
+    return f"{time}.{action}.{state}"
+
+
+def parse_file_name(name: str) -> Instant | None:
+    """Return the instant a timeline file name records, or None if the name is not an instant's."""
+    match = _NAME.match(name)
+    if match is None:
+        return None
+    completed = match.group("completed")
+    state = match.group("state")
+    if (completed is None) == (state is None):
+        return None  # "T_C.action.state" and bare "T.action" are not names we write
+    if match.group("action") not in ACTIONS:
+        return None
+    return Instant(
+        time=match.group("time"),
+        action=match.group("action"),
+        state=COMPLETED if completed else state,  # type: ignore[arg-type]
+        completed_at=completed,
+    )
+
+
+def looks_like_instant(name: str) -> bool:
+    """A name that starts like an instant file; used to flag corrupt names instead of skipping."""
+    return len(name) > TIME_DIGITS and name[:TIME_DIGITS].isdigit()
+
+
+def format_time(epoch_ms: int) -> str:
+    """Format epoch milliseconds as a 17-digit UTC instant time."""
+    moment = _EPOCH + timedelta(milliseconds=epoch_ms)
+    return f"{moment.strftime(_TIME_FORMAT)}{epoch_ms % 1000:03d}"
+
+
+def parse_time(text: str) -> int:
+    """Parse a 17-digit UTC instant time into epoch milliseconds.
+
+    Raises:
+        ValueError: ``text`` is not 17 digits forming a valid date and time.
+    """
+    if len(text) != TIME_DIGITS or not text.isdigit():
+        raise ValueError(f"instant time must be 17 digits yyyyMMddHHmmssSSS (UTC), got {text!r}")
+    moment = datetime.strptime(text[:14], _TIME_FORMAT).replace(tzinfo=timezone.utc)
+    return (moment - _EPOCH) // timedelta(milliseconds=1) + int(text[14:])
+
+
+def time_of(moment: datetime | str) -> str:
+    """Normalise a ``datetime`` (naive means UTC) or a 17-digit string to an instant time."""
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return format_time((moment - _EPOCH) // timedelta(milliseconds=1))
+    parse_time(moment)
+    return moment

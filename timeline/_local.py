@@ -1,0 +1,148 @@
+"""Local-disk storage.
+
+Atomicity argument. ``put_if_absent`` writes the whole content to a uniquely named temporary file
+in the destination folder, flushes and fsyncs it, then calls ``os.link(tmp, final)``. POSIX
+``link(2)`` fails with ``EEXIST`` when ``final`` exists and is atomic with respect to other
+``link``/``open(O_CREAT|O_EXCL)`` calls on the same name, so exactly one of several racing
+creators wins, in threads or processes. Because the link points at an inode whose content was
+complete and durable before the name appeared, no reader can see a torn file. ``put`` uses
+``os.replace`` of a temporary file, which is atomic in visibility (last writer wins). Temporary
+files start with ``.`` and end with ``.tmp``; listings skip them.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import threading
+from pathlib import Path
+
+from ._errors import ObjectExistsError, ObjectNotFoundError, StorageError
+
+_TMP_SUFFIX = ".tmp"
+_counter = itertools.count()
+
+
+def _is_temporary(name: str) -> bool:
+    return name.startswith(".") and name.endswith(_TMP_SUFFIX)
+
+
+class LocalStorage:
+    """Storage rooted at a folder on a local (POSIX) filesystem."""
+
+    def __init__(self, root: str | os.PathLike[str], *, uri: str | None = None) -> None:
+        self._root = Path(root).resolve()
+        self._uri = uri if uri is not None else str(self._root)
+
+    @property
+    def uri(self) -> str:
+        return self._uri
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def _abs(self, path: str) -> Path:
+        return self._root / path
+
+    def _temporary_beside(self, final: Path) -> Path:
+        # Unique per process, thread and call: never shared by two writers, so never torn.
+        token = f"{os.getpid()}.{threading.get_ident()}.{next(_counter)}"
+        return final.with_name(f".{final.name}.{token}{_TMP_SUFFIX}")
+
+    def _write_temporary(self, final: Path, data: bytes) -> Path:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._temporary_beside(final)
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return tmp
+
+    def read(self, path: str) -> bytes:
+        try:
+            return self._abs(path).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFoundError(path) from None
+        except IsADirectoryError:
+            raise ObjectNotFoundError(path) from None
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        final = self._abs(path)
+        tmp = self._write_temporary(final, data)
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            raise ObjectExistsError(path) from None
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                raise StorageError(
+                    f"the filesystem under {str(self._root)!r} does not support hard links, "
+                    "which metatxn needs for an atomic put-if-absent on local disk"
+                ) from exc
+            raise
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_folder(final.parent)
+
+    def put(self, path: str, data: bytes) -> None:
+        final = self._abs(path)
+        tmp = self._write_temporary(final, data)
+        try:
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def list(self, prefix: str, *, recursive: bool = False) -> list[str]:
+        base = self._abs(prefix) if prefix else self._root
+        if not base.is_dir():
+            return []
+        keys: list[str] = []
+        if recursive:
+            for folder, _dirs, files in os.walk(base):
+                rel = Path(folder).relative_to(self._root).as_posix()
+                for name in files:
+                    if not _is_temporary(name):
+                        keys.append(name if rel == "." else f"{rel}/{name}")
+        else:
+            rel = base.relative_to(self._root).as_posix()
+            with os.scandir(base) as entries:
+                for entry in entries:
+                    if entry.is_file() and not _is_temporary(entry.name):
+                        keys.append(entry.name if rel == "." else f"{rel}/{entry.name}")
+        keys.sort()
+        return keys
+
+    def delete(self, path: str) -> None:
+        try:
+            self._abs(path).unlink()
+        except FileNotFoundError:
+            pass
+
+    def exists(self, path: str) -> bool:
+        return self._abs(path).is_file()
+
+    def size(self, path: str) -> int:
+        try:
+            return self._abs(path).stat().st_size
+        except FileNotFoundError:
+            raise ObjectNotFoundError(path) from None
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({str(self._root)!r})"
+
+
+def _fsync_folder(folder: Path) -> None:
+    # Make the new directory entry durable too; some platforms cannot open folders, which is fine.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

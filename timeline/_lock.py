@@ -1,0 +1,213 @@
+"""The table lock: a lease built only from put-if-absent, so it works on every backend.
+
+The lock is a sequence of immutable records ``_timeline/lock/<seq>``. The record with the highest
+sequence number is the lock's state: held by its owner until ``expires_ms``, or free if it is a
+release record or its lease has ended. To acquire, a writer puts record ``head + 1`` with
+put-if-absent. Of all writers that saw the same head, exactly one can create ``head + 1``, so:
+
+* a live lock is never stolen: nobody writes ``head + 1`` while the head is a live lease;
+* an expired lock is taken over safely: several writers may see it expired, but only one of them
+  creates the next record, and the old holder's own renewal or release (also ``head + 1``) then
+  fails, telling it that it lost the lock.
+
+Old records are garbage-collected, keeping the newest few. Because a deleted number could be
+created again by a writer with a very stale listing, a writer re-lists after its put and holds the
+lock only if its record is the highest; a recreated old number is never the highest.
+
+The lease bounds how long a crashed holder blocks others. It assumes clocks across writers agree
+to well within the lease (60 s by default). Before a commit point, the holder calls
+:meth:`Lease.ensure_held`, which re-checks the head and the remaining lease; that narrows, but
+cannot close, the window in which a holder paused for longer than its lease writes after losing
+the lock. The commit point itself is a put-if-absent, so even then no committed file is torn or
+overwritten.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+import msgspec
+
+from ._clock import Clock
+from ._errors import CorruptMetadataError, LockLostError, LockTimeoutError, ObjectExistsError
+from ._storage import Storage
+
+LOCK_FOLDER = "_timeline/lock"
+_SEQ_DIGITS = 12
+_KEEP_RECORDS = 16
+
+
+class LockRecord(msgspec.Struct, frozen=True, kw_only=True, tag="lock", tag_field="kind"):
+    """One state of the table lock, as stored in ``_timeline/lock/<seq>``."""
+
+    seq: int
+    owner: str
+    acquired_ms: int
+    expires_ms: int
+    released: bool = False
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(LockRecord)
+
+
+def _record_path(seq: int) -> str:
+    return f"{LOCK_FOLDER}/{seq:0{_SEQ_DIGITS}d}"
+
+
+class Lease:
+    """Proof that this writer holds the table lock, until ``expires_ms``."""
+
+    def __init__(self, lock: TableLock, record: LockRecord) -> None:
+        self._lock = lock
+        self.record = record
+        self.released = False
+
+    @property
+    def owner(self) -> str:
+        return self.record.owner
+
+    @property
+    def expires_ms(self) -> int:
+        return self.record.expires_ms
+
+    def ensure_held(self, *, margin_ms: int | None = None) -> None:
+        """Check that the lock is still ours with some lease left.
+
+        Raises:
+            LockLostError: the lease ended, was released, or another writer took the lock over.
+        """
+        lock = self._lock
+        margin = lock.lease_ms // 10 if margin_ms is None else margin_ms
+        if self.released:
+            raise LockLostError(f"lease {self.record.seq} of {self.owner!r} was already released")
+        if lock.clock() + margin >= self.record.expires_ms:
+            raise LockLostError(
+                f"lease {self.record.seq} of {self.owner!r} ends at {self.record.expires_ms}, "
+                f"too close to now ({lock.clock()}) to commit safely"
+            )
+        head = lock.head_seq()
+        if head != self.record.seq:
+            raise LockLostError(
+                f"table lock was taken over: our record is {self.record.seq}, the head is {head}"
+            )
+
+    def renew(self) -> None:
+        """Extend the lease. Raises LockLostError if another writer took the lock over."""
+        self.record = self._lock._write_next(self.record, released=False)
+
+    def release(self) -> None:
+        """Free the lock. Losing it earlier is not an error here: there is nothing to undo."""
+        if self.released:
+            return
+        self.released = True
+        try:
+            self._lock._write_next(self.record, released=True)
+        except LockLostError:
+            pass
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+class TableLock:
+    """Acquire leases on one table's lock."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        owner: str,
+        clock: Clock,
+        lease_ms: int = 60_000,
+        timeout_ms: int = 120_000,
+        poll_ms: int = 20,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.storage = storage
+        self.owner = owner
+        self.clock = clock
+        self.lease_ms = lease_ms
+        self.timeout_ms = timeout_ms
+        self.poll_ms = poll_ms
+        self._sleep = sleep
+
+    def _sequence_numbers(self) -> list[int]:
+        names = (key.rsplit("/", 1)[1] for key in self.storage.list(LOCK_FOLDER))
+        return sorted(int(name) for name in names if name.isdigit())
+
+    def head_seq(self) -> int:
+        """The sequence number of the record that is the lock's current state (0: never taken)."""
+        seqs = self._sequence_numbers()
+        return seqs[-1] if seqs else 0
+
+    def _read(self, seq: int) -> LockRecord | None:
+        path = _record_path(seq)
+        try:
+            data = self.storage.read(path)
+        except FileNotFoundError:
+            return None
+        try:
+            return _decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise CorruptMetadataError(path, "a JSON lock record", str(exc)) from None
+
+    def acquire(self, *, timeout_ms: int | None = None) -> Lease:
+        """Wait for the lock and return a lease on it.
+
+        Raises:
+            LockTimeoutError: another writer held a live lease for the whole timeout.
+        """
+        waited_from = self.clock()
+        limit = self.timeout_ms if timeout_ms is None else timeout_ms
+        while True:
+            head = self.head_seq()
+            current = self._read(head) if head else None
+            now = self.clock()
+            if head and current is None:
+                continue  # garbage-collected under us: list again
+            if current is None or current.released or now >= current.expires_ms:
+                mine = LockRecord(seq=head + 1, owner=self.owner, acquired_ms=now,
+                                  expires_ms=now + self.lease_ms)
+                try:
+                    self.storage.put_if_absent(_record_path(mine.seq), _encoder.encode(mine))
+                except ObjectExistsError:
+                    continue  # another writer moved the head first
+                seqs = self._sequence_numbers()
+                if seqs[-1] == mine.seq:
+                    self._collect_garbage(seqs)
+                    return Lease(self, mine)
+                continue
+            waited = now - waited_from
+            if waited >= limit:
+                raise LockTimeoutError(current.owner, current.expires_ms, waited)
+            self._sleep(self.poll_ms / 1000)
+
+    def _write_next(self, held: LockRecord, *, released: bool) -> LockRecord:
+        now = self.clock()
+        record = LockRecord(seq=held.seq + 1, owner=held.owner, acquired_ms=held.acquired_ms,
+                            expires_ms=now if released else now + self.lease_ms,
+                            released=released)
+        try:
+            self.storage.put_if_absent(_record_path(record.seq), _encoder.encode(record))
+        except ObjectExistsError:
+            raise LockLostError(
+                f"table lock record {held.seq} of {held.owner!r} was superseded by another writer"
+            ) from None
+        return record
+
+    def _collect_garbage(self, seqs: list[int]) -> None:
+        # Delete in batches, and never the newest records: see the module docstring.
+        if len(seqs) > 2 * _KEEP_RECORDS:
+            for seq in seqs[:-_KEEP_RECORDS]:
+                self.storage.delete(_record_path(seq))

@@ -1,0 +1,50 @@
+"""Choose the storage backend for a table URI."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ._errors import InvalidOptionError
+from ._local import LocalStorage
+from ._memory import MemoryStorage
+from ._storage import Storage
+
+SUPPORTED_SCHEMES = ("file", "memory", "s3", "s3a")
+
+
+def open_storage(uri: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Storage:
+    """Return the storage for ``uri``: a local path, ``file://``, ``memory://`` or ``s3://``.
+
+    Raises:
+        InvalidOptionError: the scheme has no atomic put-if-absent here, or the options do not
+            apply to the backend.
+    """
+    text = os.fspath(uri)
+    if not isinstance(text, str) or not text:
+        raise InvalidOptionError(f"table location must be a non-empty path or URL, got {uri!r}")
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "file", text
+    scheme = scheme.lower()
+    if scheme in ("file", "local"):
+        _refuse_options(text, storage_options, "local paths take no storage_options")
+        return LocalStorage(os.path.abspath(os.path.expanduser(rest)), uri=text)
+    if scheme == "memory":
+        _refuse_options(text, storage_options, "memory:// tables take no storage_options")
+        return MemoryStorage(rest, uri=text)
+    if scheme in ("s3", "s3a"):
+        from ._s3 import S3Storage
+
+        return S3Storage(f"s3://{rest}" if scheme == "s3a" else text, storage_options)
+    raise InvalidOptionError(
+        f"unsupported table location {text!r}: scheme {scheme!r} has no atomic put-if-absent in "
+        f"metatxn; expected one of {', '.join(s + '://' for s in SUPPORTED_SCHEMES)} or a local path"
+    )
+
+
+def _refuse_options(uri: str, options: dict[str, Any] | None, why: str) -> None:
+    if options:
+        raise InvalidOptionError(
+            f"storage_options {sorted(options)} given for {uri!r}, but {why}"
+        )

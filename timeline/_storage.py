@@ -1,0 +1,74 @@
+"""The storage seam: the few operations the rest of metatxn is allowed to ask of a filesystem.
+
+Every byte metatxn writes goes through a :class:`Storage`. Paths are table-relative, ``/``-separated
+keys (``_timeline/20260101000000000.commit.requested``); a backend maps them under its root.
+
+Guarantees every backend must give (and the contract tests in ``tests/unit/timeline`` check):
+
+* **Atomic visibility.** A reader sees either no object or the whole object, never a prefix.
+* **Mutual exclusion on create.** Of any number of concurrent ``put_if_absent`` calls on one
+  key, exactly one succeeds; every other raises :class:`ObjectExistsError`, and the content read
+  back afterwards is the winner's, byte for byte. This is the only primitive the commit protocol
+  and the table lock rely on for correctness.
+* **Read-after-write and consistent listing.** Once a put returned, ``read``, ``exists`` and
+  ``list`` in any process see it.
+
+Not guaranteed: ``put`` (plain overwrite) is atomic in visibility but is last-writer-wins, so it is
+only used for files that are not commit points (heartbeats, archive files written under the
+lock). ``delete`` of a missing key is not an error. fsspec's generic ``mode="create"`` is
+documented as not atomic on most filesystems, so no backend uses it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """Table-rooted object storage with an atomic put-if-absent.
+
+    See the module docstring for the guarantees each method must give.
+    """
+
+    @property
+    def uri(self) -> str:
+        """The root this storage is bound to, as the user gave it."""
+        ...
+
+    def read(self, path: str) -> bytes:
+        """Return the whole object. Raises ObjectNotFoundError if it does not exist."""
+        ...
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        """Create the object atomically. Raises ObjectExistsError if it already exists."""
+        ...
+
+    def put(self, path: str, data: bytes) -> None:
+        """Create or replace the object; atomic in visibility, last writer wins."""
+        ...
+
+    def list(self, prefix: str, *, recursive: bool = False) -> list[str]:
+        """Return the sorted keys of the objects under folder ``prefix``.
+
+        Without ``recursive`` only objects directly in the folder are returned, not sub-folders.
+        A missing folder lists as empty.
+        """
+        ...
+
+    def delete(self, path: str) -> None:
+        """Remove the object; a missing object is not an error."""
+        ...
+
+    def exists(self, path: str) -> bool:
+        """Whether the object exists."""
+        ...
+
+    def size(self, path: str) -> int:
+        """Size in bytes. Raises ObjectNotFoundError if it does not exist."""
+        ...
+
+
+def join(*parts: str) -> str:
+    """Join key parts with ``/``, ignoring empty parts."""
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))

@@ -1,0 +1,444 @@
+"""The timeline: loading it and moving instants through their lifecycle.
+
+This is the only module that writes instant files. Every state is a new immutable file created
+with put-if-absent; nothing is renamed or rewritten. Requested and completion times are both
+allocated under the table lock from the largest time on the timeline, so all times on a table
+are unique and strictly increasing, and completion order is total.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time as _time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+
+from ._archive import ArchivedInstant, merge_archives, read_all, write_archive
+from ._clock import Clock, next_time, system_clock
+from ._errors import (
+    CommitStateUnknownError,
+    CorruptMetadataError,
+    IllegalTransitionError,
+    InvalidOptionError,
+    ObjectExistsError,
+)
+from ._heartbeat import Heartbeat, heartbeat_path, last_beat_ms
+from ._instant import (
+    ACTIONS,
+    COMPLETED,
+    INFLIGHT,
+    REQUESTED,
+    ROLLEDBACK,
+    Instant,
+    file_name,
+    looks_like_instant,
+    parse_file_name,
+    parse_time,
+)
+from ._lock import Lease, TableLock
+from ._storage import Storage
+from ._view import TimelineView
+
+T = TypeVar("T")
+
+TIMELINE_FOLDER = "_timeline"
+
+
+class TimelineOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Tuning knobs of a timeline. Times are milliseconds."""
+
+    lock_lease_ms: int = 60_000
+    lock_timeout_ms: int = 120_000
+    lock_poll_ms: int = 20
+    heartbeat_interval_ms: int = 15_000
+    heartbeat_timeout_ms: int = 60_000
+    #: Archive once the active timeline holds more than this many completed instants ...
+    archive_trigger: int = 30
+    #: ... keeping this many of the newest completed instants active.
+    archive_retain: int = 20
+    #: Merge archive files once there are more than this many.
+    archive_max_files: int = 10
+
+    def __post_init__(self) -> None:
+        positive = ("lock_lease_ms", "lock_timeout_ms", "lock_poll_ms", "heartbeat_interval_ms",
+                    "heartbeat_timeout_ms", "archive_retain", "archive_max_files")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise InvalidOptionError(f"timeline option {name} must be > 0, got {getattr(self, name)}")
+        if self.archive_trigger <= self.archive_retain:
+            raise InvalidOptionError(
+                f"timeline option archive_trigger ({self.archive_trigger}) must be greater than "
+                f"archive_retain ({self.archive_retain})"
+            )
+        if self.heartbeat_timeout_ms <= self.heartbeat_interval_ms:
+            raise InvalidOptionError(
+                f"heartbeat_timeout_ms ({self.heartbeat_timeout_ms}) must exceed "
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms})"
+            )
+
+
+class InstantFile(msgspec.Struct, frozen=True, kw_only=True, tag="instant", tag_field="kind"):
+    """The envelope every instant state file holds; ``payload`` is the caller's JSON."""
+
+    format_version: int = 1
+    time: str
+    action: str
+    state: str
+    completed_at: str | None = None
+    owner: str = ""
+    payload: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
+
+
+class RollbackPlan(msgspec.Struct, frozen=True, kw_only=True, tag="rollback_plan", tag_field="kind"):
+    """The plan of a ``rollback`` instant: which instant it undoes."""
+
+    target_time: str
+    target_action: str
+
+
+_encoder = msgspec.json.Encoder()
+_file_decoder = msgspec.json.Decoder(InstantFile)
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+
+
+class Timeline:
+    """The timeline of one table, on one storage.
+
+    Args:
+        clock: epoch-millisecond clock for instant times, leases and heartbeats.
+        owner: this writer's name in lock records and heartbeats.
+        sleep: how to wait while the lock is busy (seconds); tests pass a fake.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        clock: Clock = system_clock,
+        owner: str | None = None,
+        options: TimelineOptions | None = None,
+        sleep: Callable[[float], None] = _time.sleep,
+    ) -> None:
+        self.storage = storage
+        self.clock = clock
+        self.owner = owner or default_owner()
+        self.options = options or TimelineOptions()
+        self._last_issued: str | None = None
+        self._lock = TableLock(
+            storage, owner=self.owner, clock=clock, lease_ms=self.options.lock_lease_ms,
+            timeout_ms=self.options.lock_timeout_ms, poll_ms=self.options.lock_poll_ms, sleep=sleep,
+        )
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def load(self) -> TimelineView:
+        """List the active timeline. Costs one listing, however long the table's history.
+
+        Raises:
+            CorruptMetadataError: a file in ``_timeline/`` is named like an instant but is not one,
+                or the state files of one instant contradict each other.
+        """
+        files: list[tuple[str, Instant]] = []
+        for key in self.storage.list(TIMELINE_FOLDER):
+            name = key.rsplit("/", 1)[1]
+            instant = parse_file_name(name)
+            if instant is None:
+                if looks_like_instant(name):
+                    raise CorruptMetadataError(
+                        key, "an instant file name T.action.requested|inflight|rolledback or "
+                        f"T_C.action with 17-digit times and an action in {sorted(ACTIONS)}",
+                    )
+                continue
+            files.append((key, instant))
+        return TimelineView.from_state_files(files)
+
+    def history(self) -> list[Instant]:
+        """Every instant, archived and active, by requested time."""
+        merged = {a.time: Instant(time=a.time, action=a.action, state=a.state,  # type: ignore[arg-type]
+                                  completed_at=a.completed_at)
+                  for a in read_all(self.storage).values()}
+        for instant in self.load():
+            merged[instant.time] = instant
+        return sorted(merged.values(), key=lambda i: i.time)
+
+    def read_plan(self, instant: Instant, type: type[T] = Any) -> T:  # type: ignore[assignment]
+        """Decode the plan stored with the instant's requested state."""
+        return self._read_payload(_path(instant.time, instant.action, REQUESTED), type)
+
+    def read_metadata(self, instant: Instant, type: type[T] = Any) -> T:  # type: ignore[assignment]
+        """Decode the commit metadata of a completed instant, active or archived."""
+        if instant.completed_at is None:
+            raise IllegalTransitionError(instant.time, instant.state, COMPLETED,
+                                         "only completed instants have commit metadata")
+        path = _path(instant.time, instant.action, COMPLETED, instant.completed_at)
+        try:
+            return self._read_payload(path, type)
+        except FileNotFoundError:
+            archived = read_all(self.storage).get(instant.time)
+            if archived is None:
+                raise
+            return _decode_payload(archived.metadata, type, path)
+
+    def _read_payload(self, path: str, type: type[T]) -> T:
+        data = self.storage.read(path)
+        envelope = _decode_file(path, data)
+        return _decode_payload(envelope.payload, type, path)
+
+    # -- locking and heartbeats ----------------------------------------------------------------
+
+    def lock(self, *, timeout_ms: int | None = None) -> Lease:
+        """Take the table lock; use the lease as a context manager to release it."""
+        return self._lock.acquire(timeout_ms=timeout_ms)
+
+    def heartbeat(self, instant: Instant) -> Heartbeat:
+        return Heartbeat(self.storage, instant.time, owner=self.owner, clock=self.clock,
+                         interval_ms=self.options.heartbeat_interval_ms)
+
+    def is_expired(self, instant: Instant, *, now_ms: int | None = None) -> bool:
+        """Whether a pending instant's writer stopped beating longer ago than the timeout."""
+        now = self.clock() if now_ms is None else now_ms
+        last = last_beat_ms(self.storage, instant.time)
+        if last is None:
+            last = parse_time(instant.time)
+        return now - last > self.options.heartbeat_timeout_ms
+
+    def expired(self, view: TimelineView | None = None) -> list[Instant]:
+        """Pending instants whose writers are presumed dead."""
+        view = view or self.load()
+        now = self.clock()
+        return [i for i in view.pending() if self.is_expired(i, now_ms=now)]
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    def _allocate_time(self, view: TimelineView) -> str:
+        latest = max(filter(None, (view.max_time(), self._last_issued)), default=None)
+        issued = next_time(self.clock(), latest)
+        self._last_issued = issued
+        return issued
+
+    def request(self, action: str, plan: object = None, *, lease: Lease | None = None) -> Instant:
+        """Create a new instant in the ``requested`` state, holding ``plan``.
+
+        The requested time is allocated under the table lock (``lease``, or a short one taken
+        here), so it is greater than every time already on the timeline.
+        """
+        if action not in ACTIONS:
+            raise InvalidOptionError(f"unknown action {action!r}; expected one of {sorted(ACTIONS)}")
+        if lease is None:
+            with self.lock() as own:
+                return self.request(action, plan, lease=own)
+        lease.ensure_held()
+        instant = Instant(time=self._allocate_time(self.load()), action=action, state=REQUESTED)
+        self._put_state(instant, plan)
+        return instant
+
+    def start(self, instant: Instant, payload: object = None) -> Instant:
+        """Move a requested instant to ``inflight``."""
+        current = self._current(instant)
+        if current.state != REQUESTED:
+            raise IllegalTransitionError(instant.time, current.state, INFLIGHT,
+                                         "only a requested instant can start")
+        inflight = current.with_state(INFLIGHT)
+        try:
+            self._put_state(inflight, payload)
+        except ObjectExistsError:
+            raise IllegalTransitionError(instant.time, INFLIGHT, INFLIGHT,
+                                         "it was already started") from None
+        return inflight
+
+    def complete(self, instant: Instant, metadata: object = None, *, lease: Lease) -> Instant:
+        """Complete an inflight instant: the commit point.
+
+        Must run under the table lock, which it checks first. The completion time is allocated
+        here, under that lock, so completion order is total.
+
+        Raises:
+            IllegalTransitionError: the instant is not inflight (never started, already
+                completed, or rolled back).
+            LockLostError: the lease ended before the commit point; nothing was committed.
+            CommitStateUnknownError: storage failed while writing the completed file; the
+                instant may or may not have completed (reload the timeline to find out).
+        """
+        lease.ensure_held()
+        view = self.load()
+        current = self._current(instant, view)
+        if current.state != INFLIGHT:
+            reason = {
+                COMPLETED: "it is already completed",
+                ROLLEDBACK: "it was rolled back",
+                REQUESTED: "it was never started (requested -> inflight first)",
+            }[current.state]
+            raise IllegalTransitionError(instant.time, current.state, COMPLETED, reason)
+        completed = current.with_state(COMPLETED, completed_at=self._allocate_time(view))
+        try:
+            self._put_state(completed, metadata)
+        except ObjectExistsError:  # pragma: no cover - completion times are unique under the lock
+            raise IllegalTransitionError(instant.time, COMPLETED, COMPLETED,
+                                         "a completed file with this name exists") from None
+        except Exception as exc:
+            raise CommitStateUnknownError(
+                f"writing the completed file of instant {instant.time} failed ({exc}); it may "
+                "or may not have landed\nHelp: reload the timeline before retrying"
+            ) from exc
+        self.storage.delete(heartbeat_path(instant.time))
+        return completed
+
+    def abort(self, instant: Instant, payload: object = None, *, lease: Lease) -> Instant:
+        """Decide that a pending instant will never complete (its ``rolledback`` marker).
+
+        Runs under the table lock, as :meth:`complete` does, so the two decisions exclude each
+        other: a rolled-back instant can never be completed afterwards, even by a writer that
+        was only paused.
+        """
+        lease.ensure_held()
+        current = self._current(instant)
+        if current.state not in (REQUESTED, INFLIGHT):
+            raise IllegalTransitionError(instant.time, current.state, ROLLEDBACK,
+                                         "only a pending instant can be rolled back")
+        aborted = current.with_state(ROLLEDBACK)
+        self._put_state(aborted, payload)
+        return aborted
+
+    def rollback(
+        self,
+        target: Instant,
+        *,
+        lease: Lease,
+        undo: Callable[[Instant], object] | None = None,
+    ) -> Instant:
+        """Roll back a pending instant and record it as a completed ``rollback`` instant.
+
+        ``undo(target)`` removes what the target wrote and returns the rollback's metadata; it
+        runs after the target is marked rolled back, so it never races with the target's commit.
+        If this process dies part way, the pending rollback instant is finished later by
+        :meth:`resume_rollback`.
+        """
+        lease.ensure_held()
+        current = self._current(target)
+        if not current.is_pending:
+            raise IllegalTransitionError(target.time, current.state, ROLLEDBACK,
+                                         "only a pending instant can be rolled back")
+        instant = self.request("rollback", RollbackPlan(target_time=target.time,
+                                                        target_action=target.action), lease=lease)
+        return self._finish_rollback(instant, target, lease=lease, undo=undo)
+
+    def resume_rollback(self, rollback: Instant, *, lease: Lease,
+                        undo: Callable[[Instant], object] | None = None) -> Instant:
+        """Finish a rollback instant that a dead writer left pending (roll forward, never back)."""
+        plan = self.read_plan(rollback, RollbackPlan)
+        target = self.load().get(plan.target_time) or Instant(
+            time=plan.target_time, action=plan.target_action, state=ROLLEDBACK)
+        return self._finish_rollback(rollback, target, lease=lease, undo=undo)
+
+    def _finish_rollback(self, instant: Instant, target: Instant, *, lease: Lease,
+                         undo: Callable[[Instant], object] | None) -> Instant:
+        current = self.load().get(target.time)
+        if current is not None and current.is_pending:
+            target = self.abort(current, lease=lease)
+        if self._current(instant).state == REQUESTED:
+            instant = self.start(instant)
+        metadata = undo(target) if undo is not None else None
+        self.storage.delete(heartbeat_path(target.time))
+        return self.complete(instant, metadata, lease=lease)
+
+    # -- archival ------------------------------------------------------------------------------
+
+    def archive(self, *, lease: Lease, fence_exclusive: str | None = None) -> list[Instant]:
+        """Fold the oldest terminal instants into the archive; return those moved.
+
+        Runs when more than ``archive_trigger`` completed instants are active and keeps the
+        newest ``archive_retain``. Instants that completed after the oldest pending instant
+        began are never archived, because that writer's conflict check must still see them;
+        nor are instants at or after ``fence_exclusive`` (for the metadata table's needs).
+        """
+        lease.ensure_held()
+        view = self.load()
+        completed = view.completed()
+        if len(completed) <= self.options.archive_trigger:
+            return []
+        pending = view.pending()
+        horizon = min([p.time for p in pending] + ([fence_exclusive] if fence_exclusive else []),
+                      default=None)
+        chosen: list[Instant] = []
+        for instant in completed[: len(completed) - self.options.archive_retain]:
+            if horizon is not None and (instant.completed_at or "") >= horizon:
+                break
+            chosen.append(instant)
+        if not chosen:
+            return []
+        cutoff = chosen[-1].completed_at or ""
+        chosen += [i for i in view.rolled_back() if i.time < cutoff]
+        records = [self._archived(i) for i in chosen]
+        write_archive(self.storage, records)
+        for instant in chosen:
+            self._remove_active(instant)
+        merge_archives(self.storage, max_files=self.options.archive_max_files)
+        return chosen
+
+    def _archived(self, instant: Instant) -> ArchivedInstant:
+        path = _path(instant.time, instant.action, instant.state, instant.completed_at)
+        envelope = _decode_file(path, self.storage.read(path))
+        return ArchivedInstant(time=instant.time, action=instant.action, state=instant.state,
+                               completed_at=instant.completed_at, metadata=envelope.payload)
+
+    def _remove_active(self, instant: Instant) -> None:
+        # The terminal file goes last: if we crash part way, the instant still reads as terminal
+        # (never as pending, which would invite a rollback of committed work).
+        self.storage.delete(_path(instant.time, instant.action, REQUESTED))
+        self.storage.delete(_path(instant.time, instant.action, INFLIGHT))
+        self.storage.delete(_path(instant.time, instant.action, instant.state, instant.completed_at))
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _current(self, instant: Instant, view: TimelineView | None = None) -> Instant:
+        current = (view or self.load()).get(instant.time)
+        if current is None:
+            raise IllegalTransitionError(instant.time, "absent", instant.state,
+                                         "no such instant on the active timeline")
+        if current.action != instant.action:
+            raise IllegalTransitionError(instant.time, current.state, instant.state,
+                                         f"its action is {current.action!r}, not {instant.action!r}")
+        return current
+
+    def _put_state(self, instant: Instant, payload: object) -> None:
+        envelope = InstantFile(
+            time=instant.time, action=instant.action, state=instant.state,
+            completed_at=instant.completed_at, owner=self.owner,
+            payload=msgspec.Raw(_encoder.encode(payload)),
+        )
+        path = _path(instant.time, instant.action, instant.state, instant.completed_at)
+        self.storage.put_if_absent(path, _encoder.encode(envelope))
+
+
+def _path(time: str, action: str, state: str, completed_at: str | None = None) -> str:
+    return f"{TIMELINE_FOLDER}/{file_name(time, action, state, completed_at)}"
+
+
+def _decode_file(path: str, data: bytes) -> InstantFile:
+    try:
+        envelope = _file_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise CorruptMetadataError(path, "a JSON instant file (kind 'instant')", str(exc)) from None
+    named = parse_file_name(path.rsplit("/", 1)[1])
+    if named is not None and (envelope.time, envelope.action, envelope.state) != (
+        named.time, named.action, named.state
+    ):
+        raise CorruptMetadataError(
+            path, f"content for instant {named.time} {named.action} {named.state}",
+            f"{envelope.time} {envelope.action} {envelope.state}",
+        )
+    return envelope
+
+
+def _decode_payload(raw: msgspec.Raw | bytes, type: type[T], path: str) -> T:
+    try:
+        return msgspec.json.decode(raw, type=type)
+    except msgspec.DecodeError as exc:
+        raise CorruptMetadataError(path, f"a payload of type {getattr(type, '__name__', type)}",
+                                   str(exc)) from None
