@@ -13,11 +13,21 @@ from __future__ import annotations
 class TxnError(Exception):
     """Root of every error metatxn raises on purpose."""
 
+    _init_args: tuple[object, ...] | None = None
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Errors with structured constructors must survive pickling (Spark executors and
+        # worker processes send them back to the driver).
+        if self._init_args is not None:
+            return (type(self), self._init_args)
+        return super().__reduce__()
+
 
 class TableNotFoundError(TxnError, FileNotFoundError):
     """No metatxn table exists at the given location."""
 
     def __init__(self, uri: str, detail: str = "") -> None:
+        self._init_args = (uri, detail)
         self.uri = uri
         message = f"no metatxn table at {uri!r}"
         if detail:
@@ -30,6 +40,7 @@ class TableExistsError(TxnError, FileExistsError):
     """A table already exists where a new one was to be created."""
 
     def __init__(self, uri: str) -> None:
+        self._init_args = (uri,)
         self.uri = uri
         super().__init__(
             f"a metatxn table already exists at {uri!r}\n"
@@ -74,6 +85,7 @@ class CorruptMetadataError(TxnError, ValueError):
     """
 
     def __init__(self, path: str, expected: str, found: str = "") -> None:
+        self._init_args = (path, expected, found)
         self.path = path
         self.expected = expected
         self.found = found
@@ -87,6 +99,7 @@ class IllegalTransitionError(TxnError):
     """An instant was asked to move to a state its lifecycle does not allow."""
 
     def __init__(self, instant: str, current: str, requested: str, reason: str = "") -> None:
+        self._init_args = (instant, current, requested, reason)
         self.instant = instant
         self.current = current
         self.requested = requested
@@ -104,6 +117,7 @@ class ObjectExistsError(StorageError, FileExistsError):
     """``put_if_absent`` lost: an object with that name already exists."""
 
     def __init__(self, path: str) -> None:
+        self._init_args = (path,)
         self.path = path
         super().__init__(f"object {path!r} already exists (put-if-absent lost the race)")
 
@@ -112,6 +126,7 @@ class ObjectNotFoundError(StorageError, FileNotFoundError):
     """The object does not exist."""
 
     def __init__(self, path: str) -> None:
+        self._init_args = (path,)
         self.path = path
         super().__init__(f"object {path!r} does not exist")
 
@@ -120,6 +135,7 @@ class LockTimeoutError(TxnError, TimeoutError):
     """The table lock could not be taken in time because another writer holds it."""
 
     def __init__(self, owner: str, expires_ms: int, waited_ms: int) -> None:
+        self._init_args = (owner, expires_ms, waited_ms)
         self.owner = owner
         self.expires_ms = expires_ms
         self.waited_ms = waited_ms
@@ -135,3 +151,13 @@ class LockLostError(TxnError):
 
     Nothing was committed by the call that raised it.
     """
+
+
+# The public home of these names is the ``txn`` facade (API.md). Report them there in tracebacks
+# and pickles, whichever package the caller imported; ``txn`` is part of the same distribution.
+for _error in (TxnError, TableNotFoundError, TableExistsError, SchemaMismatchError,
+               DuplicateKeyError, CommitConflictError, CommitStateUnknownError, InvalidOptionError,
+               SegmentNotFoundError, CorruptMetadataError, IllegalTransitionError, StorageError,
+               LockTimeoutError, LockLostError):
+    _error.__module__ = "txn"
+del _error

@@ -111,8 +111,12 @@ def parse_file_name(name: str) -> Instant | None:
 
 
 def looks_like_instant(name: str) -> bool:
-    """A name that starts like an instant file; used to flag corrupt names instead of skipping."""
-    return len(name) > TIME_DIGITS and name[:TIME_DIGITS].isdigit()
+    """Whether a name in ``_timeline/`` claims to be an instant file.
+
+    Only instant files start with a digit there, so a digit-led name that does not parse is a
+    damaged instant file, reported as corrupt rather than skipped (skipping could hide a commit).
+    """
+    return name[:1].isdigit()
 
 
 def format_time(epoch_ms: int) -> str:

@@ -1,0 +1,71 @@
+"""The metatxn command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+import timeline
+import txn
+from txn._cli import main
+
+
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("timeline", "describe", "demo"):
+        assert command in out
+
+
+def test_timeline_prints_every_instant_with_its_state(
+    local_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    txn.create_table(local_uri, pa.schema([("id", pa.int64())]))
+    tl = timeline.Timeline(timeline.open_storage(local_uri))
+    done = tl.start(tl.request("commit"))
+    with tl.lock() as lease:
+        done = tl.complete(done, lease=lease)
+    pending = tl.request("commit")
+    assert main(["timeline", local_uri]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["instant", "action", "state", "completed_at"]
+    assert lines[2].split() == [done.time, "commit", "completed", done.completed_at]
+    assert lines[3].split() == [pending.time, "commit", "requested"]
+
+
+def test_describe_shows_layout_and_columns(local_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    txn.create_table(local_uri, pa.schema([("id", pa.int64()), ("day", pa.date32())]),
+                     partition_by=["day"], record_key="id")
+    assert main(["describe", local_uri]) == 0
+    out = capsys.readouterr().out
+    assert "['day']" in out and "key       id" in out and "date32[day]" in out
+
+
+def test_a_missing_table_is_a_one_line_error_not_a_traceback(
+    tmp_path, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+) -> None:
+    assert main(["timeline", str(tmp_path / "absent")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("metatxn: error: no metatxn table at")
+    assert "Traceback" not in err
+
+
+def test_the_demo_commits_rolls_back_and_prints_the_timeline(
+    tmp_path, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+) -> None:
+    assert main(["demo", "--warehouse", str(tmp_path)]) == 0
+    states = [i.state for i in txn.open_table(str(tmp_path / "orders")).timeline()]
+    assert states == ["completed"] * 3 + ["rolledback", "completed"]
+    assert main(["demo", "--warehouse", str(tmp_path)]) == 0, "the demo reruns on its own output"
+    assert "rolled back" in capsys.readouterr().out
+
+
+def test_the_console_script_entry_point_runs() -> None:
+    result = subprocess.run([sys.executable, "-m", "txn", "--help"], capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 0 and "timeline" in result.stdout

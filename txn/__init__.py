@@ -1,0 +1,58 @@
+"""metatxn: transactional tables over Parquet for Python and PySpark.
+
+The public surface: create and open tables, read their timeline, and the error tree.
+
+Example:
+    >>> import pyarrow as pa, txn
+    >>> t = txn.create_table("memory://doc/orders", pa.schema([("id", pa.int64())]), record_key="id")
+    >>> t.record_key, t.timeline()
+    ('id', [])
+    >>> txn.create_table("memory://doc/orders", pa.schema([("id", pa.int64())]))
+    Traceback (most recent call last):
+    ...
+    txn.TableExistsError: a metatxn table already exists at 'memory://doc/orders'
+    Help: open it with txn.open_table(uri), or choose another location
+"""
+
+from timeline import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    CorruptMetadataError,
+    DuplicateKeyError,
+    IllegalTransitionError,
+    InvalidOptionError,
+    LockLostError,
+    LockTimeoutError,
+    SchemaMismatchError,
+    SegmentNotFoundError,
+    StorageError,
+    TableExistsError,
+    TableNotFoundError,
+    TxnError,
+)
+
+from ._table import Table, create_table, open_table
+
+__all__ = [
+    "CommitConflictError",
+    "CommitStateUnknownError",
+    "CorruptMetadataError",
+    "DuplicateKeyError",
+    "IllegalTransitionError",
+    "InvalidOptionError",
+    "LockLostError",
+    "LockTimeoutError",
+    "SchemaMismatchError",
+    "SegmentNotFoundError",
+    "StorageError",
+    "Table",
+    "TableExistsError",
+    "TableNotFoundError",
+    "TxnError",
+    "create_table",
+    "open_table",
+]
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

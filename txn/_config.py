@@ -1,0 +1,95 @@
+"""``table.json``: what a table is, written once when it is created.
+
+The file lives at ``_timeline/table.json`` and is created with put-if-absent, which makes
+creating a table atomic and lets exactly one of two racing creators win.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pyarrow as pa
+
+from timeline import CorruptMetadataError, Storage
+
+TABLE_CONFIG_PATH = "_timeline/table.json"
+FORMAT_VERSION = 1
+
+
+class ColumnDescription(msgspec.Struct, frozen=True, kw_only=True):
+    """A human-readable copy of one column; the Arrow schema bytes are the source of truth."""
+
+    name: str
+    type: str
+    nullable: bool
+
+
+class TableConfig(msgspec.Struct, frozen=True, kw_only=True, tag="table", tag_field="kind"):
+    """Format version 1 of ``table.json``. New fields get defaults; fields are only appended."""
+
+    format_version: int = FORMAT_VERSION
+    table_id: str
+    created_at: str
+    #: The Arrow schema, IPC-serialised (base64 in JSON).
+    arrow_schema: bytes
+    columns: list[ColumnDescription]
+    partition_by: list[str] = msgspec.field(default_factory=list)
+    #: The record key as the user gave it: one column name, a list of names, or None.
+    record_key: str | list[str] | None = None
+    sort_by: list[str] = msgspec.field(default_factory=list)
+    properties: dict[str, str] = msgspec.field(default_factory=dict)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.ipc.read_schema(pa.py_buffer(self.arrow_schema))
+
+    @property
+    def record_key_columns(self) -> list[str]:
+        if self.record_key is None:
+            return []
+        return [self.record_key] if isinstance(self.record_key, str) else list(self.record_key)
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(TableConfig)
+
+
+def encode_config(config: TableConfig) -> bytes:
+    return _encoder.encode(config)
+
+
+def describe_schema(schema: pa.Schema) -> list[ColumnDescription]:
+    return [ColumnDescription(name=f.name, type=str(f.type), nullable=f.nullable) for f in schema]
+
+
+def decode_config(data: bytes, *, path: str = TABLE_CONFIG_PATH) -> TableConfig:
+    """Decode and check ``table.json``.
+
+    Raises:
+        CorruptMetadataError: the bytes are not a table config this version can read.
+    """
+    expected = f"a JSON table config (kind 'table', format_version <= {FORMAT_VERSION})"
+    try:
+        config = _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise CorruptMetadataError(path, expected, str(exc)) from None
+    if config.format_version > FORMAT_VERSION:
+        raise CorruptMetadataError(
+            path, expected,
+            f"format_version {config.format_version}: written by a newer metatxn; upgrade to read it",
+        )
+    try:
+        schema = config.schema
+    except (pa.ArrowInvalid, OSError, ValueError) as exc:
+        raise CorruptMetadataError(path, "an Arrow IPC schema in 'arrow_schema'", str(exc)) from None
+    named = {f.name for f in schema}
+    for group, columns in (("partition_by", config.partition_by),
+                           ("record_key", config.record_key_columns), ("sort_by", config.sort_by)):
+        missing = [c for c in columns if c not in named]
+        if missing:
+            raise CorruptMetadataError(path, f"{group} columns that exist in the schema",
+                                       f"unknown {missing}")
+    return config
+
+
+def read_config(storage: Storage) -> TableConfig:
+    return decode_config(storage.read(TABLE_CONFIG_PATH))

@@ -1,0 +1,173 @@
+"""Validation of what a user passes to ``create_table``: schema, layout columns and properties.
+
+Every check raises :class:`InvalidOptionError` naming the offending value and what was expected,
+before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from timeline import InvalidOptionError, TimelineOptions
+
+# Types a partition value can take: they print as stable, filesystem-safe folder names.
+_PARTITION_TYPES = "integers, strings, dates or booleans"
+# Record keys must compare exactly: no floats (rounding), nested values or nulls-only columns.
+_KEY_TYPES = "integers, strings, binary, dates, timestamps, decimals or booleans"
+
+
+def _is_partition_type(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_date(t) or pa.types.is_boolean(t))
+
+
+def _is_key_type(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+                or pa.types.is_fixed_size_binary(t) or pa.types.is_date(t)
+                or pa.types.is_timestamp(t) or pa.types.is_decimal(t) or pa.types.is_boolean(t))
+
+
+def _is_sortable_type(t: pa.DataType) -> bool:
+    return not (pa.types.is_nested(t) or pa.types.is_null(t) or pa.types.is_dictionary(t))
+
+
+def check_schema(schema: object) -> pa.Schema:
+    if not isinstance(schema, pa.Schema):
+        raise InvalidOptionError(f"schema must be a pyarrow.Schema, got {type(schema).__name__}")
+    if len(schema) == 0:
+        raise InvalidOptionError("schema has no columns; expected at least one")
+    seen: set[str] = set()
+    for field in schema:
+        if not field.name:
+            raise InvalidOptionError("schema has a column with an empty name")
+        if field.name in seen:
+            raise InvalidOptionError(f"schema has column {field.name!r} more than once")
+        seen.add(field.name)
+    return schema
+
+
+def _column_list(option: str, value: object, *, allow_str: bool) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        if allow_str:
+            return [value]
+        raise InvalidOptionError(f"{option} must be a list of column names, got the string {value!r}")
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise InvalidOptionError(f"{option} must be a list of column names, got {value!r}")
+    columns = list(value)
+    duplicates = sorted({c for c in columns if columns.count(c) > 1})
+    if duplicates:
+        raise InvalidOptionError(f"{option} names {duplicates} more than once")
+    return columns
+
+
+def _check_columns(option: str, columns: list[str], schema: pa.Schema,
+                   accepts: Callable[[pa.DataType], bool], kinds: str) -> None:
+    for name in columns:
+        index = schema.get_field_index(name)
+        if index < 0:
+            raise InvalidOptionError(
+                f"{option} names unknown column {name!r}; the schema has {schema.names}"
+            )
+        column_type = schema.field(index).type
+        if not accepts(column_type):
+            raise InvalidOptionError(
+                f"{option} column {name!r} has type {column_type}; expected {kinds}"
+            )
+
+
+def check_layout(
+    schema: pa.Schema, partition_by: object, record_key: object, sort_by: object
+) -> tuple[list[str], str | list[str] | None, list[str]]:
+    """Validate the layout columns; return (partition_by, record_key as given, sort_by)."""
+    partitions = _column_list("partition_by", partition_by, allow_str=False)
+    keys = _column_list("record_key", record_key, allow_str=True)
+    sorts = _column_list("sort_by", sort_by, allow_str=False)
+    if record_key is not None and not keys:
+        raise InvalidOptionError("record_key is an empty list; give a column name or leave it None")
+    _check_columns("partition_by", partitions, schema, _is_partition_type, _PARTITION_TYPES)
+    _check_columns("record_key", keys, schema, _is_key_type, _KEY_TYPES)
+    _check_columns("sort_by", sorts, schema, _is_sortable_type, "a primitive (sortable) type")
+    if partitions and len(partitions) == len(schema):
+        raise InvalidOptionError(
+            f"partition_by {partitions} covers every column; at least one column must hold data"
+        )
+    overlap = sorted(set(partitions) & set(sorts))
+    if overlap:
+        raise InvalidOptionError(
+            f"sort_by names partition columns {overlap}; a file holds one value of each, "
+            "so sorting by them does nothing"
+        )
+    given_key: str | list[str] | None
+    given_key = record_key if isinstance(record_key, str) else (keys or None)
+    return partitions, given_key, sorts
+
+
+def _bool(value: str) -> None:
+    if value.lower() not in ("true", "false"):
+        raise ValueError("expected 'true' or 'false'")
+
+
+def _positive_int(value: str) -> None:
+    if not value.isdigit() or int(value) <= 0:
+        raise ValueError("expected a positive whole number")
+
+
+#: Table properties metatxn understands, with how to check their values. Other keys are kept
+#: as user properties, as Delta and Hudi keep unknown table properties.
+KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], None], str]] = {
+    "streaming": (_bool, "segments of this table are streaming segments"),
+    "timeline.archive.trigger": (_positive_int, "archive once this many instants are active"),
+    "timeline.archive.retain": (_positive_int, "completed instants kept active by archival"),
+    "timeline.archive.max_files": (_positive_int, "merge archive files beyond this many"),
+    "lock.lease_ms": (_positive_int, "table lock lease in milliseconds"),
+    "lock.timeout_ms": (_positive_int, "how long a writer waits for the table lock"),
+    "heartbeat.interval_ms": (_positive_int, "writer heartbeat interval in milliseconds"),
+    "heartbeat.timeout_ms": (_positive_int, "silence after which a pending writer is failed"),
+}
+
+_TIMELINE_PROPERTY_FIELDS = {
+    "timeline.archive.trigger": "archive_trigger",
+    "timeline.archive.retain": "archive_retain",
+    "timeline.archive.max_files": "archive_max_files",
+    "lock.lease_ms": "lock_lease_ms",
+    "lock.timeout_ms": "lock_timeout_ms",
+    "heartbeat.interval_ms": "heartbeat_interval_ms",
+    "heartbeat.timeout_ms": "heartbeat_timeout_ms",
+}
+
+
+def check_properties(properties: object) -> dict[str, str]:
+    if properties is None:
+        return {}
+    if not isinstance(properties, dict):
+        raise InvalidOptionError(f"properties must be a dict of strings, got {type(properties).__name__}")
+    checked: dict[str, str] = {}
+    for key, value in properties.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidOptionError(
+                f"table property {key!r}={value!r}: keys and values must be strings"
+            )
+        known = KNOWN_PROPERTIES.get(key)
+        if known is not None:
+            try:
+                known[0](value)
+            except ValueError as exc:
+                raise InvalidOptionError(f"table property {key}={value!r}: {exc}") from None
+        checked[key] = value
+    timeline_options(checked)  # cross-field rules, e.g. archive trigger > retain
+    return checked
+
+
+def timeline_options(properties: dict[str, str]) -> TimelineOptions:
+    """The timeline options a table's properties select."""
+    overrides: dict[str, Any] = {
+        field: int(properties[key]) for key, field in _TIMELINE_PROPERTY_FIELDS.items()
+        if key in properties
+    }
+    return TimelineOptions(**overrides)
