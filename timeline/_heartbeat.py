@@ -77,7 +77,7 @@ class Heartbeat:
         while not self._stop.wait(self._interval_s):
             try:
                 self.beat()
-            except Exception:  # noqa: BLE001 - a failed beat must not kill the writer; the next one retries
+            except Exception:
                 continue
 
     def stop(self, *, delete: bool = True) -> None:

@@ -12,6 +12,7 @@ files start with ``.`` and end with ``.tmp``; listings skip them.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -116,10 +117,8 @@ class LocalStorage:
         return keys
 
     def delete(self, path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self._abs(path).unlink()
-        except FileNotFoundError:
-            pass
 
     def exists(self, path: str) -> bool:
         return self._abs(path).is_file()

@@ -24,6 +24,7 @@ overwritten.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -103,10 +104,8 @@ class Lease:
         if self.released:
             return
         self.released = True
-        try:
+        with contextlib.suppress(LockLostError):
             self._lock._write_next(self.record, released=True)
-        except LockLostError:
-            pass
 
     def __enter__(self) -> Lease:
         return self

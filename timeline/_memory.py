@@ -9,6 +9,7 @@ complete object, so a reader sees all of it or none of it, and the existence che
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -67,11 +68,8 @@ class MemoryStorage:
         return sorted(("/" + name.lstrip("/"))[offset:] for name in found)
 
     def delete(self, path: str) -> None:
-        with _LOCK:
-            try:
-                self._fs.rm_file(self._abs(path))
-            except FileNotFoundError:
-                pass
+        with _LOCK, contextlib.suppress(FileNotFoundError):
+            self._fs.rm_file(self._abs(path))
 
     def exists(self, path: str) -> bool:
         with _LOCK:

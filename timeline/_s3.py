@@ -13,6 +13,7 @@ listings since December 2020, which covers read-after-write and consistent listi
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -105,10 +106,8 @@ class S3Storage:
         return sorted(name[offset:] for name in found if name.startswith(self._root + "/"))
 
     def delete(self, path: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self._fs.rm_file(self._abs(path))
-        except FileNotFoundError:
-            pass
 
     def exists(self, path: str) -> bool:
         try:

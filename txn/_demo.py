@@ -12,10 +12,10 @@ import os
 import pyarrow as pa
 
 import timeline
+from timeline import TableExistsError
 
 from ._render import render_timeline
 from ._table import Table, create_table, open_table
-from timeline import TableExistsError
 
 ORDERS = pa.schema([
     ("o_orderkey", pa.int64(), False),

@@ -11,7 +11,7 @@ def render(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """Align ``rows`` under ``headers`` in columns separated by two spaces."""
     cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
