@@ -79,3 +79,29 @@ def table_uri(request, memory_uri: str, local_uri: str) -> str:  # type: ignore[
 def make_ids(prefix: str = "id") -> Callable[[], str]:
     counter = itertools.count()
     return lambda: f"{prefix}{next(counter):06d}"
+
+
+# -- S3 (moto) -------------------------------------------------------------------------------------
+
+from typing import TYPE_CHECKING  # noqa: E402 - appended section; kept next to its only use
+
+if TYPE_CHECKING:
+    from tests.s3server import S3Location, S3Server
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One moto S3 server for the whole session, on a free port of 127.0.0.1."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    from tests.s3server import S3Server
+
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_uri(s3_server: S3Server) -> S3Location:
+    """A table location ``s3://<fresh bucket>/table``; unpacks as ``uri, storage_options``."""
+    return s3_server.new_location()

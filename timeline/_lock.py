@@ -97,7 +97,15 @@ class Lease:
 
     def renew(self) -> None:
         """Extend the lease. Raises LockLostError if another writer took the lock over."""
-        self.record = self._lock._write_next(self.record, released=False)
+        record = self._lock._write_next(self.record, released=False)
+        # A successful put is not enough: if garbage collection deleted the record that took
+        # the lock over, the put recreated that old number. Only the highest record holds it.
+        head = self._lock.head_seq()
+        if head != record.seq:
+            raise LockLostError(
+                f"table lock was taken over: our renewal is record {record.seq}, the head is {head}"
+            )
+        self.record = record
 
     def release(self) -> None:
         """Free the lock. Losing it earlier is not an error here: there is nothing to undo."""

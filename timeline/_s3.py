@@ -103,7 +103,9 @@ class S3Storage:
         except FileNotFoundError:
             return []
         offset = len(self._root) + 1
-        return sorted(name[offset:] for name in found if name.startswith(self._root + "/"))
+        # s3fs lists a key that is itself an object as that object; only keys below the folder
+        # are in it.
+        return sorted(name[offset:] for name in found if name.startswith(base + "/"))
 
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
