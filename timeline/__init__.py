@@ -51,6 +51,7 @@ from ._local import LocalStorage
 from ._lock import Lease, LockRecord, TableLock
 from ._memory import MemoryStorage
 from ._open import open_storage
+from ._prefixed import PrefixedStorage
 from ._storage import Storage
 from ._timeline import RollbackPlan, Timeline, TimelineOptions
 from ._view import TimelineView
@@ -80,6 +81,7 @@ __all__ = [
     "MemoryStorage",
     "ObjectExistsError",
     "ObjectNotFoundError",
+    "PrefixedStorage",
     "RollbackPlan",
     "SchemaMismatchError",
     "SegmentNotFoundError",

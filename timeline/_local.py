@@ -1,7 +1,7 @@
 """Local-disk storage.
 
 Atomicity argument. ``put_if_absent`` writes the whole content to a uniquely named temporary file
-in the destination folder, flushes and fsyncs it, then calls ``os.link(tmp, final)``. POSIX
+in the destination folder, then calls ``os.link(tmp, final)``. POSIX
 ``link(2)`` fails with ``EEXIST`` when ``final`` exists and is atomic with respect to other
 ``link``/``open(O_CREAT|O_EXCL)`` calls on the same name, so exactly one of several racing
 creators wins, in threads or processes. Because the link points at an inode whose content was
@@ -19,6 +19,9 @@ import os
 import threading
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.fs
+
 from ._errors import ObjectExistsError, ObjectNotFoundError, StorageError
 
 _TMP_SUFFIX = ".tmp"
@@ -32,9 +35,11 @@ def _is_temporary(name: str) -> bool:
 class LocalStorage:
     """Storage rooted at a folder on a local (POSIX) filesystem."""
 
-    def __init__(self, root: str | os.PathLike[str], *, uri: str | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, uri: str | None = None,
+                 fsync: bool = False) -> None:
         self._root = Path(root).resolve()
         self._uri = uri if uri is not None else str(self._root)
+        self._fsync = fsync
 
     @property
     def uri(self) -> str:
@@ -57,8 +62,9 @@ class LocalStorage:
         tmp = self._temporary_beside(final)
         with open(tmp, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if self._fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
         return tmp
 
     def read(self, path: str) -> bytes:
@@ -85,7 +91,8 @@ class LocalStorage:
             raise
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_folder(final.parent)
+        if self._fsync:
+            _fsync_folder(final.parent)
 
     def put(self, path: str, data: bytes) -> None:
         final = self._abs(path)
@@ -128,6 +135,10 @@ class LocalStorage:
             return self._abs(path).stat().st_size
         except FileNotFoundError:
             raise ObjectNotFoundError(path) from None
+
+    def arrow_filesystem(self) -> tuple[pa.fs.FileSystem, str]:
+        """A pyarrow filesystem and the root's path in it, for reading and writing data files."""
+        return pa.fs.LocalFileSystem(), self._root.as_posix()
 
     def __repr__(self) -> str:
         return f"LocalStorage({str(self._root)!r})"

@@ -13,6 +13,9 @@ import contextlib
 import threading
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.fs
+
 from ._errors import ObjectExistsError, ObjectNotFoundError
 
 # One lock for every MemoryStorage: they may share fsspec's process-wide store.
@@ -81,6 +84,10 @@ class MemoryStorage:
                 return int(self._fs.size(self._abs(path)))
             except FileNotFoundError:
                 raise ObjectNotFoundError(path) from None
+
+    def arrow_filesystem(self) -> tuple[pa.fs.FileSystem, str]:
+        """A pyarrow filesystem and the root's path in it, for reading and writing data files."""
+        return pa.fs.PyFileSystem(pa.fs.FSSpecHandler(self._fs)), self._root
 
     def __repr__(self) -> str:
         return f"MemoryStorage({self._root!r})"

@@ -28,8 +28,12 @@ def open_storage(uri: str | os.PathLike[str], storage_options: dict[str, Any] | 
         scheme, rest = "file", text
     scheme = scheme.lower()
     if scheme in ("file", "local"):
-        _refuse_options(text, storage_options, "local paths take no storage_options")
-        return LocalStorage(os.path.abspath(os.path.expanduser(rest)), uri=text)
+        options = dict(storage_options or {})
+        fsync = options.pop("fsync", False)
+        _refuse_options(text, options, "local paths take only the option 'fsync' (bool)")
+        if not isinstance(fsync, bool):
+            raise InvalidOptionError(f"storage option fsync must be True or False, got {fsync!r}")
+        return LocalStorage(os.path.abspath(os.path.expanduser(rest)), uri=text, fsync=fsync)
     if scheme == "memory":
         _refuse_options(text, storage_options, "memory:// tables take no storage_options")
         return MemoryStorage(rest, uri=text)

@@ -17,6 +17,9 @@ import contextlib
 import time
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.fs
+
 from ._errors import InvalidOptionError, ObjectExistsError, ObjectNotFoundError, StorageError
 
 _CONFLICT_RETRIES = 5
@@ -122,6 +125,10 @@ class S3Storage:
             return int(self._fs.info(self._abs(path))["size"])
         except FileNotFoundError:
             raise ObjectNotFoundError(path) from None
+
+    def arrow_filesystem(self) -> tuple[pa.fs.FileSystem, str]:
+        """A pyarrow filesystem and the root's path in it, for reading and writing data files."""
+        return pa.fs.PyFileSystem(pa.fs.FSSpecHandler(self._fs)), self._root
 
     def __repr__(self) -> str:
         return f"S3Storage({self._uri!r})"

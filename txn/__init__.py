@@ -31,24 +31,35 @@ from timeline import (
     TxnError,
 )
 
+from indexes import SnapshotExpiredError
+
+from ._records import Commit, DataFile, Problem, Segment, ValidationReport
+from ._snapshot import Snapshot
 from ._table import Table, create_table, open_table
 
 __all__ = [
+    "Commit",
     "CommitConflictError",
     "CommitStateUnknownError",
     "CorruptMetadataError",
+    "DataFile",
     "DuplicateKeyError",
     "IllegalTransitionError",
     "InvalidOptionError",
     "LockLostError",
     "LockTimeoutError",
+    "Problem",
     "SchemaMismatchError",
+    "Segment",
     "SegmentNotFoundError",
+    "Snapshot",
+    "SnapshotExpiredError",
     "StorageError",
     "Table",
     "TableExistsError",
     "TableNotFoundError",
     "TxnError",
+    "ValidationReport",
     "create_table",
     "open_table",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from indexes import MetadataOptions
 from timeline import InvalidOptionError, TimelineOptions
 
 # Types a partition value can take: they print as stable, filesystem-safe folder names.
@@ -129,6 +130,9 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], None], str]] = {
     "lock.timeout_ms": (_positive_int, "how long a writer waits for the table lock"),
     "heartbeat.interval_ms": (_positive_int, "writer heartbeat interval in milliseconds"),
     "heartbeat.timeout_ms": (_positive_int, "silence after which a pending writer is failed"),
+    "metadata.compact_after": (_positive_int, "compact the metadata table after this many commits"),
+    "metadata.retain_commits": (_positive_int, "time travel reaches back at least this many commits"),
+    "write.target_file_bytes": (_positive_int, "in-memory bytes buffered per data file"),
 }
 
 _TIMELINE_PROPERTY_FIELDS = {
@@ -162,6 +166,20 @@ def check_properties(properties: object) -> dict[str, str]:
         checked[key] = value
     timeline_options(checked)  # cross-field rules, e.g. archive trigger > retain
     return checked
+
+
+def metadata_options(properties: dict[str, str]) -> MetadataOptions:
+    """The metadata-table options a table's properties select."""
+    overrides: dict[str, Any] = {
+        field: int(properties[key]) for key, field in (
+            ("metadata.compact_after", "compact_after"), ("metadata.retain_commits", "retain_commits"))
+        if key in properties
+    }
+    return MetadataOptions(**overrides)
+
+
+def target_file_bytes(properties: dict[str, str]) -> int:
+    return int(properties.get("write.target_file_bytes", str(128 * 1024 * 1024)))
 
 
 def timeline_options(properties: dict[str, str]) -> TimelineOptions:

@@ -5,14 +5,22 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable
-from typing import Any
+from datetime import datetime
+from typing import Any, Union
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 
+from indexes import INSERT_IN_PROGRESS, MetadataSnapshot, MetadataTable, SegmentEntry, segment_sort_key
 from timeline import (
     Clock,
     CorruptMetadataError,
     Instant,
+    InvalidOptionError,
+    Lease,
+    TimelineView,
+    parse_time,
+    time_of,
     ObjectExistsError,
     Storage,
     TableExistsError,
@@ -30,10 +38,18 @@ from ._config import (
     describe_schema,
     encode_config,
 )
-from ._options import check_layout, check_properties, check_schema, timeline_options
+from . import _operations, _validate
+from ._options import check_layout, check_properties, check_schema, metadata_options, timeline_options
+from ._protocol import DATA_ACTIONS, Protocol
+from ._records import Commit, Segment, ValidationReport, WritePlan
+from ._snapshot import Snapshot
+from ._storage_io import DataStore
 
 #: A source of unique ids (table ids, file ids). Injected so tests are deterministic.
 IdFactory = Callable[[], str]
+
+#: What a write accepts: a pyarrow Table, a RecordBatchReader (streamed) or a pandas DataFrame.
+WriteInput = Union[pa.Table, pa.RecordBatchReader, Any]
 
 
 def random_id() -> str:
@@ -41,7 +57,11 @@ def random_id() -> str:
 
 
 class Table:
-    """A metatxn table. Obtain one with :func:`create_table` or :func:`open_table`."""
+    """A metatxn table. Obtain one with :func:`create_table` or :func:`open_table`.
+
+    A ``Table`` is safe to share between threads; every write is one atomic commit on the
+    timeline, and any number of processes may write to the same table at once.
+    """
 
     def __init__(self, uri: str, storage: Storage, config: TableConfig, *,
                  clock: Clock = system_clock, ids: IdFactory = random_id) -> None:
@@ -51,7 +71,17 @@ class Table:
         self._clock = clock
         self._ids = ids
         self._schema = config.schema
-        self._timeline = Timeline(storage, clock=clock, options=timeline_options(config.properties))
+        options = timeline_options(config.properties)
+        self._timeline = Timeline(storage, clock=clock, options=options)
+        self._metadata = MetadataTable(storage, self._schema, clock=clock, owner=self._timeline.owner,
+                                       options=metadata_options(config.properties),
+                                       timeline_options=options)
+        self._store = DataStore(storage)
+        self._latest: tuple[str, MetadataSnapshot] | None = None
+        self._protocol = Protocol(storage, self._timeline, self._metadata,
+                                  next_segment=self._next_segment, after_commit=self._maintain)
+
+    # -- what the table is ---------------------------------------------------------------------
 
     @property
     def uri(self) -> str:
@@ -96,8 +126,153 @@ class Table:
         """Every instant of the table, archived and active, by requested time."""
         return self._timeline.history()
 
+    # -- writes --------------------------------------------------------------------------------
+
+    def append(self, data: WriteInput, *, extra: dict[str, str] | None = None) -> Commit:
+        """Load ``data`` as a new segment in one commit.
+
+        Raises:
+            SchemaMismatchError: the data's columns or types differ from the table's; nothing
+                is written.
+        """
+        return _operations.append(self, data, extra=extra)
+
+    def overwrite(self, data: WriteInput, *, extra: dict[str, str] | None = None) -> Commit:
+        """Replace the whole content with ``data`` in one commit.
+
+        The segments live at the commit become ``Marked for Delete``; their files stay for time
+        travel until cleaned.
+
+        Raises:
+            CommitConflictError: another write committed after this one began.
+        """
+        return _operations.overwrite(self, data, extra=extra)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def snapshot(self, as_of: str | datetime | None = None) -> Snapshot:
+        """The table as of the latest completed instant, or as of ``as_of``.
+
+        ``as_of`` is an instant time from the timeline (the snapshot then includes that instant
+        and everything that completed before it) or a ``datetime`` (everything completed at or
+        before it; naive means UTC). Snapshots follow completion order, so resolving the same
+        ``as_of`` again later gives the same rows.
+        """
+        view = self._timeline.load()
+        if as_of is None:
+            last = view.last_completed()
+            return self._snapshot_at(view, last.time if last else None,
+                                     last.completed_at if last else None)
+        bound = self._completion_bound(view, as_of)
+        included = view.completed_up_to(bound)
+        last = included[-1] if included else None
+        return self._snapshot_at(view, last.time if last else None, bound)
+
+    def to_arrow(self, filter: ds.Expression | None = None, columns: list[str] | None = None,
+                 as_of: str | datetime | None = None) -> pa.Table:
+        return self.snapshot(as_of).to_arrow(filter=filter, columns=columns)
+
+    def segments(self) -> list[Segment]:
+        """SHOW SEGMENTS: every segment, newest first; loads still running are ``Insert In Progress``."""
+        view = self._timeline.load()
+        entries = dict(self._metadata_at(view, None).segments)
+        for instant in view.pending():
+            if instant.action not in DATA_ACTIONS:
+                continue
+            plan = self._timeline.read_plan(instant, WritePlan)
+            if plan.segment is not None and plan.segment not in entries:
+                entries[plan.segment] = SegmentEntry(
+                    id=plan.segment, status=INSERT_IN_PROGRESS, instant=instant.time,
+                    load_start_ms=parse_time(instant.time))
+        ordered = sorted(entries.values(), key=lambda e: segment_sort_key(e.id), reverse=True)
+        return [Segment.from_entry(e) for e in ordered]
+
+    def partitions(self) -> list[dict[str, object]]:
+        """SHOW PARTITIONS: the partition values that hold live data, sorted."""
+        seen: dict[tuple[object, ...], dict[str, object]] = {}
+        for data_file in self.snapshot().files():
+            key = tuple(str(data_file.partition[c]) for c in self.partition_by)
+            seen.setdefault(key, data_file.partition)
+        return [seen[k] for k in sorted(seen)]
+
+    def validate(self) -> ValidationReport:
+        """Compare the metadata table with what is on storage and report every disagreement."""
+        return _validate.validate(self)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _completion_bound(self, view: TimelineView, as_of: str | datetime) -> str:
+        if isinstance(as_of, datetime):
+            return time_of(as_of)
+        if not isinstance(as_of, str):
+            raise InvalidOptionError(
+                f"as_of must be an instant time string or a datetime, got {type(as_of).__name__}")
+        try:
+            parse_time(as_of)
+        except ValueError as exc:
+            raise InvalidOptionError(f"as_of {as_of!r}: {exc}") from None
+        instant = view.get(as_of) or next((i for i in self._timeline.history() if i.time == as_of), None)
+        if instant is None:
+            return as_of
+        if not instant.is_completed or instant.completed_at is None:
+            raise InvalidOptionError(
+                f"as_of names instant {as_of}, which is {instant.state}, not completed; "
+                "a snapshot can only be taken at a completed instant")
+        return instant.completed_at
+
+    def _snapshot_at(self, view: TimelineView, instant: str | None, bound: str | None) -> Snapshot:
+        metadata = self._metadata_at(view, bound)
+        completed = _completion_map(view)
+
+        def column_stats() -> pa.Table:
+            resolved = self._metadata.resolve(completed, bound, with_column_stats=True)
+            assert resolved.column_stats is not None
+            return resolved.column_stats
+
+        return Snapshot(instant=instant, completed_at=bound, metadata=metadata, schema=self._schema,
+                        store=self._store, load_column_stats=column_stats)
+
+    def _metadata_at(self, view: TimelineView, bound: str | None) -> MetadataSnapshot:
+        """Resolve the metadata table; the latest state is extended incrementally from a cache."""
+        completed = _completion_map(view)
+        last = view.last_completed()
+        latest = last.completed_at if last else None
+        if bound is not None and bound != latest:
+            return self._metadata.resolve(completed, bound)
+        if latest is None:
+            return self._metadata.resolve(completed, None)
+        cached = self._latest
+        if cached is not None and cached[0] == latest:
+            return cached[1]
+        since = cached if cached is not None and cached[0] < latest else None
+        resolved = self._metadata.resolve(completed, latest, since=since)
+        self._latest = (latest, resolved)
+        return resolved
+
+    def _next_segment(self, view: TimelineView) -> str:
+        taken = [segment_sort_key(s)[0] for s in self._metadata_at(view, None).segments]
+        for instant in view.pending():
+            if instant.action in DATA_ACTIONS:
+                plan = self._timeline.read_plan(instant, WritePlan)
+                if plan.segment is not None:
+                    taken.append(segment_sort_key(plan.segment)[0])
+        return str(max(taken, default=-1) + 1)
+
+    def _maintain(self, lease: Lease) -> None:
+        """After each commit, under the lock: metadata compaction and cleaning, then archival."""
+        view = self._timeline.load()
+        order = [(i.time, i.completed_at or "") for i in view.completed()]
+        self._metadata.compact_if_due(order, lease=lease)
+        self._metadata.clean(order, lease=lease)
+        self._timeline.archive(lease=lease, fence_exclusive=self._metadata.archive_fence())
+        self._metadata.archive(lease=lease)
+
     def __repr__(self) -> str:
         return f"txn.Table({self._uri!r})"
+
+
+def _completion_map(view: TimelineView) -> dict[str, str]:
+    return {i.time: i.completed_at or "" for i in view.completed()}
 
 
 def create_table(

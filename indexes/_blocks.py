@@ -1,0 +1,55 @@
+"""Reading and writing the metadata table's files through the storage seam.
+
+Log blocks are Arrow IPC files: they are small, written once per commit and read on every
+snapshot until compaction folds them, so they use the format that costs least to write and
+read. Bases are Parquet sorted by key (compressed, with statistics). Each file is built in
+memory and stored with one put-if-absent: it is either whole or absent, and a retried write of
+the same block cannot replace one that landed.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from timeline import CorruptMetadataError, Storage
+
+
+def _encode(path: str, table: pa.Table) -> bytes:
+    if path.endswith(".parquet"):
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, compression="zstd")
+        return buffer.getvalue()
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue())
+
+
+def write_block(storage: Storage, path: str, table: pa.Table) -> int:
+    """Store ``table`` at ``path`` (Parquet for ``.parquet``, else Arrow IPC); return its size."""
+    data = _encode(path, table)
+    storage.put_if_absent(path, data)
+    return len(data)
+
+
+def read_block(storage: Storage, path: str, schema: pa.Schema) -> pa.Table:
+    """Read a file written by :func:`write_block`, checking it has ``schema``'s columns.
+
+    Raises:
+        FileNotFoundError: the file is gone (cleaned after it was listed).
+        CorruptMetadataError: the bytes do not hold a table with those columns.
+    """
+    data = storage.read(path)
+    try:
+        if path.endswith(".parquet"):
+            table = pq.ParquetFile(pa.BufferReader(data)).read()
+        else:
+            table = ipc.open_file(pa.BufferReader(data)).read_all()
+        return table.select(schema.names).cast(schema)
+    except (pa.ArrowException, KeyError, ValueError) as exc:
+        raise CorruptMetadataError(path, f"a metadata table file with columns {schema.names}",
+                                   str(exc)) from None

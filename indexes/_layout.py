@@ -1,0 +1,72 @@
+"""Where the metadata table keeps its files.
+
+```
+_metadata/
+  _timeline/                        its own timeline: deltacommits (at the data instant's time)
+                                    and compactions
+  <partition>/<T>.log.arrow         one log block (Arrow IPC file) per data instant T that
+                                    touched the partition
+  <partition>/<M>_<H>.base.parquet  a base: every completed block with completion time <= H,
+                                    folded by the metadata compaction instant M
+  record_index/<shard>/...          the same, per hash shard of the record keys
+```
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+METADATA_FOLDER = "_metadata"
+FILES = "files"
+COLUMN_STATS = "column_stats"
+SEGMENTS = "segments"
+RECORD_INDEX = "record_index"
+PARTITIONS = (FILES, COLUMN_STATS, SEGMENTS)
+
+_LOG = re.compile(r"^(?P<time>\d{17})\.log\.arrow$", re.ASCII)
+_BASE = re.compile(r"^(?P<compaction>\d{17})_(?P<horizon>\d{17})\.base\.parquet$", re.ASCII)
+
+
+def partition_folder(partition: str) -> str:
+    return f"{METADATA_FOLDER}/{partition}"
+
+
+def shard_folder(shard: int) -> str:
+    """The folder of one record-index shard (shards are numbered from 0)."""
+    return f"{METADATA_FOLDER}/{RECORD_INDEX}/{shard:04d}"
+
+
+def log_path(folder: str, instant_time: str) -> str:
+    return f"{folder}/{instant_time}.log.arrow"
+
+
+def base_path(folder: str, compaction_time: str, horizon: str) -> str:
+    return f"{folder}/{compaction_time}_{horizon}.base.parquet"
+
+
+@dataclass(frozen=True)
+class LogBlock:
+    path: str
+    instant_time: str
+
+
+@dataclass(frozen=True)
+class BaseFile:
+    path: str
+    compaction_time: str
+    #: Every block whose instant completed at or before this time is folded in; no other is.
+    horizon: str
+
+
+def parse_listing(keys: list[str]) -> tuple[list[BaseFile], list[LogBlock]]:
+    """Split a partition folder's listing into base files and log blocks (other names ignored)."""
+    bases: list[BaseFile] = []
+    logs: list[LogBlock] = []
+    for key in keys:
+        name = key.rsplit("/", 1)[-1]
+        if match := _LOG.match(name):
+            logs.append(LogBlock(key, match.group("time")))
+        elif match := _BASE.match(name):
+            bases.append(BaseFile(key, match.group("compaction"), match.group("horizon")))
+    return bases, logs

@@ -1,0 +1,370 @@
+"""The metadata table: a merge-on-read table, updated in the same commit as each data write.
+
+Visibility rule (HUDI-2285). Every data instant ``T`` writes its log blocks ``<T>.log.parquet``
+and completes a ``deltacommit`` at the same time ``T`` on the metadata timeline *before* ``T``
+completes on the data timeline. Readers never consult the metadata timeline's deltacommits:
+they apply a block only if ``T`` is completed on the *data* timeline, so blocks of failed,
+pending or rolled-back writes are never read.
+
+Bases. A metadata compaction at time ``M`` folds, for every partition, the blocks of all data
+instants completed at or before a horizon ``H`` into ``<M>_<H>.base.parquet``. ``H`` is the last
+completion time on the data timeline when it runs, under the table lock; completion times only
+grow, so an instant pending then completes after ``H`` and its block stays a log. A base is used
+only once compaction ``M`` completed on the metadata timeline.
+
+Snapshot at completion time ``X``: the newest usable base with ``H <= X``, plus the blocks of
+instants completed in ``(H, X]``, merged. Merges are commutative (see ``_records`` and
+``_segments``), so the grouping compaction chose never changes the answer.
+
+Every write here happens under the data table's lock, so the metadata table has one writer at a
+time; any metadata instant found pending by a lock holder was left by a writer that died.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+import pyarrow as pa
+
+from timeline import (
+    Clock,
+    InvalidOptionError,
+    Lease,
+    PrefixedStorage,
+    Storage,
+    Timeline,
+    TimelineOptions,
+    TxnError,
+    system_clock,
+)
+
+from ._blocks import read_block, write_block
+from ._layout import (
+    COLUMN_STATS,
+    FILES,
+    METADATA_FOLDER,
+    SEGMENTS,
+    BaseFile,
+    LogBlock,
+    base_path,
+    log_path,
+    parse_listing,
+    partition_folder,
+)
+from ._records import FILES_SCHEMA, column_stats_schema, live, merge_two_phase
+from ._segments import SEGMENTS_SCHEMA, SegmentEntry, merge_segments, segments_to_arrow
+
+RETENTION_PATH = f"{METADATA_FOLDER}/retention.json"
+_NOTHING = "0" * 17
+
+
+class SnapshotExpiredError(TxnError):
+    """The requested snapshot is older than the metadata table retains."""
+
+
+class MetadataOptions(msgspec.Struct, frozen=True, kw_only=True):
+    #: Compact once this many deltacommits completed since the last compaction.
+    compact_after: int = 10
+    #: Keep what is needed to resolve the snapshots of the last this many data commits.
+    retain_commits: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("compact_after", "retain_commits"):
+            if getattr(self, name) <= 0:
+                raise InvalidOptionError(f"metadata option {name} must be > 0, got {getattr(self, name)}")
+
+
+class _Retention(msgspec.Struct, frozen=True, kw_only=True, tag="retention", tag_field="kind"):
+    #: Blocks of instants completed at or before this time were deleted: older snapshots are gone.
+    resolvable_from: str
+
+
+_retention_decoder = msgspec.json.Decoder(_Retention)
+
+
+@dataclass(frozen=True)
+class MetadataChanges:
+    """What one data instant changes in the metadata table."""
+
+    files: pa.Table | None = None
+    column_stats: pa.Table | None = None
+    segments: Sequence[SegmentEntry] = ()
+
+
+@dataclass(frozen=True)
+class MetadataSnapshot:
+    """The merged metadata partitions at one point of the data timeline."""
+
+    #: ``files`` rows, including tombstones of removed files (``deleted`` true).
+    files: pa.Table
+    segments: Mapping[str, SegmentEntry]
+    #: ``column_stats`` rows (live files only), or None when not requested.
+    column_stats: pa.Table | None = None
+    #: Metadata files read to build this snapshot, for diagnostics and tests.
+    files_read: tuple[str, ...] = field(default=())
+
+
+def _partition_of(snapshot: MetadataSnapshot, partition: str) -> pa.Table | None:
+    if partition == FILES:
+        return snapshot.files
+    if partition == SEGMENTS:
+        return segments_to_arrow(snapshot.segments.values())
+    return snapshot.column_stats
+
+
+class MetadataTable:
+    """The metadata table of one data table."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        table_schema: pa.Schema,
+        *,
+        clock: Clock = system_clock,
+        owner: str | None = None,
+        options: MetadataOptions | None = None,
+        timeline_options: TimelineOptions | None = None,
+    ) -> None:
+        self.storage = storage
+        self.options = options or MetadataOptions()
+        self.timeline = Timeline(PrefixedStorage(storage, METADATA_FOLDER), clock=clock, owner=owner,
+                                 options=timeline_options)
+        self.schemas = {
+            FILES: FILES_SCHEMA,
+            COLUMN_STATS: column_stats_schema(table_schema),
+            SEGMENTS: SEGMENTS_SCHEMA,
+        }
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def write_delta(self, instant_time: str, changes: MetadataChanges, *, lease: Lease) -> int:
+        """Write the log blocks of data instant ``instant_time`` and complete its deltacommit.
+
+        Returns the bytes written. Must run under the table lock, before the data instant
+        completes.
+        """
+        blocks: dict[str, pa.Table] = {}
+        if changes.files is not None and changes.files.num_rows:
+            blocks[FILES] = changes.files
+        if changes.column_stats is not None and changes.column_stats.num_rows:
+            blocks[COLUMN_STATS] = changes.column_stats
+        if changes.segments:
+            blocks[SEGMENTS] = segments_to_arrow(changes.segments)
+        deltacommit = self.timeline.request("deltacommit", {"partitions": sorted(blocks)},
+                                            lease=lease, time=instant_time)
+        deltacommit = self.timeline.start(deltacommit)
+        written = 0
+        sizes: dict[str, int] = {}
+        for partition, table in blocks.items():
+            table = table.select(self.schemas[partition].names).cast(self.schemas[partition])
+            sizes[partition] = write_block(self.storage, log_path(partition_folder(partition),
+                                                                  instant_time), table)
+            written += sizes[partition]
+        self.timeline.complete(deltacommit, {"bytes": sizes}, lease=lease)
+        return written
+
+    def remove_instant(self, instant_time: str, *, lease: Lease) -> list[str]:
+        """Undo what data instant ``instant_time`` wrote here (it is being rolled back)."""
+        removed = []
+        for partition in self.schemas:
+            path = log_path(partition_folder(partition), instant_time)
+            if self.storage.exists(path):
+                self.storage.delete(path)
+                removed.append(path)
+        current = self.timeline.load().get(instant_time)
+        if current is not None and current.is_pending:
+            self.timeline.abort(current, lease=lease)
+        return removed
+
+    def recover(self, *, lease: Lease) -> None:
+        """Retire metadata instants left pending by a writer that died holding the lock."""
+        for instant in self.timeline.load().pending():
+            if instant.action == "compaction":
+                horizon = self.timeline.read_plan(instant, dict).get("horizon", _NOTHING)
+                for partition in self.schemas:
+                    self.storage.delete(base_path(partition_folder(partition), instant.time, horizon))
+            self.timeline.abort(instant, lease=lease)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def resolve(
+        self,
+        completed: Mapping[str, str],
+        upper_inclusive: str | None = None,
+        *,
+        with_column_stats: bool = False,
+        since: tuple[str, MetadataSnapshot] | None = None,
+    ) -> MetadataSnapshot:
+        """Merge the partitions as of completion time ``upper_inclusive`` (None: the latest).
+
+        ``completed`` maps each completed data instant's time to its completion time; it must
+        hold every instant that completed after the oldest retained base. ``since`` is an earlier
+        result ``(its upper bound, snapshot)`` to extend: because merges are associative, only the
+        blocks completed after it need reading, unless a newer base replaced them.
+
+        Raises:
+            SnapshotExpiredError: the snapshot is older than what the table retains.
+        """
+        bound = upper_inclusive or "9" * 17
+        usable = self._completed_compactions()
+        read: list[str] = []
+        merged: dict[str, pa.Table] = {}
+        partitions = [FILES, SEGMENTS] + ([COLUMN_STATS] if with_column_stats else [])
+        used_base = False
+        for partition in partitions:
+            base, logs = self._plan(partition, completed, bound, usable)
+            tables = []
+            earlier = _partition_of(since[1], partition) if since is not None else None
+            if since is not None and earlier is not None and (base is None or base.horizon <= since[0]):
+                tables.append(earlier)
+                logs = [b for b in logs if completed[b.instant_time] > since[0]]
+                used_base = True
+            elif base is not None:
+                tables.append(read_block(self.storage, base.path, self.schemas[partition]))
+                read.append(base.path)
+                used_base = True
+            for block in logs:
+                tables.append(read_block(self.storage, block.path, self.schemas[partition]))
+                read.append(block.path)
+            merged[partition] = self._merge(partition, tables)
+        if not used_base:
+            self._check_resolvable(bound)
+        return MetadataSnapshot(
+            files=merged[FILES],
+            segments=merge_segments([merged[SEGMENTS]]),
+            column_stats=merged.get(COLUMN_STATS),
+            files_read=tuple(read),
+        )
+
+    def _merge(self, partition: str, tables: list[pa.Table]) -> pa.Table:
+        if partition == SEGMENTS:
+            return segments_to_arrow(merge_segments(tables).values())
+        return merge_two_phase(tables, self.schemas[partition])
+
+    def _plan(self, partition: str, completed: Mapping[str, str], bound: str,
+              usable: Mapping[str, str]) -> tuple[BaseFile | None, list[LogBlock]]:
+        bases, logs = parse_listing(self.storage.list(partition_folder(partition)))
+        candidates = [b for b in bases if usable.get(b.compaction_time) == b.horizon
+                      and b.horizon <= bound]
+        base = max(candidates, key=lambda b: (b.horizon, b.compaction_time), default=None)
+        horizon = base.horizon if base is not None else ""
+        chosen = [block for block in logs
+                  if horizon < completed.get(block.instant_time, "") <= bound]
+        chosen.sort(key=lambda block: completed[block.instant_time])
+        return base, chosen
+
+    def _completed_compactions(self) -> dict[str, str]:
+        """Completed metadata compactions: compaction time -> horizon (from the base names)."""
+        view = self.timeline.load()
+        done = {i.time for i in view.completed() if i.action == "compaction"}
+        horizons: dict[str, str] = {}
+        bases, _ = parse_listing(self.storage.list(partition_folder(FILES)))
+        for base in bases:
+            if base.compaction_time in done:
+                horizons[base.compaction_time] = base.horizon
+        return horizons
+
+    def _check_resolvable(self, bound: str) -> None:
+        try:
+            data = self.storage.read(RETENTION_PATH)
+        except FileNotFoundError:
+            return
+        retention = _retention_decoder.decode(data)
+        if bound < retention.resolvable_from:
+            raise SnapshotExpiredError(
+                f"the snapshot as of {bound} is no longer retained: the metadata table can resolve "
+                f"snapshots completed at or after {retention.resolvable_from}\n"
+                "Help: raise the table property metadata.retain_commits to keep more history"
+            )
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def compact_if_due(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease) -> str | None:
+        """Fold completed blocks into new bases if enough deltacommits accumulated.
+
+        ``completed_in_order`` lists ``(time, completed_at)`` of completed data instants in
+        completion order. Returns the compaction time, or None if none was due.
+        """
+        if not completed_in_order:
+            return None
+        view = self.timeline.load()
+        last_compaction = max((i.completed_at or "" for i in view.completed()
+                               if i.action == "compaction"), default="")
+        since = sum(1 for i in view.completed()
+                    if i.action == "deltacommit" and (i.completed_at or "") > last_compaction)
+        if since < self.options.compact_after:
+            return None
+        return self.compact(completed_in_order, lease=lease)
+
+    def compact(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease) -> str:
+        horizon = completed_in_order[-1][1]
+        completed = dict(completed_in_order)
+        instant = self.timeline.request("compaction", {"horizon": horizon}, lease=lease)
+        instant = self.timeline.start(instant)
+        usable = self._completed_compactions()
+        for partition, schema in self.schemas.items():
+            base, logs = self._plan(partition, completed, horizon, usable)
+            tables = [read_block(self.storage, base.path, schema)] if base is not None else []
+            tables += [read_block(self.storage, block.path, schema) for block in logs]
+            merged = self._merge(partition, tables)
+            if partition == COLUMN_STATS:
+                if not schema.field("columns").type.num_fields:
+                    continue  # a table with no column that takes statistics has nothing here
+                merged = live(merged)  # statistics of removed files serve no later snapshot
+            write_block(self.storage, base_path(partition_folder(partition), instant.time, horizon), merged)
+        self.timeline.complete(instant, {"horizon": horizon}, lease=lease)
+        return instant.time
+
+    def clean(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease) -> list[str]:
+        """Delete bases and blocks no retained snapshot needs; return what was deleted.
+
+        Retained: whatever resolves the snapshots of the last ``retain_commits`` data commits.
+        """
+        if not completed_in_order:
+            return []
+        retain = self.options.retain_commits
+        oldest_needed = completed_in_order[max(0, len(completed_in_order) - retain)][1]
+        usable = self._completed_compactions()
+        completed = dict(completed_in_order)
+        deleted: list[str] = []
+        keep_from: str | None = None
+        for partition in self.schemas:
+            bases, logs = parse_listing(self.storage.list(partition_folder(partition)))
+            valid = sorted((b for b in bases if usable.get(b.compaction_time) == b.horizon),
+                           key=lambda b: (b.horizon, b.compaction_time))
+            serving_oldest = [b for b in valid if b.horizon <= oldest_needed]
+            if not serving_oldest:
+                continue
+            floor = serving_oldest[-1]
+            keep_from = floor.horizon
+            for base in valid:
+                if (base.horizon, base.compaction_time) < (floor.horizon, floor.compaction_time):
+                    self.storage.delete(base.path)
+                    deleted.append(base.path)
+            for block in logs:
+                done = completed.get(block.instant_time)
+                if done is not None and done <= floor.horizon:
+                    self.storage.delete(block.path)
+                    deleted.append(block.path)
+        if keep_from is not None and deleted:
+            self.storage.put(RETENTION_PATH, msgspec.json.encode(_Retention(resolvable_from=keep_from)))
+        return deleted
+
+    def archive_fence(self) -> str:
+        """Data instants completed at or after this time must stay on the active data timeline.
+
+        Their blocks are not folded into the oldest retained base, and readers learn their
+        completion from the active data timeline only.
+        """
+        usable = self._completed_compactions()
+        bases, _ = parse_listing(self.storage.list(partition_folder(FILES)))
+        kept = [b.horizon for b in bases if usable.get(b.compaction_time) == b.horizon]
+        return min(kept, default=_NOTHING)
+
+    def archive(self, *, lease: Lease) -> None:
+        """Archive old metadata instants, never those whose bases are still retained."""
+        usable = self._completed_compactions()
+        fence = min(usable, default=None)
+        self.timeline.archive(lease=lease, fence_exclusive=fence)

@@ -1,0 +1,100 @@
+"""Record schemas of the ``files`` and ``column_stats`` partitions, and their merge rule.
+
+Both partitions are two-phase sets keyed by data-file path: a file is added once, by the instant
+that wrote it, and may later be removed once (a tombstone row with ``deleted = true``). A file is
+never re-added after removal, because file names carry their writer's instant time. Merging is
+therefore a set operation: a key is present if any record adds it and deleted if any record
+deletes it. It does not depend on the order or grouping of the inputs (commutative, associative,
+idempotent), so compaction can fold blocks without regard to the instants still pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+KEY: Final = "path"
+DELETED: Final = "deleted"
+
+FILES_SCHEMA: Final = pa.schema([
+    (KEY, pa.string()),
+    ("segment", pa.string()),
+    #: The Hive-style partition path ("day=2026-01-01/region=eu"), "" when unpartitioned.
+    ("partition", pa.string()),
+    ("format", pa.string()),
+    ("rows", pa.int64()),
+    ("size", pa.int64()),
+    #: The instant that wrote the file.
+    ("instant", pa.string()),
+    (DELETED, pa.bool_()),
+])
+
+STAT_FIELDS: Final = ("min", "max", "nulls", "count")
+
+
+def stats_eligible(data_type: pa.DataType) -> bool:
+    """Whether a column gets min/max statistics: primitive, orderable values."""
+    return not (pa.types.is_nested(data_type) or pa.types.is_null(data_type)
+                or pa.types.is_dictionary(data_type))
+
+
+def column_stats_schema(table_schema: pa.Schema) -> pa.Schema:
+    """One row per data file: its path, a tombstone flag, and per column min/max/nulls/count.
+
+    Statistics are typed like their column, so a file's ranges become an Arrow guarantee
+    expression directly. They sit in one struct column ``columns`` so table column names cannot
+    collide with ``path`` or ``deleted``.
+    """
+    per_column = [
+        pa.field(field.name, pa.struct([
+            ("min", field.type), ("max", field.type), ("nulls", pa.int64()), ("count", pa.int64()),
+        ]))
+        for field in table_schema if stats_eligible(field.type)
+    ]
+    return pa.schema([(KEY, pa.string()), (DELETED, pa.bool_()), ("columns", pa.struct(per_column))])
+
+
+def tombstones(schema: pa.Schema, paths: Sequence[str]) -> pa.Table:
+    """Rows that remove ``paths`` from a two-phase-set partition with ``schema``."""
+    columns = {
+        name: pa.array([path for path in paths], pa.string()) if name == KEY
+        else pa.array([True] * len(paths), pa.bool_()) if name == DELETED
+        else pa.nulls(len(paths), schema.field(name).type)
+        for name in schema.names
+    }
+    return pa.table(columns, schema=schema)
+
+
+def merge_two_phase(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
+    """Merge records of a two-phase-set partition; the result is sorted by key.
+
+    For each key the result holds the adding record's fields and ``deleted`` true if any input
+    deletes it. (If only tombstones exist for a key, the tombstone itself is kept.)
+    """
+    parts = [t.select(schema.names).cast(schema) for t in tables if t.num_rows]
+    if not parts:
+        return schema.empty_table()
+    combined = pa.concat_tables(parts)
+    # Adds sort before tombstones of the same key: the first row of each key run carries the
+    # file's fields, the last row says whether any record deleted it.
+    ordered = combined.sort_by([(KEY, "ascending"), (DELETED, "ascending")])
+    keys = ordered[KEY]
+    count = ordered.num_rows
+    if count == 1:
+        return ordered
+    changes = pc.not_equal(keys.slice(1), keys.slice(0, count - 1))
+    starts = pc.indices_nonzero(pa.concat_arrays([pa.array([True]), changes.combine_chunks()]))
+    ends = pc.indices_nonzero(pa.concat_arrays([changes.combine_chunks(), pa.array([True])]))
+    first = ordered.take(starts)
+    deleted = ordered[DELETED].take(ends)
+    return first.set_column(first.schema.get_field_index(DELETED), DELETED, deleted)
+
+
+def live(table: pa.Table) -> pa.Table:
+    """The rows of a merged two-phase-set partition that are not deleted."""
+    if table.num_rows == 0:
+        return table
+    return table.filter(pc.invert(table[DELETED]))

@@ -1,0 +1,129 @@
+"""Segment entries: CarbonData's table status, as the ``segments`` partition stores it.
+
+A segment's status only moves forward through a lattice, so merging two entries for one segment is
+a join: the higher status wins and the other fields combine with max, union or "the one set".
+That makes the merge commutative, associative and idempotent, so log blocks can be folded in any
+grouping by compaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final, TypeVar
+
+import msgspec
+import pyarrow as pa
+
+T = TypeVar("T", int, str)
+
+INSERT_IN_PROGRESS: Final = "Insert In Progress"
+SUCCESS: Final = "Success"
+STREAMING: Final = "Streaming"
+STREAMING_FINISH: Final = "Streaming Finish"
+COMPACTED: Final = "Compacted"
+MARKED_FOR_DELETE: Final = "Marked for Delete"
+
+#: Position of each status in the lattice. A loaded segment goes Success -> Compacted or Marked
+#: for Delete; a streaming one Streaming -> Streaming Finish -> Compacted.
+STATUS_RANK: Final = {
+    INSERT_IN_PROGRESS: 0,
+    STREAMING: 1,
+    STREAMING_FINISH: 2,
+    SUCCESS: 2,
+    COMPACTED: 3,
+    MARKED_FOR_DELETE: 4,
+}
+LIVE_STATUSES: Final = frozenset({SUCCESS, STREAMING, STREAMING_FINISH})
+
+
+class SegmentEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One segment's status record. Times are epoch milliseconds."""
+
+    id: str
+    status: str
+    format: str = "parquet"
+    external: bool = False
+    path: str | None = None
+    partitions: tuple[str, ...] = ()
+    rows: int = 0
+    data_size: int = 0
+    index_size: int = 0
+    load_start_ms: int = 0
+    load_end_ms: int = 0
+    merged_to: str | None = None
+    #: The instant that created the segment.
+    instant: str = ""
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in LIVE_STATUSES
+
+
+def merge_segment(a: SegmentEntry, b: SegmentEntry) -> SegmentEntry:
+    """Join two records of one segment (commutative, associative, idempotent)."""
+    high, low = (a, b) if STATUS_RANK[a.status] >= STATUS_RANK[b.status] else (b, a)
+    return SegmentEntry(
+        id=a.id,
+        status=high.status,
+        format=high.format,
+        external=high.external or low.external,
+        path=high.path or low.path,
+        partitions=tuple(sorted(set(a.partitions) | set(b.partitions))),
+        rows=max(a.rows, b.rows),
+        data_size=max(a.data_size, b.data_size),
+        index_size=max(a.index_size, b.index_size),
+        load_start_ms=_smallest_set(a.load_start_ms, b.load_start_ms),
+        load_end_ms=max(a.load_end_ms, b.load_end_ms),
+        merged_to=high.merged_to or low.merged_to,
+        instant=_smallest_set(a.instant, b.instant),
+    )
+
+
+def _smallest_set(x: T, y: T) -> T:
+    """The smaller of two values where an empty value (0, "") means "not set"."""
+    return min(x, y) if x and y else x or y  # type: ignore[type-var]
+
+
+SEGMENTS_SCHEMA: Final = pa.schema([
+    ("id", pa.string()),
+    ("status", pa.string()),
+    ("format", pa.string()),
+    ("external", pa.bool_()),
+    ("path", pa.string()),
+    ("partitions", pa.list_(pa.string())),
+    ("rows", pa.int64()),
+    ("data_size", pa.int64()),
+    ("index_size", pa.int64()),
+    ("load_start_ms", pa.int64()),
+    ("load_end_ms", pa.int64()),
+    ("merged_to", pa.string()),
+    ("instant", pa.string()),
+])
+
+
+def segments_to_arrow(entries: Iterable[SegmentEntry]) -> pa.Table:
+    rows = [msgspec.structs.asdict(e) for e in sorted(entries, key=lambda e: segment_sort_key(e.id))]
+    for row in rows:
+        row["partitions"] = list(row["partitions"])
+    return pa.Table.from_pylist(rows, schema=SEGMENTS_SCHEMA)
+
+
+def segments_from_arrow(table: pa.Table) -> list[SegmentEntry]:
+    return [
+        SegmentEntry(**{**row, "partitions": tuple(row["partitions"] or ())})
+        for row in table.to_pylist()
+    ]
+
+
+def merge_segments(tables: Iterable[pa.Table]) -> dict[str, SegmentEntry]:
+    merged: dict[str, SegmentEntry] = {}
+    for table in tables:
+        for entry in segments_from_arrow(table):
+            held = merged.get(entry.id)
+            merged[entry.id] = entry if held is None else merge_segment(held, entry)
+    return merged
+
+
+def segment_sort_key(segment_id: str) -> tuple[int, ...]:
+    """Order ids numerically: 2 < 10, and 0 < 0.1 < 0.2 < 1 (compaction levels)."""
+    return tuple(int(part) for part in segment_id.split("."))

@@ -1,0 +1,93 @@
+"""Turning what users pass to a write into record batches of exactly the table's schema.
+
+Accepted inputs: ``pa.Table``, ``pa.RecordBatchReader`` (streamed, never fully materialised) and
+``pandas.DataFrame``. Column order may differ from the table's; names and types must match
+exactly, and a non-nullable column must hold no nulls. Anything else raises
+:class:`SchemaMismatchError` naming the column and both types, before or while streaming: a
+failure while streaming rolls the write back, so nothing becomes visible either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from timeline import InvalidOptionError, SchemaMismatchError
+
+
+def _check_schema(found: pa.Schema, expected: pa.Schema) -> None:
+    names = found.names
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise SchemaMismatchError(f"the data has columns {duplicates} more than once")
+    missing = [f for f in expected if f.name not in names]
+    if missing:
+        described = ", ".join(f"{f.name!r} ({f.type})" for f in missing)
+        raise SchemaMismatchError(f"the data lacks table column(s) {described}")
+    extra = [n for n in names if expected.get_field_index(n) < 0]
+    if extra:
+        raise SchemaMismatchError(
+            f"the data has column(s) {extra} that the table does not have; table columns: "
+            f"{expected.names}"
+        )
+    for field in expected:
+        given = found.field(field.name).type
+        if not given.equals(field.type):
+            raise SchemaMismatchError(
+                f"column {field.name!r}: the table has type {field.type}, the data has {given}"
+            )
+
+
+def _conform(batch: pa.RecordBatch, expected: pa.Schema) -> pa.RecordBatch:
+    ordered = batch.select(expected.names) if batch.schema.names != expected.names else batch
+    for index, field in enumerate(expected):
+        if not field.nullable and ordered.column(index).null_count:
+            raise SchemaMismatchError(
+                f"column {field.name!r} is not nullable, but the data has "
+                f"{ordered.column(index).null_count} null value(s) in it"
+            )
+    return pa.RecordBatch.from_arrays(ordered.columns, schema=expected)
+
+
+def _from_pandas(frame: Any, expected: pa.Schema) -> pa.Table:
+    columns = [str(c) for c in frame.columns]
+    _check_names_only(columns, expected)
+    try:
+        return pa.Table.from_pandas(frame, schema=expected, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise SchemaMismatchError(
+            f"the DataFrame does not convert to the table schema: {exc}"
+        ) from None
+
+
+def _check_names_only(names: list[str], expected: pa.Schema) -> None:
+    missing = [n for n in expected.names if n not in names]
+    extra = [n for n in names if n not in expected.names]
+    if missing or extra:
+        raise SchemaMismatchError(
+            f"the DataFrame's columns do not match the table: missing {missing}, unexpected {extra}"
+        )
+
+
+def batches(data: object, expected: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Yield the input as record batches with schema ``expected`` (the table's).
+
+    The schema is checked eagerly, before the first batch is produced, so a mismatch raises
+    before the caller starts writing.
+    """
+    if isinstance(data, pa.Table):
+        _check_schema(data.schema, expected)
+        source: Iterator[pa.RecordBatch] = iter(data.to_batches())
+    elif isinstance(data, pa.RecordBatchReader):
+        _check_schema(data.schema, expected)
+        source = iter(data)
+    elif type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame":
+        source = iter(_from_pandas(data, expected).to_batches())
+    else:
+        raise InvalidOptionError(
+            f"cannot write a {type(data).__name__}; expected a pyarrow.Table, a "
+            "pyarrow.RecordBatchReader or a pandas.DataFrame"
+        )
+    return (_conform(batch, expected) for batch in source if batch.num_rows)

@@ -1,0 +1,195 @@
+"""The commit protocol (HUDI-2285, synchronous metadata table).
+
+One write is one instant ``T`` on the data timeline:
+
+1. ``begin``, under the table lock: roll back writers whose heartbeat expired, allocate the
+   segment id, create ``T.<action>.requested`` holding the plan.
+2. ``T.<action>.inflight``; start the heartbeat.
+3. Write the data files (each announced by a marker first).
+4. ``commit``, under the table lock: re-read the timeline and check for conflicts with instants
+   that completed after ``T`` began; write the metadata table's log blocks for ``T`` and complete
+   its deltacommit ``T``; complete ``T`` on the data timeline. That last put-if-absent is the
+   single commit point. Then, still under the lock, the metadata table compacts and cleans
+   itself and both timelines archive (best effort: the commit has already landed).
+5. On any error before the commit point, roll ``T`` back: mark it rolled back, delete what its
+   markers name and its metadata blocks, and record a completed ``rollback`` instant. A writer
+   that dies instead leaves ``T`` pending; once its heartbeat expires the next writer does step 5
+   for it.
+
+Errors raised at or after the commit point are special: if completing ``T`` failed with an unknown
+outcome, ``CommitStateUnknownError`` propagates and nothing is deleted; if the commit landed and
+a later step failed, the failure is logged and the commit is returned.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from indexes import MetadataChanges, MetadataTable
+from timeline import (
+    CommitStateUnknownError,
+    Heartbeat,
+    Instant,
+    Lease,
+    Storage,
+    Timeline,
+    TimelineView,
+)
+
+from ._records import CommitMetadata, WritePlan
+from ._writer import MARKERS_FOLDER, markers_folder
+
+log = logging.getLogger("metatxn")
+
+DATA_ACTIONS = frozenset({"commit", "replacecommit", "compaction"})
+
+
+@dataclass
+class Pending:
+    """A write between ``begin`` and its commit or rollback."""
+
+    instant: Instant
+    segment: str | None
+    heartbeat: Heartbeat
+
+
+#: Builds a commit under the lock: given the lease and a fresh timeline view, check conflicts
+#: and return the metadata-table changes and the commit metadata.
+Builder = Callable[[Lease, TimelineView], tuple[MetadataChanges, CommitMetadata]]
+
+
+class Protocol:
+    """Runs writes of one table through the commit protocol."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        timeline: Timeline,
+        metadata: MetadataTable,
+        *,
+        next_segment: Callable[[TimelineView], str],
+        after_commit: Callable[[Lease], None],
+    ) -> None:
+        self._storage = storage
+        self._timeline = timeline
+        self._metadata = metadata
+        self._next_segment = next_segment
+        self._after_commit = after_commit
+
+    # -- the steps -----------------------------------------------------------------------------
+
+    def begin(self, operation: str, action: str, *, new_segment: bool,
+              extra: dict[str, str] | None = None) -> Pending:
+        with self._timeline.lock() as lease:
+            view = self.recover(lease)
+            segment = self._next_segment(view) if new_segment else None
+            plan = WritePlan(operation=operation, segment=segment, extra=dict(extra or {}))
+            instant = self._timeline.request(action, plan, lease=lease)
+        try:
+            instant = self._timeline.start(instant)
+            heartbeat = self._timeline.heartbeat(instant).start()
+        except BaseException:
+            self._roll_back_quietly(instant)
+            raise
+        return Pending(instant, segment, heartbeat)
+
+    def commit(self, pending: Pending, build: Builder) -> tuple[Instant, CommitMetadata]:
+        """Run step 4. Returns the completed instant and what it recorded."""
+        completed: Instant | None = None
+        metadata: CommitMetadata | None = None
+        try:
+            with self._timeline.lock() as lease:
+                changes, metadata = build(lease, self._timeline.load())
+                self._metadata.write_delta(pending.instant.time, changes, lease=lease)
+                completed = self._timeline.complete(pending.instant, metadata, lease=lease)
+                self._after_commit_quietly(lease)
+        except Exception:
+            if completed is None:
+                raise
+            # The commit landed; only releasing the lock failed. The lease simply expires.
+            log.warning("releasing the table lock after instant %s failed", completed.time,
+                        exc_info=True)
+        assert completed is not None and metadata is not None
+        return completed, metadata
+
+    def run(self, operation: str, action: str, *, new_segment: bool,
+            write: Callable[[Pending], Any], build: Callable[[Pending, Any], Builder],
+            extra: dict[str, str] | None = None) -> tuple[Instant, CommitMetadata]:
+        """begin, write, commit; roll back on any failure before the commit point."""
+        pending = self.begin(operation, action, new_segment=new_segment, extra=extra)
+        try:
+            written = write(pending)
+            result = self.commit(pending, build(pending, written))
+        except CommitStateUnknownError:
+            # Never delete anything: the instant may have completed. Stop beating but keep the
+            # heartbeat file, so the instant expires normally if it did not complete.
+            pending.heartbeat.stop(delete=False)
+            raise
+        except BaseException:
+            pending.heartbeat.stop(delete=False)
+            self._roll_back_quietly(pending.instant)
+            raise
+        pending.heartbeat.stop()
+        self._remove_markers(pending.instant.time)
+        return result
+
+    # -- rollback and recovery -----------------------------------------------------------------
+
+    def recover(self, lease: Lease) -> TimelineView:
+        """Roll back every pending instant whose writer's heartbeat expired; return a fresh view."""
+        view = self._timeline.load()
+        for instant in self._timeline.expired(view):
+            undo = self._undo(lease)
+            if instant.action == "rollback":
+                self._timeline.resume_rollback(instant, lease=lease, undo=undo)
+            else:
+                log.info("rolling back instant %s of a writer whose heartbeat expired", instant.time)
+                self._timeline.rollback(instant, lease=lease, undo=undo)
+        self._metadata.recover(lease=lease)
+        return self._timeline.load()
+
+    def roll_back(self, instant: Instant) -> Instant:
+        with self._timeline.lock() as lease:
+            current = self._timeline.load().get(instant.time)
+            if current is None or not current.is_pending:
+                return current or instant
+            return self._timeline.rollback(current, lease=lease, undo=self._undo(lease))
+
+    def _roll_back_quietly(self, instant: Instant) -> None:
+        # The caller is already failing: report the original error, not a secondary one. If
+        # this rollback fails too, the instant stays pending and expires into a later rollback.
+        try:
+            self.roll_back(instant)
+        except Exception:
+            log.warning("could not roll back instant %s now; a later writer will", instant.time,
+                        exc_info=True)
+
+    def _undo(self, lease: Lease) -> Callable[[Instant], dict[str, list[str]]]:
+        def undo(target: Instant) -> dict[str, list[str]]:
+            deleted = []
+            for marker in self._storage.list(markers_folder(target.time)):
+                path = self._storage.read(marker).decode()
+                self._storage.delete(path)
+                deleted.append(path)
+            blocks = self._metadata.remove_instant(target.time, lease=lease)
+            self._remove_markers(target.time)
+            return {"files_deleted": deleted, "metadata_blocks_deleted": blocks}
+
+        return undo
+
+    def _remove_markers(self, instant_time: str) -> None:
+        for marker in self._storage.list(markers_folder(instant_time)):
+            self._storage.delete(marker)
+
+    def _after_commit_quietly(self, lease: Lease) -> None:
+        try:
+            self._after_commit(lease)
+        except Exception:
+            log.warning("table maintenance after a commit failed; the next commit retries it",
+                        exc_info=True)
+
+
+__all__ = ["DATA_ACTIONS", "MARKERS_FOLDER", "Builder", "Pending", "Protocol"]

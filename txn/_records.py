@@ -1,0 +1,134 @@
+"""What ``txn`` stores on the timeline (plans, commit metadata) and returns to users."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import msgspec
+
+from indexes import SegmentEntry
+
+from ._writer import FileStatus
+
+#: Operations and the timeline action each one commits as.
+ACTION_OF = {
+    "append": "commit",
+    "overwrite": "replacecommit",
+}
+
+
+class WritePlan(msgspec.Struct, frozen=True, kw_only=True, tag="write_plan", tag_field="kind"):
+    """The plan in a data instant's ``requested`` file."""
+
+    operation: str
+    #: The segment this write creates, allocated under the table lock when it began.
+    segment: str | None = None
+    extra: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class CommitMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="commit", tag_field="kind"):
+    """The payload of a completed data instant (format version 1)."""
+
+    operation: str
+    segment: str | None = None
+    files_added: list[FileStatus] = msgspec.field(default_factory=list)
+    files_removed: list[str] = msgspec.field(default_factory=list)
+    segments_removed: list[str] = msgspec.field(default_factory=list)
+    rows_added: int = 0
+    rows_deleted: int = 0
+    #: Caller-supplied key/value metadata (streaming records its batch ids here).
+    extra: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The outcome of one write: one completed instant."""
+
+    instant: str
+    completed_at: str
+    operation: str
+    segment: str | None
+    files_added: int
+    rows_added: int
+    rows_deleted: int
+    #: Table-relative paths of the data files the commit added.
+    paths_added: tuple[str, ...] = ()
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A live data file of a snapshot."""
+
+    #: Where the file is: the table location joined with its table-relative path.
+    path: str
+    segment: str
+    rows: int
+    size: int
+    format: str = "parquet"
+    deleted_rows: int = 0
+    #: Partition column values, e.g. ``{"o_orderstatus": "F"}``; empty when unpartitioned.
+    partition: dict[str, object] = field(default_factory=dict)
+
+
+def _moment(epoch_ms: int) -> datetime | None:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc) if epoch_ms else None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One row of SHOW SEGMENTS."""
+
+    id: str
+    status: str
+    format: str
+    external: bool
+    path: str | None
+    partitions: list[str]
+    rows: int
+    data_size: int
+    index_size: int
+    load_start: datetime | None
+    load_end: datetime | None
+    merged_to: str | None
+    instant: str
+
+    @classmethod
+    def from_entry(cls, entry: SegmentEntry) -> Segment:
+        return cls(
+            id=entry.id, status=entry.status, format=entry.format, external=entry.external,
+            path=entry.path, partitions=list(entry.partitions), rows=entry.rows,
+            data_size=entry.data_size, index_size=entry.index_size,
+            load_start=_moment(entry.load_start_ms), load_end=_moment(entry.load_end_ms),
+            merged_to=entry.merged_to, instant=entry.instant,
+        )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One disagreement between the metadata table and storage."""
+
+    kind: str
+    path: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.path}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What :meth:`Table.validate` found; ``ok`` when there are no problems."""
+
+    problems: list[Problem]
+    files_checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"ok: {self.files_checked} files agree with the metadata table"
+        return "\n".join(str(p) for p in self.problems)

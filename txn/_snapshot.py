@@ -1,0 +1,189 @@
+"""Snapshots: the live files at one completed instant, pruned and scanned with pyarrow.
+
+A snapshot is built from completed instants only (see ``indexes._metadata_table``); no data
+folder is listed. With a ``filter``, each file's column ranges become an Arrow guarantee
+expression, and Arrow drops every file whose guarantee contradicts the filter before opening it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import date
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from indexes import MetadataSnapshot, live, segment_sort_key
+from timeline import InvalidOptionError
+
+from ._records import DataFile
+from ._storage_io import DataStore
+from ._writer import HIVE_NULL
+
+
+def _partition_values(partition: str, schema: pa.Schema) -> dict[str, object]:
+    values: dict[str, object] = {}
+    if not partition:
+        return values
+    for part in partition.split("/"):
+        name, _, text = part.partition("=")
+        raw = unquote(text)
+        data_type = schema.field(name).type
+        value: object
+        if raw == HIVE_NULL:
+            value = None
+        elif pa.types.is_integer(data_type):
+            value = int(raw)
+        elif pa.types.is_boolean(data_type):
+            value = raw == "true"
+        elif pa.types.is_date(data_type):
+            value = date.fromisoformat(raw)
+        else:
+            value = raw
+        values[name] = value
+    return values
+
+
+def _guarantee(ranges: dict[str, Any] | None, schema: pa.Schema) -> ds.Expression:
+    """What is known of every row of a file, as an expression Arrow can simplify filters with."""
+    known = pc.scalar(True)
+    for name, stat in (ranges or {}).items():
+        if stat is None:
+            continue
+        field = pc.field(name)
+        data_type = schema.field(name).type
+        nulls, count = stat["nulls"], stat["count"]
+        if count and nulls == count:
+            known = known & field.is_null()
+            continue
+        low, high = stat["min"], stat["max"]
+        if low is None or high is None:
+            continue
+        inside = (field >= pa.scalar(low, data_type)) & (field <= pa.scalar(high, data_type))
+        known = known & (inside if nulls == 0 else (inside | field.is_null()))
+    return known
+
+
+class Snapshot:
+    """The table as of one completed instant. Cheap to create; reads happen on demand."""
+
+    def __init__(
+        self,
+        *,
+        instant: str | None,
+        completed_at: str | None,
+        metadata: MetadataSnapshot,
+        schema: pa.Schema,
+        store: DataStore,
+        load_column_stats: Callable[[], pa.Table],
+    ) -> None:
+        self._instant = instant
+        self._completed_at = completed_at
+        self._schema = schema
+        self._store = store
+        self._load_column_stats = load_column_stats
+        files = live(metadata.files)
+        keys = list(zip(files["segment"].to_pylist(), files["path"].to_pylist(), strict=True))
+        order = sorted(range(len(keys)), key=lambda i: (segment_sort_key(keys[i][0]), keys[i][1]))
+        self._files = files.take(pa.array(order, pa.int64())) if order else files
+        self._metadata = metadata
+
+    @property
+    def instant(self) -> str | None:
+        """The last completed instant this snapshot includes (None for an empty timeline)."""
+        return self._instant
+
+    @property
+    def completed_at(self) -> str | None:
+        return self._completed_at
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    @property
+    def metadata(self) -> MetadataSnapshot:
+        return self._metadata
+
+    def _paths(self) -> list[str]:
+        return self._files["path"].to_pylist()
+
+    def _data_files(self, indices: Sequence[int] | None = None) -> list[DataFile]:
+        rows = self._files.to_pylist()
+        chosen = rows if indices is None else [rows[i] for i in indices]
+        return [
+            DataFile(path=self._store.location(row["path"]), segment=row["segment"], rows=row["rows"],
+                     size=row["size"], format=row["format"],
+                     partition=_partition_values(row["partition"], self._schema))
+            for row in chosen
+        ]
+
+    def _check_filter(self, filter: object) -> ds.Expression | None:
+        if filter is None:
+            return None
+        if not isinstance(filter, ds.Expression):
+            raise InvalidOptionError(
+                f"filter must be a pyarrow.compute.Expression (e.g. pc.field('x') > 3), "
+                f"got {type(filter).__name__}"
+            )
+        return filter
+
+    def _dataset(self, filter: ds.Expression | None) -> ds.FileSystemDataset:
+        paths = self._paths()
+        guarantees = None
+        if filter is not None:
+            stats = self._load_column_stats()
+            by_path = dict(zip(stats["path"].to_pylist(), stats["columns"].to_pylist(), strict=True))
+            guarantees = [_guarantee(by_path.get(path), self._schema) for path in paths]
+        return self._store.dataset(paths, self._schema, guarantees)
+
+    def files(self, filter: ds.Expression | None = None) -> list[DataFile]:
+        """The live data files; with ``filter``, only those whose ranges can match it."""
+        expression = self._check_filter(filter)
+        if expression is None:
+            return self._data_files()
+        dataset = self._dataset(expression)
+        position = {self._store.full_path(p): i for i, p in enumerate(self._paths())}
+        try:
+            kept = [position[f.path] for f in dataset.get_fragments(filter=expression)]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None
+        return self._data_files(sorted(kept))
+
+    def to_arrow(self, filter: ds.Expression | None = None,
+                 columns: Sequence[str] | None = None) -> pa.Table:
+        """The rows of the snapshot, optionally filtered and projected."""
+        expression = self._check_filter(filter)
+        if columns is not None:
+            unknown = [c for c in columns if self._schema.get_field_index(c) < 0]
+            if unknown or isinstance(columns, str):
+                raise InvalidOptionError(
+                    f"columns must be a list of table columns; unknown {unknown or [columns]}, "
+                    f"table columns: {self._schema.names}"
+                )
+            columns = list(columns)
+        if self._files.num_rows == 0:
+            empty = self._schema.empty_table()
+            return empty.select(columns) if columns is not None else empty
+        try:
+            return self._dataset(expression).to_table(filter=expression, columns=columns)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None
+
+    def count(self, filter: ds.Expression | None = None) -> int:
+        """The number of live rows (matching ``filter``); without a filter no data file is read."""
+        expression = self._check_filter(filter)
+        if expression is None:
+            return int(pc.sum(self._files["rows"]).as_py() or 0)
+        if self._files.num_rows == 0:
+            return 0
+        try:
+            return int(self._dataset(expression).count_rows(filter=expression))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"txn.Snapshot(instant={self._instant!r}, files={self._files.num_rows})"

@@ -1,0 +1,71 @@
+"""Data-file I/O: pyarrow on the same backend as the table's storage seam.
+
+Metadata goes through :class:`timeline.Storage` (small objects, put-if-absent). Data files are
+Parquet written and scanned by pyarrow, which needs a pyarrow filesystem; every backend provides
+one rooted where the storage is. Data files are never commit points: a file only counts once the
+instant that names it completes, so a torn or orphaned data file is never read.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs
+import pyarrow.parquet as pq
+
+from timeline import InvalidOptionError, Storage
+
+
+class DataStore:
+    """Reads and writes data files of one table, addressed by table-relative paths."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        provider = getattr(storage, "arrow_filesystem", None)
+        if provider is None:
+            raise InvalidOptionError(f"storage {storage!r} offers no pyarrow filesystem for data files")
+        self.filesystem, self.root = provider()
+        self._made_folders: set[str] = set()
+
+    def full_path(self, path: str) -> str:
+        return posixpath.join(self.root, path)
+
+    def location(self, path: str) -> str:
+        """The user-facing location of a table file (the table URI joined with ``path``)."""
+        return f"{self.storage.uri.rstrip('/')}/{path}"
+
+    def write_parquet(self, path: str, table: pa.Table, *, row_group_rows: int) -> int:
+        """Write ``table`` to ``path``; return the file's size in bytes."""
+        full = self.full_path(path)
+        folder = posixpath.dirname(full)
+        if folder not in self._made_folders:
+            self.filesystem.create_dir(folder, recursive=True)
+            self._made_folders.add(folder)
+        with self.filesystem.open_output_stream(full) as sink:
+            pq.write_table(table, sink, row_group_size=row_group_rows)
+            size: int = sink.tell()
+        return size
+
+    def delete(self, path: str) -> None:
+        self.storage.delete(path)
+
+    def dataset(
+        self,
+        paths: Sequence[str],
+        schema: pa.Schema,
+        guarantees: Sequence[ds.Expression] | None = None,
+    ) -> ds.FileSystemDataset:
+        """A Parquet dataset over exactly ``paths``; ``guarantees`` describe each file's ranges.
+
+        Arrow prunes a fragment whose guarantee contradicts a scan filter without opening it.
+        """
+        full = [self.full_path(p) for p in paths]
+        return ds.FileSystemDataset.from_paths(
+            full, schema=schema, format=ds.ParquetFileFormat(), filesystem=self.filesystem,
+            partitions=list(guarantees) if guarantees is not None else None,
+        )
+
+

@@ -1,0 +1,192 @@
+"""Writing data files for one instant: partition split, target file size, sort, statistics.
+
+Files go to ``segment_<id>/`` (unpartitioned tables) or Hive-style folders
+``<column>=<value>/...`` (partitioned tables), named ``part-<segment>-<n>-<token>_<T>.parquet``.
+Partition columns stay inside the files too, so every file is self-describing and readers need
+no path parsing.
+
+Before a data file is created, a marker ``_markers/<T>/<file name>`` naming it is stored. A
+rollback of ``T`` (after a crash, possibly in another process) deletes exactly the files its
+markers name, without listing data folders. Markers are removed once ``T`` is decided.
+
+Memory: input is buffered per partition until a file's worth (``target_file_bytes`` of Arrow
+memory) is reached, then sorted and written; beyond ``buffer_bytes`` in total the largest buffer
+is flushed early. A ``RecordBatchReader`` larger than memory is therefore written in bounded
+memory.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from indexes import stats_eligible
+
+from ._storage_io import DataStore
+
+MARKERS_FOLDER = "_markers"
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+class ColumnStats(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """min/max (None when unknown), null count and value count of one column in one file."""
+
+    min: Any
+    max: Any
+    nulls: int
+    count: int
+
+
+class FileStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """What the writer of one data file reports back: where, how big, and its statistics."""
+
+    path: str
+    partition: str
+    rows: int
+    size: int
+    stats: dict[str, ColumnStats] = msgspec.field(default_factory=dict)
+    partition_values: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def markers_folder(instant_time: str) -> str:
+    return f"{MARKERS_FOLDER}/{instant_time}"
+
+
+def hive_value(value: object) -> str:
+    """Render a partition value as a folder-name component (Hive escaping)."""
+    if value is None:
+        return HIVE_NULL
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, date):
+        return value.isoformat()
+    return quote(str(value), safe=" -_.,:;@+~")
+
+
+def column_stats(table: pa.Table) -> dict[str, ColumnStats]:
+    """Exact statistics of every eligible column; min/max stay unknown where they would lie."""
+    stats: dict[str, ColumnStats] = {}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if not stats_eligible(column.type):
+            continue
+        nulls = column.null_count
+        low = high = None
+        if nulls < len(column):
+            # NaN is unordered: a range that ignored it would prune files that hold matches.
+            has_nan = pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py()
+            if not has_nan:
+                extremes = pc.min_max(column)
+                low, high = extremes["min"].as_py(), extremes["max"].as_py()
+        stats[name] = ColumnStats(min=low, max=high, nulls=nulls, count=len(column))
+    return stats
+
+
+@dataclass
+class _Buffer:
+    partition: str
+    values: dict[str, Any]
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    nbytes: int = 0
+
+
+class DataFileWriter:
+    """Writes one instant's data files into a :class:`DataStore`."""
+
+    def __init__(
+        self,
+        store: DataStore,
+        schema: pa.Schema,
+        *,
+        instant_time: str,
+        segment: str,
+        partition_by: list[str],
+        sort_by: list[str],
+        new_token: Callable[[], str],
+        target_file_bytes: int = 128 * 1024 * 1024,
+        buffer_bytes: int = 512 * 1024 * 1024,
+        row_group_rows: int = 128 * 1024,
+    ) -> None:
+        self._store = store
+        self._schema = schema
+        self._instant_time = instant_time
+        self._segment = segment
+        self._partition_by = partition_by
+        self._sort_by = sort_by
+        self._new_token = new_token
+        self._target = target_file_bytes
+        self._budget = max(buffer_bytes, target_file_bytes)
+        self._row_group_rows = row_group_rows
+        self._buffers: dict[str, _Buffer] = {}
+        self._buffered = 0
+        self._written: list[FileStatus] = []
+
+    @property
+    def written(self) -> list[FileStatus]:
+        return list(self._written)
+
+    def write(self, batches: Iterable[pa.RecordBatch]) -> list[FileStatus]:
+        """Write every batch; return the status of each file written, in write order."""
+        for batch in batches:
+            for partition, values, part in self._split(batch):
+                buffer = self._buffers.get(partition)
+                if buffer is None:
+                    buffer = self._buffers[partition] = _Buffer(partition, values)
+                buffer.batches.append(part)
+                buffer.nbytes += part.nbytes
+                self._buffered += part.nbytes
+                if buffer.nbytes >= self._target:
+                    self._flush(buffer)
+            while self._buffered > self._budget:
+                self._flush(max(self._buffers.values(), key=lambda b: b.nbytes))
+        for buffer in list(self._buffers.values()):
+            self._flush(buffer)
+        return self.written
+
+    def _split(self, batch: pa.RecordBatch) -> Iterator[tuple[str, dict[str, Any], pa.RecordBatch]]:
+        if not self._partition_by:
+            yield f"segment_{self._segment}", {}, batch
+            return
+        keys = [(name, "ascending") for name in self._partition_by]
+        ordered = batch.take(pc.sort_indices(batch, sort_keys=keys))  # nulls sort last
+        count = ordered.num_rows
+        boundary = pa.array([False] * max(count - 1, 0), pa.bool_())
+        for name in self._partition_by:
+            column = ordered.column(name)
+            head, tail = column.slice(0, count - 1), column.slice(1)
+            differs = pc.fill_null(pc.not_equal(head, tail), True)
+            same_null = pc.and_(pc.is_null(head), pc.is_null(tail))
+            boundary = pc.or_(boundary, pc.and_(differs, pc.invert(same_null)))
+        starts = [0] + [i + 1 for i in pc.indices_nonzero(boundary).to_pylist()] + [count]
+        for start, end in zip(starts, starts[1:], strict=False):
+            part = ordered.slice(start, end - start)
+            values = {name: part.column(name)[0].as_py() for name in self._partition_by}
+            path = "/".join(f"{name}={hive_value(values[name])}" for name in self._partition_by)
+            yield path, values, part
+
+    def _flush(self, buffer: _Buffer) -> None:
+        self._buffers.pop(buffer.partition, None)
+        self._buffered -= buffer.nbytes
+        if not buffer.batches:
+            return
+        table = pa.Table.from_batches(buffer.batches, schema=self._schema)
+        if self._sort_by:
+            table = table.sort_by([(name, "ascending") for name in self._sort_by])
+        name = (f"part-{self._segment}-{len(self._written):05d}-{self._new_token()}"
+                f"_{self._instant_time}.parquet")
+        path = posixpath.join(buffer.partition, name)
+        self._store.storage.put_if_absent(posixpath.join(markers_folder(self._instant_time), name),
+                                          path.encode())
+        size = self._store.write_parquet(path, table, row_group_rows=self._row_group_rows)
+        self._written.append(FileStatus(
+            path=path, partition="" if not self._partition_by else buffer.partition,
+            rows=table.num_rows, size=size, stats=column_stats(table),
+            partition_values=buffer.values,
+        ))
