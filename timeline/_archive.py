@@ -57,7 +57,12 @@ def read_all(storage: Storage) -> dict[str, ArchivedInstant]:
     """Every archived instant by requested time (duplicates from interrupted merges collapse)."""
     merged: dict[str, ArchivedInstant] = {}
     for path in archive_files(storage):
-        for instant in read_archive(storage, path):
+        instants = read_archive(storage, path)
+        if not instants:
+            # Archive files are never empty, so it was merged away after our listing; the merged
+            # file was written before that delete, so a fresh listing has it.
+            return read_all(storage)
+        for instant in instants:
             merged[instant.time] = instant
     return merged
 
@@ -67,6 +72,15 @@ def write_archive(storage: Storage, instants: Iterable[ArchivedInstant]) -> str:
     first = ordered[0].completed_at or ordered[0].time
     last = ordered[-1].completed_at or ordered[-1].time
     path = f"{ARCHIVE_FOLDER}/{first}_{last}{ARCHIVE_SUFFIX}"
+    # A name can repeat: after a crash part way through deleting archived instants, the retry
+    # chooses the survivors, and if the oldest was a rolled-back instant (deleted last) its
+    # first_last name is the same. Archived records never change, so keep the union instead of
+    # overwriting the records whose active files are already gone.
+    existing = read_archive(storage, path)
+    if existing:
+        union = {i.time: i for i in existing}
+        union.update((i.time, i) for i in ordered)
+        ordered = sorted(union.values(), key=lambda i: (i.completed_at or i.time, i.time))
     storage.put(path, _encoder.encode(ArchiveFile(instants=ordered)))
     return path
 

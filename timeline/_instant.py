@@ -14,6 +14,7 @@ means the completed view, in completion order, comes from one listing with no re
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Final, Literal
@@ -41,7 +42,8 @@ _STATE_ORDER: Final = {REQUESTED: 0, INFLIGHT: 1, COMPLETED: 2, ROLLEDBACK: 2}
 
 _NAME = re.compile(
     r"^(?P<time>\d{17})(?:_(?P<completed>\d{17}))?\.(?P<action>[a-z]+)"
-    r"(?:\.(?P<state>requested|inflight|rolledback))?$"
+    r"(?:\.(?P<state>requested|inflight|rolledback))?",
+    re.ASCII,  # \d would also match non-ASCII digits, which parse_time and ordering reject
 )
 
 
@@ -91,9 +93,10 @@ def file_name(time: str, action: str, state: str, completed_at: str | None = Non
     return f"{time}.{action}.{state}"
 
 
+@functools.lru_cache(maxsize=65536)
 def parse_file_name(name: str) -> Instant | None:
     """Return the instant a timeline file name records, or None if the name is not an instant's."""
-    match = _NAME.match(name)
+    match = _NAME.fullmatch(name)  # not match(...$): "$" also matches before a final newline
     if match is None:
         return None
     completed = match.group("completed")
@@ -101,6 +104,12 @@ def parse_file_name(name: str) -> Instant | None:
     if (completed is None) == (state is None):
         return None  # "T_C.action.state" and bare "T.action" are not names we write
     if match.group("action") not in ACTIONS:
+        return None
+    try:  # 17 digits that are no date (month 13) would break ordering and expiry later
+        parse_time(match.group("time"))
+        if completed is not None:
+            parse_time(completed)
+    except ValueError:
         return None
     return Instant(
         time=match.group("time"),
@@ -125,15 +134,20 @@ def format_time(epoch_ms: int) -> str:
     return f"{moment.strftime(_TIME_FORMAT)}{epoch_ms % 1000:03d}"
 
 
+@functools.lru_cache(maxsize=65536)
 def parse_time(text: str) -> int:
     """Parse a 17-digit UTC instant time into epoch milliseconds.
 
     Raises:
         ValueError: ``text`` is not 17 digits forming a valid date and time.
     """
-    if len(text) != TIME_DIGITS or not text.isdigit():
+    if len(text) != TIME_DIGITS or not (text.isascii() and text.isdigit()):
         raise ValueError(f"instant time must be 17 digits yyyyMMddHHmmssSSS (UTC), got {text!r}")
-    moment = datetime.strptime(text[:14], _TIME_FORMAT).replace(tzinfo=timezone.utc)
+    try:
+        moment = datetime(int(text[0:4]), int(text[4:6]), int(text[6:8]), int(text[8:10]),
+                          int(text[10:12]), int(text[12:14]), tzinfo=timezone.utc)
+    except ValueError as exc:
+        raise ValueError(f"instant time {text!r} is not a valid date and time: {exc}") from None
     return (moment - _EPOCH) // timedelta(milliseconds=1) + int(text[14:])
 
 

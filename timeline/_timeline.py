@@ -160,10 +160,14 @@ class Timeline:
 
     def history(self) -> list[Instant]:
         """Every instant, archived and active, by requested time."""
+        # List the active timeline before reading the archive: archival writes the archive
+        # before deleting active files, so an instant archived between our two reads is in the
+        # archive we read second. The other order could miss it in both.
+        active = self.load()
         merged = {a.time: Instant(time=a.time, action=a.action, state=a.state,  # type: ignore[arg-type]
                                   completed_at=a.completed_at)
                   for a in read_all(self.storage).values()}
-        for instant in self.load():
+        for instant in active:
             merged[instant.time] = instant
         return sorted(merged.values(), key=lambda i: i.time)
 
@@ -222,19 +226,30 @@ class Timeline:
         self._last_issued = issued
         return issued
 
-    def request(self, action: str, plan: object = None, *, lease: Lease | None = None) -> Instant:
+    def request(self, action: str, plan: object = None, *, lease: Lease | None = None,
+                time: str | None = None) -> Instant:
         """Create a new instant in the ``requested`` state, holding ``plan``.
 
         The requested time is allocated under the table lock (``lease``, or a short one taken
-        here), so it is greater than every time already on the timeline.
+        here), so it is greater than every time already on the timeline. ``time`` instead
+        mirrors an instant of another timeline (the metadata table's deltacommit takes its data
+        instant's time); it must not be on this timeline yet.
         """
         if action not in ACTIONS:
             raise InvalidOptionError(f"unknown action {action!r}; expected one of {sorted(ACTIONS)}")
         if lease is None:
             with self.lock() as own:
-                return self.request(action, plan, lease=own)
+                return self.request(action, plan, lease=own, time=time)
         lease.ensure_held()
-        instant = Instant(time=self._allocate_time(self.load()), action=action, state=REQUESTED)
+        view = self.load()
+        if time is None:
+            time = self._allocate_time(view)
+        else:
+            parse_time(time)
+            if view.get(time) is not None:
+                raise IllegalTransitionError(time, view.get(time).state, REQUESTED,  # type: ignore[union-attr]
+                                             "an instant with this time already exists")
+        instant = Instant(time=time, action=action, state=REQUESTED)
         self._put_state(instant, plan)
         return instant
 
@@ -330,7 +345,11 @@ class Timeline:
 
     def resume_rollback(self, rollback: Instant, *, lease: Lease,
                         undo: Callable[[Instant], object] | None = None) -> Instant:
-        """Finish a rollback instant that a dead writer left pending (roll forward, never back)."""
+        """Finish a rollback instant that a dead writer left pending (roll forward, never back).
+
+        If the target completed before it was marked rolled back, the rollback lost that race:
+        ``undo`` is not called and the rollback instant is returned ``rolledback`` instead.
+        """
         plan = self.read_plan(rollback, RollbackPlan)
         target = self.load().get(plan.target_time) or Instant(
             time=plan.target_time, action=plan.target_action, state=ROLLEDBACK)
@@ -339,6 +358,11 @@ class Timeline:
     def _finish_rollback(self, instant: Instant, target: Instant, *, lease: Lease,
                          undo: Callable[[Instant], object] | None) -> Instant:
         current = self.load().get(target.time)
+        if current is not None and current.is_completed:
+            # Only the target's rolledback marker decides, so a rollback whose writer died
+            # before that marker can lose to the target's commit. Never undo committed work:
+            # retire this rollback instead.
+            return self.abort(instant, lease=lease)
         if current is not None and current.is_pending:
             target = self.abort(current, lease=lease)
         if self._current(instant).state == REQUESTED:
@@ -426,12 +450,12 @@ def _decode_file(path: str, data: bytes) -> InstantFile:
     except msgspec.DecodeError as exc:
         raise CorruptMetadataError(path, "a JSON instant file (kind 'instant')", str(exc)) from None
     named = parse_file_name(path.rsplit("/", 1)[1])
-    if named is not None and (envelope.time, envelope.action, envelope.state) != (
-        named.time, named.action, named.state
-    ):
+    if named is not None and (
+        envelope.time, envelope.action, envelope.state, envelope.completed_at
+    ) != (named.time, named.action, named.state, named.completed_at):
         raise CorruptMetadataError(
-            path, f"content for instant {named.time} {named.action} {named.state}",
-            f"{envelope.time} {envelope.action} {envelope.state}",
+            path, f"content for instant {named}", f"{envelope.time} {envelope.action} "
+            f"{envelope.state}" + (f" @ {envelope.completed_at}" if envelope.completed_at else ""),
         )
     return envelope
 
