@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 KEY: Final = "path"
 DELETED: Final = "deleted"
+_BARE: Final = "__bare_tombstone__"
 
 FILES_SCHEMA: Final = pa.schema([
     (KEY, pa.string()),
@@ -78,9 +79,17 @@ def merge_two_phase(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
     if not parts:
         return schema.empty_table()
     combined = pa.concat_tables(parts)
-    # Adds sort before tombstones of the same key: the first row of each key run carries the
-    # file's fields, the last row says whether any record deleted it.
-    ordered = combined.sort_by([(KEY, "ascending"), (DELETED, "ascending")])
+    # Adds sort before tombstones of the same key, and bare tombstones (nothing but the key) after
+    # merged rows that were deleted but still carry the file's fields: the first row of each key
+    # run carries the fields whatever order the inputs came in, the last says whether any record
+    # deleted it (every bare tombstone is deleted).
+    bare = combined[DELETED]
+    for name in schema.names:
+        if name not in (KEY, DELETED):
+            bare = pc.and_(bare, pc.is_null(combined[name]))
+    ordered = (combined.append_column(_BARE, bare)
+               .sort_by([(KEY, "ascending"), (_BARE, "ascending"), (DELETED, "ascending")])
+               .drop_columns([_BARE]))
     keys = ordered[KEY]
     count = ordered.num_rows
     if count == 1:

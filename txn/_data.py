@@ -56,10 +56,23 @@ def _from_pandas(frame: Any, expected: pa.Schema) -> pa.Table:
     _check_names_only(columns, expected)
     try:
         return pa.Table.from_pandas(frame, schema=expected, preserve_index=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise SchemaMismatchError(
-            f"the DataFrame does not convert to the table schema: {exc}"
-        ) from None
+    except (ValueError, TypeError) as exc:  # Arrow errors, and a plain ValueError for nulls
+        raise SchemaMismatchError(_explain_pandas(frame, expected, exc)) from None
+
+
+def _explain_pandas(frame: Any, expected: pa.Schema, error: Exception) -> str:
+    """Name the first column that does not convert, with both types."""
+    for field in expected:
+        column = frame[field.name]
+        try:
+            values = pa.array(column, type=field.type, from_pandas=True)
+        except (ValueError, TypeError) as exc:
+            return (f"column {field.name!r}: the table has type {field.type}, the DataFrame has "
+                    f"dtype {column.dtype}, which does not convert: {exc}")
+        if not field.nullable and values.null_count:
+            return (f"column {field.name!r} is not nullable, but the data has "
+                    f"{values.null_count} null value(s) in it")
+    return f"the DataFrame does not convert to the table schema: {error}"
 
 
 def _check_names_only(names: list[str], expected: pa.Schema) -> None:

@@ -1,21 +1,26 @@
 """The demonstration job behind ``make demo``.
 
-It creates (or reopens) ``<warehouse>/orders``, a TPC-H-like orders table, runs a few instants
-through the table's timeline, including one writer that dies part way and is rolled back by the
-next, and prints the timeline. Data loads join it as the write path lands.
+It generates a TPC-H-like ``orders`` dataset, loads it into ``<warehouse>/orders`` in four loads
+(four segments), reads it back with a selective filter (showing how many files were pruned),
+time-travels to the second load, overwrites the table with its open orders, and prints SHOW
+SEGMENTS, the timeline and a validation report. The Spark pipeline replaces the generator and the
+loads as the Spark integration lands.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import time
+from datetime import date, timedelta
+from decimal import Decimal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-import timeline
-from timeline import TableExistsError
-
-from ._render import render_timeline
-from ._table import Table, create_table, open_table
+from ._records import Segment
+from ._render import render, render_timeline
+from ._table import Table, create_table
 
 ORDERS = pa.schema([
     ("o_orderkey", pa.int64(), False),
@@ -27,31 +32,87 @@ ORDERS = pa.schema([
     ("o_comment", pa.string()),
 ])
 
-
-def _orders_table(uri: str) -> Table:
-    try:
-        return create_table(uri, ORDERS, partition_by=["o_orderstatus"], record_key="o_orderkey",
-                            sort_by=["o_orderdate"])
-    except TableExistsError:
-        return open_table(uri)
+_PRIORITIES = ["1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW"]
 
 
-def run(warehouse: str) -> None:
+def generate_orders(first_key: int, count: int, start: date) -> pa.Table:
+    """Deterministic TPC-H-like orders: keys ``first_key..``, dates spread over 90 days."""
+    keys = pa.array(range(first_key, first_key + count), pa.int64())
+    days = pc.remainder(keys, 90)
+    dates = [start + timedelta(days=int(d)) for d in days.to_pylist()]
+    status = ["F" if d < 60 else ("O" if d >= 75 else "P") for d in days.to_pylist()]
+    prices = [Decimal(k % 100_000) / 10 + Decimal("0.99") for k in keys.to_pylist()]
+    return pa.table({
+        "o_orderkey": keys,
+        "o_custkey": pc.add(pc.remainder(pc.multiply(keys, 7919), 15_000), 1),
+        "o_orderstatus": status,
+        "o_totalprice": pa.array(prices, pa.decimal128(15, 2)),
+        "o_orderdate": pa.array(dates, pa.date32()),
+        "o_orderpriority": [_PRIORITIES[k % 5] for k in keys.to_pylist()],
+        "o_comment": [f"order {k} of the demo" for k in keys.to_pylist()],
+    }, schema=ORDERS)
+
+
+def _show_segments(segments: list[Segment]) -> str:
+    return render(
+        ("segment", "status", "rows", "data_size", "partitions", "load_end"),
+        ((s.id, s.status, s.rows, s.data_size, ",".join(s.partitions),
+          s.load_end.strftime("%H:%M:%S") if s.load_end else "") for s in segments),
+    )
+
+
+def _step(title: str) -> float:
+    print(f"\n== {title}")
+    return time.perf_counter()
+
+
+def run(warehouse: str, *, rows_per_load: int = 50_000) -> Table:
     uri = os.path.join(warehouse, "orders")
-    table = _orders_table(uri)
-    print(f"table {table.uri}: key {table.record_key}, partitioned by {table.partition_by}")
+    shutil.rmtree(uri, ignore_errors=True)  # the demo starts from an empty table every run
+    began = _step(f"create {uri}: partitioned by o_orderstatus, sorted by o_orderdate")
+    table = create_table(uri, ORDERS, partition_by=["o_orderstatus"], record_key="o_orderkey",
+                         sort_by=["o_orderdate"])
 
-    tl = timeline.Timeline(timeline.open_storage(uri))
-    for load in range(3):
-        instant = tl.start(tl.request("commit", {"operation": "demo", "load": load}))
-        with tl.heartbeat(instant), tl.lock() as lease:
-            done = tl.complete(instant, {"load": load}, lease=lease)
-        print(f"committed {done.time} (completed at {done.completed_at})")
+    commits = []
+    for load in range(4):
+        start = date(2026, 1, 1) + timedelta(days=30 * load)
+        data = generate_orders(load * rows_per_load, rows_per_load, start)
+        started = time.perf_counter()
+        commit = table.append(data)
+        commits.append(commit)
+        print(f"load {load}: segment {commit.segment}, {commit.rows_added} rows in "
+              f"{commit.files_added} files, instant {commit.instant} "
+              f"({(time.perf_counter() - started) * 1000:.0f} ms)")
 
-    crashed = tl.start(tl.request("commit", {"operation": "demo", "load": "crashes"}))
-    print(f"a writer died while {crashed.time} was inflight; the next writer rolls it back")
-    with tl.lock() as lease:
-        rollback = tl.rollback(crashed, lease=lease, undo=lambda target: {"files_deleted": 0})
-    print(f"rolled back {crashed.time} with {rollback.time}")
-    print()
+    _step("selective read: o_orderdate in the first week of March 2026")
+    snapshot = table.snapshot()
+    march = (pc.field("o_orderdate") >= date(2026, 3, 1)) & (pc.field("o_orderdate") < date(2026, 3, 8))
+    matching = snapshot.files(march)
+    print(f"{len(matching)} of {len(snapshot.files())} files can match; "
+          f"{len(snapshot.files()) - len(matching)} skipped without being opened")
+    rows = snapshot.to_arrow(march, columns=["o_orderkey", "o_orderdate", "o_totalprice"])
+    total = pc.sum(rows["o_totalprice"]).as_py()
+    print(f"{rows.num_rows} orders, total price {total}")
+
+    _step(f"time travel to instant {commits[1].instant} (after the second load)")
+    then = table.snapshot(as_of=commits[1].instant)
+    print(f"then: {then.count()} rows in {len(then.files())} files; now: {snapshot.count()} rows")
+
+    _step("SHOW SEGMENTS")
+    print(_show_segments(table.segments()))
+
+    _step("replace everything with the open orders (overwrite)")
+    open_orders = snapshot.to_arrow(pc.field("o_orderstatus") == "O")
+    commit = table.overwrite(open_orders)
+    print(f"overwrite {commit.instant}: {commit.rows_added} rows kept, {commit.rows_deleted} replaced")
+    print(_show_segments(table.segments()))
+    print(f"time travel still sees {table.snapshot(as_of=commits[-1].instant).count()} rows "
+          f"at instant {commits[-1].instant}")
+
+    _step("timeline")
     print(render_timeline(table.timeline()))
+
+    _step("validate")
+    print(table.validate())
+    print(f"\ndone in {time.perf_counter() - began:.1f} s")
+    return table

@@ -244,7 +244,11 @@ class Table:
         cached = self._latest
         if cached is not None and cached[0] == latest:
             return cached[1]
-        since = cached if cached is not None and cached[0] < latest else None
+        # Extend the cache only if its bound is still a completion on this timeline: a table
+        # dropped and recreated at the same location shares nothing with the cached state.
+        still_there = cached is not None and any(
+            i.completed_at == cached[0] for i in view.completed())
+        since = cached if still_there and cached is not None and cached[0] < latest else None
         resolved = self._metadata.resolve(completed, latest, since=since)
         self._latest = (latest, resolved)
         return resolved

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from indexes import METADATA_FOLDER, live
@@ -52,7 +53,11 @@ def validate(table: Table) -> ValidationReport:
                                                           f"storage has {size}"))
             continue
         if not row["deleted"]:
-            rows = _footer_rows(table, path)
+            try:
+                rows = _footer_rows(table, path)
+            except (pa.ArrowException, OSError) as exc:
+                problems.append(Problem("unreadable file", path, f"not a readable Parquet file: {exc}"))
+                continue
             if rows != row["rows"]:
                 problems.append(Problem("row count mismatch", path,
                                         f"metadata says {row['rows']} rows, the file has {rows}"))

@@ -80,13 +80,43 @@ def column_stats(table: pa.Table) -> dict[str, ColumnStats]:
         nulls = column.null_count
         low = high = None
         if nulls < len(column):
-            # NaN is unordered: a range that ignored it would prune files that hold matches.
-            has_nan = pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py()
-            if not has_nan:
-                extremes = pc.min_max(column)
-                low, high = extremes["min"].as_py(), extremes["max"].as_py()
+            try:
+                # NaN is unordered: a range that ignored it would prune files that hold matches.
+                has_nan = pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py()
+                if not has_nan:
+                    extremes = pc.min_max(column)
+                    low = _plain(extremes["min"], round_up=False)
+                    high = _plain(extremes["max"], round_up=True)
+            except pa.ArrowNotImplementedError:
+                low = high = None  # no ordering kernel for the type (duration, float16): unknown
         stats[name] = ColumnStats(min=low, max=high, nulls=nulls, count=len(column))
     return stats
+
+
+def _plain(scalar: pa.Scalar, *, round_up: bool) -> Any:
+    """A bound as a plain Python value (it is stored in JSON commit metadata too).
+
+    Python times stop at microseconds, and pyarrow returns nanosecond values as pandas objects
+    (or truncates them), so a nanosecond bound is widened to the enclosing microsecond: a
+    truncated maximum would prune files that hold matches. None (unknown) if that overflows.
+    """
+    data_type = scalar.type
+    if getattr(data_type, "unit", None) != "ns":
+        return scalar.as_py()
+    nanos = scalar.cast(pa.int64()).as_py()
+    micros = -(-nanos // 1000) if round_up else nanos // 1000
+    if pa.types.is_timestamp(data_type):
+        coarse = pa.timestamp("us", data_type.tz)
+    elif pa.types.is_time64(data_type):
+        if micros >= 86_400_000_000:
+            return None
+        coarse = pa.time64("us")
+    else:
+        coarse = pa.duration("us")
+    try:
+        return pa.scalar(micros, pa.int64()).cast(coarse).as_py()
+    except (pa.ArrowInvalid, OverflowError, ValueError):
+        return None
 
 
 @dataclass

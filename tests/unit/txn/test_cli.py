@@ -11,6 +11,7 @@ import pytest
 import timeline
 import txn
 from txn._cli import main
+from txn._demo import run
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,14 +56,19 @@ def test_a_missing_table_is_a_one_line_error_not_a_traceback(
     assert "Traceback" not in err
 
 
-def test_the_demo_commits_rolls_back_and_prints_the_timeline(
+def test_the_demo_loads_reads_time_travels_and_validates(
     tmp_path, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
 ) -> None:
-    assert main(["demo", "--warehouse", str(tmp_path)]) == 0
-    states = [i.state for i in txn.open_table(str(tmp_path / "orders")).timeline()]
-    assert states == ["completed"] * 3 + ["rolledback", "completed"]
-    assert main(["demo", "--warehouse", str(tmp_path)]) == 0, "the demo reruns on its own output"
-    assert "rolled back" in capsys.readouterr().out
+    table = run(str(tmp_path), rows_per_load=2_000)
+    rows = table.snapshot().count()
+    out = capsys.readouterr().out
+    assert [s.status for s in table.segments()] == ["Success"] + ["Marked for Delete"] * 4
+    assert [i.action for i in table.timeline()] == ["commit"] * 4 + ["replacecommit"]
+    assert "skipped without being opened" in out and "ok: " in out
+    assert table.validate().ok
+    again = run(str(tmp_path), rows_per_load=2_000)
+    assert again.snapshot().count() == rows, "the demo reruns from scratch"
+    assert table.snapshot().count() == rows, "a stale Table object does not mix in the old table"
 
 
 def test_the_console_script_entry_point_runs() -> None:
