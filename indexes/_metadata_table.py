@@ -95,23 +95,22 @@ class MetadataChanges:
 
 @dataclass(frozen=True)
 class MetadataSnapshot:
-    """The merged metadata partitions at one point of the data timeline."""
+    """The merged metadata partitions at one point of the data timeline.
+
+    Only the partitions a caller asked for are resolved; the others are None.
+    """
 
     #: ``files`` rows, including tombstones of removed files (``deleted`` true).
-    files: pa.Table
-    segments: Mapping[str, SegmentEntry]
-    #: ``column_stats`` rows (live files only), or None when not requested.
+    files: pa.Table | None = None
+    segments: Mapping[str, SegmentEntry] | None = None
+    #: ``column_stats`` rows.
     column_stats: pa.Table | None = None
     #: Metadata files read to build this snapshot, for diagnostics and tests.
     files_read: tuple[str, ...] = field(default=())
 
-
-def _partition_of(snapshot: MetadataSnapshot, partition: str) -> pa.Table | None:
-    if partition == FILES:
-        return snapshot.files
-    if partition == SEGMENTS:
-        return segments_to_arrow(snapshot.segments.values())
-    return snapshot.column_stats
+    def has(self, partition: str) -> bool:
+        return {FILES: self.files, SEGMENTS: self.segments,
+                COLUMN_STATS: self.column_stats}[partition] is not None
 
 
 class MetadataTable:
@@ -194,10 +193,10 @@ class MetadataTable:
         completed: Mapping[str, str],
         upper_inclusive: str | None = None,
         *,
-        with_column_stats: bool = False,
+        partitions: Sequence[str] = (FILES, SEGMENTS),
         since: tuple[str, MetadataSnapshot] | None = None,
     ) -> MetadataSnapshot:
-        """Merge the partitions as of completion time ``upper_inclusive`` (None: the latest).
+        """Merge ``partitions`` as of completion time ``upper_inclusive`` (None: the latest).
 
         ``completed`` maps each completed data instant's time to its completion time; it must
         hold every instant that completed after the oldest retained base. ``since`` is an earlier
@@ -210,31 +209,36 @@ class MetadataTable:
         bound = upper_inclusive or "9" * 17
         usable = self._completed_compactions()
         read: list[str] = []
-        merged: dict[str, pa.Table] = {}
-        partitions = [FILES, SEGMENTS] + ([COLUMN_STATS] if with_column_stats else [])
+        resolved: dict[str, object] = {}
         used_base = False
         for partition in partitions:
             base, logs = self._plan(partition, completed, bound, usable)
-            tables = []
-            earlier = _partition_of(since[1], partition) if since is not None else None
-            if since is not None and earlier is not None and (base is None or base.horizon <= since[0]):
-                tables.append(earlier)
+            earlier: object = None
+            if since is not None and since[1].has(partition) and (
+                    base is None or base.horizon <= since[0]):
+                earlier = {FILES: since[1].files, SEGMENTS: since[1].segments,
+                           COLUMN_STATS: since[1].column_stats}[partition]
                 logs = [b for b in logs if completed[b.instant_time] > since[0]]
                 used_base = True
             elif base is not None:
-                tables.append(read_block(self.storage, base.path, self.schemas[partition]))
+                earlier = read_block(self.storage, base.path, self.schemas[partition])
                 read.append(base.path)
                 used_base = True
-            for block in logs:
-                tables.append(read_block(self.storage, block.path, self.schemas[partition]))
-                read.append(block.path)
-            merged[partition] = self._merge(partition, tables)
+            blocks = [read_block(self.storage, b.path, self.schemas[partition]) for b in logs]
+            read += [b.path for b in logs]
+            if partition == SEGMENTS:
+                held = dict(earlier) if isinstance(earlier, Mapping) else merge_segments(
+                    [earlier] if earlier is not None else [])
+                resolved[partition] = merge_segments(blocks, into=held)
+            else:
+                resolved[partition] = merge_two_phase(
+                    ([earlier] if earlier is not None else []) + blocks, self.schemas[partition])
         if not used_base:
             self._check_resolvable(bound)
         return MetadataSnapshot(
-            files=merged[FILES],
-            segments=merge_segments([merged[SEGMENTS]]),
-            column_stats=merged.get(COLUMN_STATS),
+            files=resolved.get(FILES),  # type: ignore[arg-type]
+            segments=resolved.get(SEGMENTS),  # type: ignore[arg-type]
+            column_stats=resolved.get(COLUMN_STATS),  # type: ignore[arg-type]
             files_read=tuple(read),
         )
 
@@ -308,7 +312,10 @@ class MetadataTable:
             base, logs = self._plan(partition, completed, horizon, usable)
             tables = [read_block(self.storage, base.path, schema)] if base is not None else []
             tables += [read_block(self.storage, block.path, schema) for block in logs]
-            merged = self._merge(partition, tables)
+            if partition == SEGMENTS:
+                merged = segments_to_arrow(merge_segments(tables).values())
+            else:
+                merged = merge_two_phase(tables, schema)
             if partition == COLUMN_STATS:
                 if not schema.field("columns").type.num_fields:
                     continue  # a table with no column that takes statistics has nothing here

@@ -115,8 +115,10 @@ def segments_from_arrow(table: pa.Table) -> list[SegmentEntry]:
     ]
 
 
-def merge_segments(tables: Iterable[pa.Table]) -> dict[str, SegmentEntry]:
-    merged: dict[str, SegmentEntry] = {}
+def merge_segments(tables: Iterable[pa.Table],
+                   into: dict[str, SegmentEntry] | None = None) -> dict[str, SegmentEntry]:
+    """Merge segment records into ``into`` (a fresh dict if None) and return it."""
+    merged = {} if into is None else into
     for table in tables:
         for entry in segments_from_arrow(table):
             held = merged.get(entry.id)

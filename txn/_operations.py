@@ -108,6 +108,7 @@ def _load(table: Table, operation: str, data: Any, extra: dict[str, str] | None,
                         "Help: rerun the overwrite against the new state of the table"
                     )
                 current = table._metadata_at(view, None)
+                assert current.files is not None and current.segments is not None
                 previous = live(current.files)
                 removed_files = previous["path"].to_pylist()
                 rows_deleted = sum(previous["rows"].to_pylist())

@@ -37,10 +37,11 @@ from timeline import (
     Storage,
     Timeline,
     TimelineView,
+    next_time,
 )
 
 from ._records import CommitMetadata, WritePlan
-from ._writer import MARKERS_FOLDER, markers_folder
+from ._writer import MARKERS_FOLDER, markers_of
 
 log = logging.getLogger("metatxn")
 
@@ -87,7 +88,13 @@ class Protocol:
             view = self.recover(lease)
             segment = self._next_segment(view) if new_segment else None
             plan = WritePlan(operation=operation, segment=segment, extra=dict(extra or {}))
-            instant = self._timeline.request(action, plan, lease=lease)
+            # T comes back as the metadata table's deltacommit time, and that timeline allocates
+            # its own instants (compactions) from its own times: T must be above those too, or a
+            # compaction that took T's time makes this commit fail.
+            after = max(filter(None, (view.max_time(), self._metadata.timeline.load().max_time())),
+                        default=None)
+            instant = self._timeline.request(action, plan, lease=lease,
+                                             time=next_time(self._timeline.clock(), after))
         try:
             instant = self._timeline.start(instant)
             heartbeat = self._timeline.heartbeat(instant).start()
@@ -170,7 +177,7 @@ class Protocol:
     def _undo(self, lease: Lease) -> Callable[[Instant], dict[str, list[str]]]:
         def undo(target: Instant) -> dict[str, list[str]]:
             deleted = []
-            for marker in self._storage.list(markers_folder(target.time)):
+            for marker in markers_of(self._storage, target.time):
                 path = self._storage.read(marker).decode()
                 self._storage.delete(path)
                 deleted.append(path)
@@ -181,7 +188,7 @@ class Protocol:
         return undo
 
     def _remove_markers(self, instant_time: str) -> None:
-        for marker in self._storage.list(markers_folder(instant_time)):
+        for marker in markers_of(self._storage, instant_time):
             self._storage.delete(marker)
 
     def _after_commit_quietly(self, lease: Lease) -> None:

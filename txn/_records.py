@@ -57,8 +57,7 @@ class Commit:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class DataFile:
+class DataFile(msgspec.Struct, frozen=True, kw_only=True):
     """A live data file of a snapshot."""
 
     #: Where the file is: the table location joined with its table-relative path.
@@ -69,7 +68,7 @@ class DataFile:
     format: str = "parquet"
     deleted_rows: int = 0
     #: Partition column values, e.g. ``{"o_orderstatus": "F"}``; empty when unpartitioned.
-    partition: dict[str, object] = field(default_factory=dict)
+    partition: dict[str, object] = msgspec.field(default_factory=dict)
 
 
 def _moment(epoch_ms: int) -> datetime | None:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from indexes import MetadataSnapshot, live, segment_sort_key
+from indexes import MetadataSnapshot, live
 from timeline import InvalidOptionError
 
 from ._records import DataFile
@@ -85,10 +85,9 @@ class Snapshot:
         self._schema = schema
         self._store = store
         self._load_column_stats = load_column_stats
-        files = live(metadata.files)
-        keys = list(zip(files["segment"].to_pylist(), files["path"].to_pylist(), strict=True))
-        order = sorted(range(len(keys)), key=lambda i: (segment_sort_key(keys[i][0]), keys[i][1]))
-        self._files = files.take(pa.array(order, pa.int64())) if order else files
+        assert metadata.files is not None
+        # Oldest writes first: file names end with their writer's instant, the order of loads.
+        self._files = live(metadata.files).sort_by([("instant", "ascending"), ("path", "ascending")])
         self._metadata = metadata
 
     @property
@@ -112,13 +111,18 @@ class Snapshot:
         return self._files["path"].to_pylist()
 
     def _data_files(self, indices: Sequence[int] | None = None) -> list[DataFile]:
-        rows = self._files.to_pylist()
-        chosen = rows if indices is None else [rows[i] for i in indices]
+        files = self._files if indices is None else self._files.take(pa.array(indices, pa.int64()))
+        prefix = self._store.location("")
+        parsed: dict[str, dict[str, object]] = {}
+        for partition in set(files["partition"].to_pylist()):
+            parsed[partition] = _partition_values(partition, self._schema)
         return [
-            DataFile(path=self._store.location(row["path"]), segment=row["segment"], rows=row["rows"],
-                     size=row["size"], format=row["format"],
-                     partition=_partition_values(row["partition"], self._schema))
-            for row in chosen
+            DataFile(path=prefix + path, segment=segment, rows=rows, size=size, format=fmt,
+                     partition=dict(parsed[partition]))
+            for path, segment, rows, size, fmt, partition in zip(
+                files["path"].to_pylist(), files["segment"].to_pylist(), files["rows"].to_pylist(),
+                files["size"].to_pylist(), files["format"].to_pylist(),
+                files["partition"].to_pylist(), strict=True)
         ]
 
     def _check_filter(self, filter: object) -> ds.Expression | None:

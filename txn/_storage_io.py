@@ -35,17 +35,22 @@ class DataStore:
 
     def location(self, path: str) -> str:
         """The user-facing location of a table file (the table URI joined with ``path``)."""
-        return f"{self.storage.uri.rstrip('/')}/{path}"
+        return f"{self.storage.uri.rstrip('/')}/{path}"  # "" gives the prefix of every file
 
-    def write_parquet(self, path: str, table: pa.Table, *, row_group_rows: int) -> int:
-        """Write ``table`` to ``path``; return the file's size in bytes."""
+    def write_parquet(self, path: str, table: pa.Table, *, row_group_rows: int,
+                      statistics: bool | list[str] = True) -> int:
+        """Write ``table`` to ``path``; return the file's size in bytes.
+
+        ``statistics``: write Parquet statistics for every column, or only for those named.
+        """
         full = self.full_path(path)
         folder = posixpath.dirname(full)
         if folder not in self._made_folders:
             self.filesystem.create_dir(folder, recursive=True)
             self._made_folders.add(folder)
         with self.filesystem.open_output_stream(full) as sink:
-            pq.write_table(table, sink, row_group_size=row_group_rows)
+            pq.write_table(table, sink, row_group_size=row_group_rows,
+                           write_statistics=statistics)
             size: int = sink.tell()
         return size
 

@@ -11,7 +11,16 @@ from typing import Any, Union
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from indexes import INSERT_IN_PROGRESS, MetadataSnapshot, MetadataTable, SegmentEntry, segment_sort_key
+from indexes import (
+    COLUMN_STATS,
+    FILES,
+    INSERT_IN_PROGRESS,
+    SEGMENTS,
+    MetadataSnapshot,
+    MetadataTable,
+    SegmentEntry,
+    segment_sort_key,
+)
 from timeline import (
     Clock,
     CorruptMetadataError,
@@ -175,7 +184,7 @@ class Table:
     def segments(self) -> list[Segment]:
         """SHOW SEGMENTS: every segment, newest first; loads still running are ``Insert In Progress``."""
         view = self._timeline.load()
-        entries = dict(self._metadata_at(view, None).segments)
+        entries = dict(self._metadata_at(view, None, (SEGMENTS,)).segments or {})
         for instant in view.pending():
             if instant.action not in DATA_ACTIONS:
                 continue
@@ -221,40 +230,43 @@ class Table:
         return instant.completed_at
 
     def _snapshot_at(self, view: TimelineView, instant: str | None, bound: str | None) -> Snapshot:
-        metadata = self._metadata_at(view, bound)
-        completed = _completion_map(view)
+        metadata = self._metadata_at(view, bound, (FILES,))
 
         def column_stats() -> pa.Table:
-            resolved = self._metadata.resolve(completed, bound, with_column_stats=True)
-            assert resolved.column_stats is not None
-            return resolved.column_stats
+            resolved = self._metadata_at(view, bound, (COLUMN_STATS,)).column_stats
+            assert resolved is not None
+            return resolved
 
         return Snapshot(instant=instant, completed_at=bound, metadata=metadata, schema=self._schema,
                         store=self._store, load_column_stats=column_stats)
 
-    def _metadata_at(self, view: TimelineView, bound: str | None) -> MetadataSnapshot:
-        """Resolve the metadata table; the latest state is extended incrementally from a cache."""
+    def _metadata_at(self, view: TimelineView, bound: str | None,
+                     partitions: tuple[str, ...] = (FILES, SEGMENTS)) -> MetadataSnapshot:
+        """Resolve metadata partitions; the latest state is extended incrementally from a cache."""
         completed = _completion_map(view)
         last = view.last_completed()
         latest = last.completed_at if last else None
-        if bound is not None and bound != latest:
-            return self._metadata.resolve(completed, bound)
-        if latest is None:
-            return self._metadata.resolve(completed, None)
+        if latest is None or (bound is not None and bound != latest):
+            return self._metadata.resolve(completed, bound, partitions=partitions)
         cached = self._latest
-        if cached is not None and cached[0] == latest:
+        if cached is not None and cached[0] == latest and all(cached[1].has(p) for p in partitions):
             return cached[1]
         # Extend the cache only if its bound is still a completion on this timeline: a table
         # dropped and recreated at the same location shares nothing with the cached state.
-        still_there = cached is not None and any(
-            i.completed_at == cached[0] for i in view.completed())
-        since = cached if still_there and cached is not None and cached[0] < latest else None
-        resolved = self._metadata.resolve(completed, latest, since=since)
+        since = None
+        wanted = set(partitions)
+        if cached is not None and cached[0] <= latest and any(
+                i.completed_at == cached[0] for i in view.completed()):
+            since = cached
+            wanted |= {p for p in (FILES, SEGMENTS, COLUMN_STATS) if cached[1].has(p)}
+        order = tuple(p for p in (FILES, SEGMENTS, COLUMN_STATS) if p in wanted)
+        resolved = self._metadata.resolve(completed, latest, partitions=order, since=since)
         self._latest = (latest, resolved)
         return resolved
 
     def _next_segment(self, view: TimelineView) -> str:
-        taken = [segment_sort_key(s)[0] for s in self._metadata_at(view, None).segments]
+        segments = self._metadata_at(view, None, (SEGMENTS,)).segments or {}
+        taken = [segment_sort_key(s)[0] for s in segments]
         for instant in view.pending():
             if instant.action in DATA_ACTIONS:
                 plan = self._timeline.read_plan(instant, WritePlan)

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from indexes import METADATA_FOLDER, live
+from indexes import COLUMN_STATS, FILES, METADATA_FOLDER, SEGMENTS, live
 
 from ._records import Problem, ValidationReport
-from ._writer import MARKERS_FOLDER, markers_folder
+from ._writer import MARKERS_FOLDER, markers_of
 
 if TYPE_CHECKING:
     from ._table import Table
@@ -36,7 +36,8 @@ def validate(table: Table) -> ValidationReport:
     last = view.last_completed()
     completed = {i.time: i.completed_at or "" for i in view.completed()}
     metadata = table._metadata.resolve(completed, last.completed_at if last else None,
-                                       with_column_stats=True)
+                                       partitions=(FILES, SEGMENTS, COLUMN_STATS))
+    assert metadata.files is not None and metadata.segments is not None
     problems: list[Problem] = []
     listed = metadata.files.to_pylist()
     live_files = live(metadata.files)
@@ -86,7 +87,7 @@ def validate(table: Table) -> ValidationReport:
     known = {row["path"] for row in listed}
     in_progress = set()
     for instant in view.pending():
-        for marker in storage.list(markers_folder(instant.time)):
+        for marker in markers_of(storage, instant.time):
             in_progress.add(storage.read(marker).decode())
     for key in storage.list("", recursive=True):
         if key.startswith(_NOT_DATA) or not key.endswith(".parquet"):

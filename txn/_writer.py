@@ -5,9 +5,12 @@ Files go to ``segment_<id>/`` (unpartitioned tables) or Hive-style folders
 Partition columns stay inside the files too, so every file is self-describing and readers need
 no path parsing.
 
-Before a data file is created, a marker ``_markers/<T>/<file name>`` naming it is stored. A
-rollback of ``T`` (after a crash, possibly in another process) deletes exactly the files its
-markers name, without listing data folders. Markers are removed once ``T`` is decided.
+Before a data file is created, a marker ``_markers/<file name>`` holding its table-relative path
+is stored; the name ends with ``_<T>.parquet``, so the markers of ``T`` are found by one listing
+of ``_markers/`` (which holds only the markers of writes in flight). A rollback of ``T`` (after a
+crash, possibly in another process) deletes exactly the files its markers name, without listing
+data folders. Markers are removed once ``T`` is decided. The folder is flat so that no
+per-instant folders are left behind on filesystems that have real folders.
 
 Memory: input is buffered per partition until a file's worth (``target_file_bytes`` of Arrow
 memory) is reached, then sorted and written; beyond ``buffer_bytes`` in total the largest buffer
@@ -29,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import stats_eligible
+from timeline import Storage
 
 from ._storage_io import DataStore
 
@@ -56,8 +60,14 @@ class FileStatus(msgspec.Struct, frozen=True, kw_only=True):
     partition_values: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-def markers_folder(instant_time: str) -> str:
-    return f"{MARKERS_FOLDER}/{instant_time}"
+def marker_path(file_name: str) -> str:
+    return f"{MARKERS_FOLDER}/{file_name}"
+
+
+def markers_of(storage: Storage, instant_time: str) -> list[str]:
+    """The marker keys of the data files instant ``instant_time`` started writing."""
+    suffix = f"_{instant_time}.parquet"
+    return [key for key in storage.list(MARKERS_FOLDER) if key.endswith(suffix)]
 
 
 def hive_value(value: object) -> str:
@@ -212,11 +222,17 @@ class DataFileWriter:
         name = (f"part-{self._segment}-{len(self._written):05d}-{self._new_token()}"
                 f"_{self._instant_time}.parquet")
         path = posixpath.join(buffer.partition, name)
-        self._store.storage.put_if_absent(posixpath.join(markers_folder(self._instant_time), name),
-                                          path.encode())
-        size = self._store.write_parquet(path, table, row_group_rows=self._row_group_rows)
+        self._store.storage.put_if_absent(marker_path(name), path.encode())
+        stats = column_stats(table)
+        # Parquet min/max leave NaN out, and Arrow prunes row groups by them, losing NaN rows that
+        # match (`x != 1`, `is_nan(x)`; apache/arrow#28074 fixed only NaN bounds). A column whose
+        # range is unknown here therefore gets no Parquet statistics in this file.
+        unordered = {n for n, s in stats.items() if s.min is None and s.nulls < s.count}
+        statistics = [n for n in table.column_names if n not in unordered] if unordered else True
+        size = self._store.write_parquet(path, table, row_group_rows=self._row_group_rows,
+                                         statistics=statistics)
         self._written.append(FileStatus(
             path=path, partition="" if not self._partition_by else buffer.partition,
-            rows=table.num_rows, size=size, stats=column_stats(table),
+            rows=table.num_rows, size=size, stats=stats,
             partition_values=buffer.values,
         ))
