@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-test install-dev demo test lint typecheck clean
+.PHONY: help install install-test install-dev demo test lint typecheck bench bench-quick clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -33,6 +33,14 @@ lint: install-dev ## ruff over the code and tests
 
 typecheck: install-dev ## mypy --strict over the packages
 	$(BIN)/mypy
+
+bench: install ## Benchmarks against deltalake and pyiceberg (long: builds 10,000-commit tables)
+	$(BIN)/pip install -q -r bench/requirements.txt
+	$(BIN)/python -m bench.bench_commits --build-budget 3600 --out bench/out/commits.json
+
+bench-quick: install ## A smoke run of the benchmarks (about a minute)
+	$(BIN)/pip install -q -r bench/requirements.txt
+	$(BIN)/python -m bench.bench_commits --quick
 
 clean: ## Remove .venv, caches and the demo warehouse
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis .mypy_cache .ruff_cache *.egg-info
