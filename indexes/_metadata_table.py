@@ -37,6 +37,7 @@ from timeline import (
     Timeline,
     TimelineOptions,
     TxnError,
+    next_time,
     system_clock,
 )
 
@@ -130,6 +131,8 @@ class MetadataTable:
         self.options = options or MetadataOptions()
         self.timeline = Timeline(PrefixedStorage(storage, METADATA_FOLDER), clock=clock, owner=owner,
                                  options=timeline_options)
+        #: The newest usable base horizon this object saw (a hint for when to compact).
+        self._horizon_hint: str | None = None
         self.schemas = {
             FILES: FILES_SCHEMA,
             COLUMN_STATS: column_stats_schema(table_schema),
@@ -151,9 +154,6 @@ class MetadataTable:
             blocks[COLUMN_STATS] = changes.column_stats
         if changes.segments:
             blocks[SEGMENTS] = segments_to_arrow(changes.segments)
-        deltacommit = self.timeline.request("deltacommit", {"partitions": sorted(blocks)},
-                                            lease=lease, time=instant_time)
-        deltacommit = self.timeline.start(deltacommit)
         written = 0
         sizes: dict[str, int] = {}
         for partition, table in blocks.items():
@@ -161,7 +161,9 @@ class MetadataTable:
             sizes[partition] = write_block(self.storage, log_path(partition_folder(partition),
                                                                   instant_time), table)
             written += sizes[partition]
-        self.timeline.complete(deltacommit, {"bytes": sizes}, lease=lease)
+        # The deltacommit is bookkeeping (readers trust the data timeline), so it is recorded
+        # straight as completed, after its blocks: one file, never a pending instant.
+        self.timeline.record_completed("deltacommit", instant_time, {"bytes": sizes}, lease=lease)
         return written
 
     def remove_instant(self, instant_time: str, *, lease: Lease) -> list[str]:
@@ -172,14 +174,14 @@ class MetadataTable:
             if self.storage.exists(path):
                 self.storage.delete(path)
                 removed.append(path)
-        current = self.timeline.load().get(instant_time)
+        current = self.timeline.view(lease).get(instant_time)
         if current is not None and current.is_pending:
             self.timeline.abort(current, lease=lease)
         return removed
 
     def recover(self, *, lease: Lease) -> None:
         """Retire metadata instants left pending by a writer that died holding the lock."""
-        for instant in self.timeline.load().pending():
+        for instant in self.timeline.view(lease).pending():
             if instant.action == "compaction":
                 horizon = self.timeline.read_plan(instant, dict).get("horizon", _NOTHING)
                 for partition in self.schemas:
@@ -188,14 +190,9 @@ class MetadataTable:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def resolve(
-        self,
-        completed: Mapping[str, str],
-        upper_inclusive: str | None = None,
-        *,
-        partitions: Sequence[str] = (FILES, SEGMENTS),
-        since: tuple[str, MetadataSnapshot] | None = None,
-    ) -> MetadataSnapshot:
+    def resolve(self, completed: Mapping[str, str], upper_inclusive: str | None = None, *,
+                partitions: Sequence[str] = (FILES, SEGMENTS),
+                since: tuple[str, MetadataSnapshot] | None = None) -> MetadataSnapshot:
         """Merge ``partitions`` as of completion time ``upper_inclusive`` (None: the latest).
 
         ``completed`` maps each completed data instant's time to its completion time; it must
@@ -203,9 +200,28 @@ class MetadataTable:
         result ``(its upper bound, snapshot)`` to extend: because merges are associative, only the
         blocks completed after it need reading, unless a newer base replaced them.
 
+        Readers take no lock, so cleaning may delete a base or block between our listing and our
+        read; the resolution is then redone from a fresh listing.
+
         Raises:
             SnapshotExpiredError: the snapshot is older than what the table retains.
         """
+        for attempt in range(3):
+            try:
+                return self._resolve(completed, upper_inclusive, partitions=partitions, since=since)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _resolve(
+        self,
+        completed: Mapping[str, str],
+        upper_inclusive: str | None = None,
+        *,
+        partitions: Sequence[str] = (FILES, SEGMENTS),
+        since: tuple[str, MetadataSnapshot] | None = None,
+    ) -> MetadataSnapshot:
         bound = upper_inclusive or "9" * 17
         usable = self._completed_compactions()
         read: list[str] = []
@@ -236,9 +252,9 @@ class MetadataTable:
         if not used_base:
             self._check_resolvable(bound)
         return MetadataSnapshot(
-            files=resolved.get(FILES),  # type: ignore[arg-type]
+            files=resolved.get(FILES),
             segments=resolved.get(SEGMENTS),  # type: ignore[arg-type]
-            column_stats=resolved.get(COLUMN_STATS),  # type: ignore[arg-type]
+            column_stats=resolved.get(COLUMN_STATS),
             files_read=tuple(read),
         )
 
@@ -268,6 +284,7 @@ class MetadataTable:
         for base in bases:
             if base.compaction_time in done:
                 horizons[base.compaction_time] = base.horizon
+        self._horizon_hint = max(horizons.values(), default=_NOTHING)
         return horizons
 
     def _check_resolvable(self, bound: str) -> None:
@@ -285,43 +302,55 @@ class MetadataTable:
 
     # -- maintenance ---------------------------------------------------------------------------
 
-    def compact_if_due(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease) -> str | None:
-        """Fold completed blocks into new bases if enough deltacommits accumulated.
+    def compact_if_due(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease,
+                       data_max_time: str | None = None) -> str | None:
+        """Fold completed blocks into new bases if enough commits accumulated since the last.
 
         ``completed_in_order`` lists ``(time, completed_at)`` of completed data instants in
-        completion order. Returns the compaction time, or None if none was due.
+        completion order. Returns the compaction time, or None if none was due. The check costs
+        no storage call while this object knows the latest horizon; a stale hint (another
+        process compacted) only leads to a fresh check.
         """
         if not completed_in_order:
             return None
-        view = self.timeline.load()
-        last_compaction = max((i.completed_at or "" for i in view.completed()
-                               if i.action == "compaction"), default="")
-        since = sum(1 for i in view.completed()
-                    if i.action == "deltacommit" and (i.completed_at or "") > last_compaction)
-        if since < self.options.compact_after:
+        if self._horizon_hint is None:
+            self._completed_compactions()
+        hint = self._horizon_hint or _NOTHING
+        if sum(1 for _, done in completed_in_order if done > hint) < self.options.compact_after:
             return None
-        return self.compact(completed_in_order, lease=lease)
+        horizon = max(self._completed_compactions().values(), default=_NOTHING)
+        if sum(1 for _, done in completed_in_order if done > horizon) < self.options.compact_after:
+            return None
+        return self.compact(completed_in_order, lease=lease, data_max_time=data_max_time)
 
-    def compact(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease) -> str:
+    def compact(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease,
+                data_max_time: str | None = None) -> str:
+        """Compact now. ``data_max_time`` is the largest time on the data timeline.
+
+        The compaction's time is above every time on both timelines: data instants (even
+        pending ones) later record deltacommits at their own times on this timeline, so a
+        compaction must never take one of those times.
+        """
+        self.recover(lease=lease)
         horizon = completed_in_order[-1][1]
         completed = dict(completed_in_order)
-        instant = self.timeline.request("compaction", {"horizon": horizon}, lease=lease)
-        instant = self.timeline.start(instant)
+        after = max(filter(None, (data_max_time, self.timeline.view(lease).max_time())), default=None)
+        instant = self.timeline.request("compaction", {"horizon": horizon}, lease=lease,
+                                        time=next_time(self.timeline.clock(), after))
+        instant = self.timeline.start(instant, lease=lease)
         usable = self._completed_compactions()
         for partition, schema in self.schemas.items():
             base, logs = self._plan(partition, completed, horizon, usable)
             tables = [read_block(self.storage, base.path, schema)] if base is not None else []
             tables += [read_block(self.storage, block.path, schema) for block in logs]
-            if partition == SEGMENTS:
-                merged = segments_to_arrow(merge_segments(tables).values())
-            else:
-                merged = merge_two_phase(tables, schema)
+            merged = self._merge(partition, tables)
             if partition == COLUMN_STATS:
                 if not schema.field("columns").type.num_fields:
                     continue  # a table with no column that takes statistics has nothing here
                 merged = live(merged)  # statistics of removed files serve no later snapshot
             write_block(self.storage, base_path(partition_folder(partition), instant.time, horizon), merged)
         self.timeline.complete(instant, {"horizon": horizon}, lease=lease)
+        self._horizon_hint = horizon
         return instant.time
 
     def clean(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease) -> list[str]:
@@ -336,7 +365,7 @@ class MetadataTable:
         usable = self._completed_compactions()
         completed = dict(completed_in_order)
         deleted: list[str] = []
-        keep_from: str | None = None
+        floors: dict[str, tuple[BaseFile, list[str]]] = {}
         for partition in self.schemas:
             bases, logs = parse_listing(self.storage.list(partition_folder(partition)))
             valid = sorted((b for b in bases if usable.get(b.compaction_time) == b.horizon),
@@ -345,18 +374,22 @@ class MetadataTable:
             if not serving_oldest:
                 continue
             floor = serving_oldest[-1]
-            keep_from = floor.horizon
-            for base in valid:
-                if (base.horizon, base.compaction_time) < (floor.horizon, floor.compaction_time):
-                    self.storage.delete(base.path)
-                    deleted.append(base.path)
-            for block in logs:
-                done = completed.get(block.instant_time)
-                if done is not None and done <= floor.horizon:
-                    self.storage.delete(block.path)
-                    deleted.append(block.path)
-        if keep_from is not None and deleted:
-            self.storage.put(RETENTION_PATH, msgspec.json.encode(_Retention(resolvable_from=keep_from)))
+            doomed = [b.path for b in valid
+                      if (b.horizon, b.compaction_time) < (floor.horizon, floor.compaction_time)]
+            doomed += [b.path for b in logs
+                       if completed.get(b.instant_time) is not None
+                       and completed[b.instant_time] <= floor.horizon]
+            floors[partition] = (floor, doomed)
+        if not any(doomed for _, doomed in floors.values()):
+            return []
+        # Publish the new floor before deleting anything, so a reader that misses a deleted
+        # file can tell "expired" from "raced with cleaning" (it then lists again).
+        keep_from = max(floor.horizon for floor, _ in floors.values())
+        self.storage.put(RETENTION_PATH, msgspec.json.encode(_Retention(resolvable_from=keep_from)))
+        for _, doomed in floors.values():
+            for path in doomed:
+                self.storage.delete(path)
+                deleted.append(path)
         return deleted
 
     def archive_fence(self) -> str:

@@ -61,7 +61,7 @@ def column_stats_schema(table_schema: pa.Schema) -> pa.Schema:
 def tombstones(schema: pa.Schema, paths: Sequence[str]) -> pa.Table:
     """Rows that remove ``paths`` from a two-phase-set partition with ``schema``."""
     columns = {
-        name: pa.array([path for path in paths], pa.string()) if name == KEY
+        name: pa.array(list(paths), pa.string()) if name == KEY
         else pa.array([True] * len(paths), pa.bool_()) if name == DELETED
         else pa.nulls(len(paths), schema.field(name).type)
         for name in schema.names

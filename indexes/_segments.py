@@ -28,10 +28,12 @@ MARKED_FOR_DELETE: Final = "Marked for Delete"
 STATUS_RANK: Final = {
     INSERT_IN_PROGRESS: 0,
     STREAMING: 1,
-    STREAMING_FINISH: 2,
+    # No segment moves between Success and Streaming Finish; giving them distinct ranks keeps
+    # the order total, so the merge never depends on argument order.
     SUCCESS: 2,
-    COMPACTED: 3,
-    MARKED_FOR_DELETE: 4,
+    STREAMING_FINISH: 3,
+    COMPACTED: 4,
+    MARKED_FOR_DELETE: 5,
 }
 LIVE_STATUSES: Final = frozenset({SUCCESS, STREAMING, STREAMING_FINISH})
 
@@ -81,7 +83,7 @@ def merge_segment(a: SegmentEntry, b: SegmentEntry) -> SegmentEntry:
 
 def _smallest_set(x: T, y: T) -> T:
     """The smaller of two values where an empty value (0, "") means "not set"."""
-    return min(x, y) if x and y else x or y  # type: ignore[type-var]
+    return min(x, y) if x and y else x or y
 
 
 SEGMENTS_SCHEMA: Final = pa.schema([

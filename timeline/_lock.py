@@ -177,6 +177,7 @@ class TableLock:
         """
         waited_from = self.clock()
         limit = self.timeout_ms if timeout_ms is None else timeout_ms
+        polls = 0
         while True:
             head = self.head_seq()
             current = self._read(head) if head else None
@@ -195,10 +196,13 @@ class TableLock:
                     self._collect_garbage(seqs)
                     return Lease(self, mine)
                 continue
-            waited = now - waited_from
+            # Count our own sleeps too: an injected clock that stands still must not make us
+            # wait forever.
+            waited = max(now - waited_from, polls * self.poll_ms)
             if waited >= limit:
                 raise LockTimeoutError(current.owner, current.expires_ms, waited)
             self._sleep(self.poll_ms / 1000)
+            polls += 1
 
     def _write_next(self, held: LockRecord, *, released: bool) -> LockRecord:
         now = self.clock()

@@ -130,6 +130,7 @@ class Timeline:
         self.owner = owner or default_owner()
         self.options = options or TimelineOptions()
         self._last_issued: str | None = None
+        self._session: tuple[Lease, TimelineView] | None = None
         self._lock = TableLock(
             storage, owner=self.owner, clock=clock, lease_ms=self.options.lock_lease_ms,
             timeout_ms=self.options.lock_timeout_ms, poll_ms=self.options.lock_poll_ms, sleep=sleep,
@@ -157,6 +158,28 @@ class Timeline:
                 continue
             files.append((key, instant))
         return TimelineView.from_state_files(files)
+
+    def view(self, lease: Lease | None = None) -> TimelineView:
+        """The active timeline; under ``lease``, listed once per lease and kept current after.
+
+        While the table lock is held, only its holder can request, complete or roll back
+        instants, so a view listed after taking the lock and updated with the holder's own
+        transitions stays exact for every decision the holder makes. (Other writers may still
+        move their own instants from requested to inflight; no decision depends on that.)
+        """
+        if lease is None:
+            return self.load()
+        session = self._session
+        if session is not None and session[0] is lease and not lease.released:
+            return session[1]
+        view = self.load()
+        self._session = (lease, view)
+        return view
+
+    def _remember(self, lease: Lease | None, instant: Instant) -> None:
+        session = self._session
+        if lease is not None and session is not None and session[0] is lease:
+            self._session = (lease, session[1].with_instant(instant))
 
     def history(self) -> list[Instant]:
         """Every instant, archived and active, by requested time."""
@@ -241,7 +264,7 @@ class Timeline:
             with self.lock() as own:
                 return self.request(action, plan, lease=own, time=time)
         lease.ensure_held()
-        view = self.load()
+        view = self.view(lease)
         if time is None:
             time = self._allocate_time(view)
         else:
@@ -251,11 +274,35 @@ class Timeline:
                                              "an instant with this time already exists")
         instant = Instant(time=time, action=action, state=REQUESTED)
         self._put_state(instant, plan)
+        self._remember(lease, instant)
         return instant
 
-    def start(self, instant: Instant, payload: object = None) -> Instant:
-        """Move a requested instant to ``inflight``."""
-        current = self._current(instant)
+    def record_completed(self, action: str, time: str, metadata: object = None, *,
+                         lease: Lease) -> Instant:
+        """Write an instant straight into the completed state, at a mirrored time ``time``.
+
+        For bookkeeping instants of a single-writer timeline whose outcome nobody decides on
+        (the metadata table's deltacommits: readers trust the data timeline instead). One file
+        is written, so a crash leaves either no instant or a completed one, never a pending one.
+        """
+        if action not in ACTIONS:
+            raise InvalidOptionError(f"unknown action {action!r}; expected one of {sorted(ACTIONS)}")
+        lease.ensure_held()
+        view = self.view(lease)
+        parse_time(time)
+        if view.get(time) is not None:
+            raise IllegalTransitionError(time, view.get(time).state, COMPLETED,  # type: ignore[union-attr]
+                                         "an instant with this time already exists")
+        completed = Instant(time=time, action=action, state=COMPLETED,
+                            completed_at=self._allocate_time(view))
+        self._put_state(completed, metadata)
+        self._remember(lease, completed)
+        return completed
+
+    def start(self, instant: Instant, payload: object = None, *,
+              lease: Lease | None = None) -> Instant:
+        """Move a requested instant to ``inflight`` (no lock needed; ``lease`` saves a listing)."""
+        current = self._current(instant, self.view(lease) if lease is not None else None)
         if current.state != REQUESTED:
             raise IllegalTransitionError(instant.time, current.state, INFLIGHT,
                                          "only a requested instant can start")
@@ -265,6 +312,7 @@ class Timeline:
         except ObjectExistsError:
             raise IllegalTransitionError(instant.time, INFLIGHT, INFLIGHT,
                                          "it was already started") from None
+        self._remember(lease, inflight)
         return inflight
 
     def complete(self, instant: Instant, metadata: object = None, *, lease: Lease) -> Instant:
@@ -281,7 +329,7 @@ class Timeline:
                 instant may or may not have completed (reload the timeline to find out).
         """
         lease.ensure_held()
-        view = self.load()
+        view = self.view(lease)
         current = self._current(instant, view)
         if current.state != INFLIGHT:
             reason = {
@@ -291,8 +339,9 @@ class Timeline:
             }[current.state]
             raise IllegalTransitionError(instant.time, current.state, COMPLETED, reason)
         completed = current.with_state(COMPLETED, completed_at=self._allocate_time(view))
+        data = self._encode_state(completed, metadata)  # a bad payload fails here, nothing sent
         try:
-            self._put_state(completed, metadata)
+            self._put_encoded(completed, data)
         except ObjectExistsError:  # pragma: no cover - completion times are unique under the lock
             raise IllegalTransitionError(instant.time, COMPLETED, COMPLETED,
                                          "a completed file with this name exists") from None
@@ -301,6 +350,7 @@ class Timeline:
                 f"writing the completed file of instant {instant.time} failed ({exc}); it may "
                 "or may not have landed\nHelp: reload the timeline before retrying"
             ) from exc
+        self._remember(lease, completed)
         self.storage.delete(heartbeat_path(instant.time))
         return completed
 
@@ -312,12 +362,13 @@ class Timeline:
         was only paused.
         """
         lease.ensure_held()
-        current = self._current(instant)
+        current = self._current(instant, self.view(lease))
         if current.state not in (REQUESTED, INFLIGHT):
             raise IllegalTransitionError(instant.time, current.state, ROLLEDBACK,
                                          "only a pending instant can be rolled back")
         aborted = current.with_state(ROLLEDBACK)
         self._put_state(aborted, payload)
+        self._remember(lease, aborted)
         return aborted
 
     def rollback(
@@ -335,7 +386,7 @@ class Timeline:
         :meth:`resume_rollback`.
         """
         lease.ensure_held()
-        current = self._current(target)
+        current = self._current(target, self.view(lease))
         if not current.is_pending:
             raise IllegalTransitionError(target.time, current.state, ROLLEDBACK,
                                          "only a pending instant can be rolled back")
@@ -351,13 +402,13 @@ class Timeline:
         ``undo`` is not called and the rollback instant is returned ``rolledback`` instead.
         """
         plan = self.read_plan(rollback, RollbackPlan)
-        target = self.load().get(plan.target_time) or Instant(
+        target = self.view(lease).get(plan.target_time) or Instant(
             time=plan.target_time, action=plan.target_action, state=ROLLEDBACK)
         return self._finish_rollback(rollback, target, lease=lease, undo=undo)
 
     def _finish_rollback(self, instant: Instant, target: Instant, *, lease: Lease,
                          undo: Callable[[Instant], object] | None) -> Instant:
-        current = self.load().get(target.time)
+        current = self.view(lease).get(target.time)
         if current is not None and current.is_completed:
             # Only the target's rolledback marker decides, so a rollback whose writer died
             # before that marker can lose to the target's commit. Never undo committed work:
@@ -365,8 +416,8 @@ class Timeline:
             return self.abort(instant, lease=lease)
         if current is not None and current.is_pending:
             target = self.abort(current, lease=lease)
-        if self._current(instant).state == REQUESTED:
-            instant = self.start(instant)
+        if self._current(instant, self.view(lease)).state == REQUESTED:
+            instant = self.start(instant, lease=lease)
         metadata = undo(target) if undo is not None else None
         self.storage.delete(heartbeat_path(target.time))
         return self.complete(instant, metadata, lease=lease)
@@ -382,7 +433,7 @@ class Timeline:
         nor are instants at or after ``fence_exclusive`` (for the metadata table's needs).
         """
         lease.ensure_held()
-        view = self.load()
+        view = self.view(lease)
         completed = view.completed()
         if len(completed) <= self.options.archive_trigger:
             return []
@@ -400,6 +451,7 @@ class Timeline:
         chosen += [i for i in view.rolled_back() if i.time < cutoff]
         records = [self._archived(i) for i in chosen]
         write_archive(self.storage, records)
+        self._session = None  # the files below leave the active timeline
         for instant in chosen:
             self._remove_active(instant)
         merge_archives(self.storage, max_files=self.options.archive_max_files)
@@ -431,13 +483,20 @@ class Timeline:
         return current
 
     def _put_state(self, instant: Instant, payload: object) -> None:
+        self._put_encoded(instant, self._encode_state(instant, payload))
+
+    def _encode_state(self, instant: Instant, payload: object) -> bytes:
         envelope = InstantFile(
             time=instant.time, action=instant.action, state=instant.state,
             completed_at=instant.completed_at, owner=self.owner,
             payload=msgspec.Raw(_encoder.encode(payload)),
         )
+        return _encoder.encode(envelope)
+
+    def _put_encoded(self, instant: Instant, data: bytes) -> None:
         path = _path(instant.time, instant.action, instant.state, instant.completed_at)
-        self.storage.put_if_absent(path, _encoder.encode(envelope))
+        self.storage.put_if_absent(path, data)
+
 
 
 def _path(time: str, action: str, state: str, completed_at: str | None = None) -> str:

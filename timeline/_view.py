@@ -52,6 +52,10 @@ class TimelineView:
                 folded[seen.time] = (name, seen)
         return cls(instant for _, instant in folded.values())
 
+    def with_instant(self, instant: Instant) -> TimelineView:
+        """This view with ``instant`` added, or replacing the instant of the same time."""
+        return TimelineView([i for i in self._instants if i.time != instant.time] + [instant])
+
     @property
     def instants(self) -> tuple[Instant, ...]:
         """Every active instant, by requested time."""

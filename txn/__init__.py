@@ -14,6 +14,7 @@ Example:
     Help: open it with txn.open_table(uri), or choose another location
 """
 
+from indexes import SnapshotExpiredError
 from timeline import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -30,8 +31,6 @@ from timeline import (
     TableNotFoundError,
     TxnError,
 )
-
-from indexes import SnapshotExpiredError
 
 from ._records import Commit, DataFile, Problem, Segment, ValidationReport
 from ._snapshot import Snapshot

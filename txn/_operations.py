@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pyarrow as pa
 
 from indexes import (
@@ -115,8 +116,7 @@ def _load(table: Table, operation: str, data: Any, extra: dict[str, str] | None,
                 for entry in current.segments.values():
                     if entry.is_live:
                         removed_segments.append(entry.id)
-                        segments.append(SegmentEntry(id=entry.id, status=MARKED_FOR_DELETE,
-                                                     load_end_ms=entry.load_end_ms))
+                        segments.append(msgspec.structs.replace(entry, status=MARKED_FOR_DELETE))
                 files = pa.concat_tables([files, tombstones(FILES_SCHEMA, removed_files)])
                 stats = pa.concat_tables([stats, tombstones(stats.schema, removed_files)])
             metadata = CommitMetadata(

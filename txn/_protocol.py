@@ -88,15 +88,18 @@ class Protocol:
             view = self.recover(lease)
             segment = self._next_segment(view) if new_segment else None
             plan = WritePlan(operation=operation, segment=segment, extra=dict(extra or {}))
-            # T comes back as the metadata table's deltacommit time, and that timeline allocates
-            # its own instants (compactions) from its own times: T must be above those too, or a
-            # compaction that took T's time makes this commit fail.
-            after = max(filter(None, (view.max_time(), self._metadata.timeline.load().max_time())),
+            # T comes back as the metadata table's deltacommit time, so it must also be above
+            # every time on the metadata timeline (whose compactions take times of their own).
+            after = max(filter(None, (view.max_time(), self._metadata.timeline.view(lease).max_time())),
                         default=None)
             instant = self._timeline.request(action, plan, lease=lease,
                                              time=next_time(self._timeline.clock(), after))
+            try:
+                instant = self._timeline.start(instant, lease=lease)
+            except BaseException:
+                self._roll_back_quietly(instant, lease)
+                raise
         try:
-            instant = self._timeline.start(instant)
             heartbeat = self._timeline.heartbeat(instant).start()
         except BaseException:
             self._roll_back_quietly(instant)
@@ -109,7 +112,7 @@ class Protocol:
         metadata: CommitMetadata | None = None
         try:
             with self._timeline.lock() as lease:
-                changes, metadata = build(lease, self._timeline.load())
+                changes, metadata = build(lease, self._timeline.view(lease))
                 self._metadata.write_delta(pending.instant.time, changes, lease=lease)
                 completed = self._timeline.complete(pending.instant, metadata, lease=lease)
                 self._after_commit_quietly(lease)
@@ -146,8 +149,10 @@ class Protocol:
     # -- rollback and recovery -----------------------------------------------------------------
 
     def recover(self, lease: Lease) -> TimelineView:
-        """Roll back every pending instant whose writer's heartbeat expired; return a fresh view."""
-        view = self._timeline.load()
+        """Roll back every pending instant whose writer's heartbeat expired; return the view."""
+        view = self._timeline.view(lease)
+        if not view.pending():
+            return view  # no writer in flight, so none died in flight either
         for instant in self._timeline.expired(view):
             undo = self._undo(lease)
             if instant.action == "rollback":
@@ -155,21 +160,25 @@ class Protocol:
             else:
                 log.info("rolling back instant %s of a writer whose heartbeat expired", instant.time)
                 self._timeline.rollback(instant, lease=lease, undo=undo)
+        # A writer that died holding the lock left a data instant pending; it may also have left
+        # a metadata instant pending.
         self._metadata.recover(lease=lease)
-        return self._timeline.load()
+        return self._timeline.view(lease)
 
-    def roll_back(self, instant: Instant) -> Instant:
-        with self._timeline.lock() as lease:
-            current = self._timeline.load().get(instant.time)
-            if current is None or not current.is_pending:
-                return current or instant
-            return self._timeline.rollback(current, lease=lease, undo=self._undo(lease))
+    def roll_back(self, instant: Instant, lease: Lease | None = None) -> Instant:
+        if lease is None:
+            with self._timeline.lock() as own:
+                return self.roll_back(instant, own)
+        current = self._timeline.view(lease).get(instant.time)
+        if current is None or not current.is_pending:
+            return current or instant
+        return self._timeline.rollback(current, lease=lease, undo=self._undo(lease))
 
-    def _roll_back_quietly(self, instant: Instant) -> None:
+    def _roll_back_quietly(self, instant: Instant, lease: Lease | None = None) -> None:
         # The caller is already failing: report the original error, not a secondary one. If
         # this rollback fails too, the instant stays pending and expires into a later rollback.
         try:
-            self.roll_back(instant)
+            self.roll_back(instant, lease)
         except Exception:
             log.warning("could not roll back instant %s now; a later writer will", instant.time,
                         exc_info=True)

@@ -108,7 +108,8 @@ class Snapshot:
         return self._metadata
 
     def _paths(self) -> list[str]:
-        return self._files["path"].to_pylist()
+        paths: list[str] = self._files["path"].to_pylist()
+        return paths
 
     def _data_files(self, indices: Sequence[int] | None = None) -> list[DataFile]:
         files = self._files if indices is None else self._files.take(pa.array(indices, pa.int64()))

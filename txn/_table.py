@@ -6,7 +6,7 @@ import os
 import secrets
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -27,19 +27,20 @@ from timeline import (
     Instant,
     InvalidOptionError,
     Lease,
-    TimelineView,
-    parse_time,
-    time_of,
     ObjectExistsError,
     Storage,
     TableExistsError,
     TableNotFoundError,
     Timeline,
+    TimelineView,
     format_time,
     open_storage,
+    parse_time,
     system_clock,
+    time_of,
 )
 
+from . import _operations, _validate
 from ._config import (
     TABLE_CONFIG_PATH,
     TableConfig,
@@ -47,7 +48,6 @@ from ._config import (
     describe_schema,
     encode_config,
 )
-from . import _operations, _validate
 from ._options import check_layout, check_properties, check_schema, metadata_options, timeline_options
 from ._protocol import DATA_ACTIONS, Protocol
 from ._records import Commit, Segment, ValidationReport, WritePlan
@@ -58,7 +58,7 @@ from ._storage_io import DataStore
 IdFactory = Callable[[], str]
 
 #: What a write accepts: a pyarrow Table, a RecordBatchReader (streamed) or a pandas DataFrame.
-WriteInput = Union[pa.Table, pa.RecordBatchReader, Any]
+WriteInput: TypeAlias = "pa.Table | pa.RecordBatchReader | Any"
 
 
 def random_id() -> str:
@@ -170,12 +170,17 @@ class Table:
         view = self._timeline.load()
         if as_of is None:
             last = view.last_completed()
-            return self._snapshot_at(view, last.time if last else None,
-                                     last.completed_at if last else None)
-        bound = self._completion_bound(view, as_of)
-        included = view.completed_up_to(bound)
-        last = included[-1] if included else None
-        return self._snapshot_at(view, last.time if last else None, bound)
+            bound = last.completed_at if last else None
+        else:
+            bound = self._completion_bound(view, as_of)
+        # The snapshot is named after the last write it includes, not a rollback after it.
+        writes = [i for i in (view.completed_up_to(bound) if bound else ())
+                  if i.action in DATA_ACTIONS]
+        if not writes and bound:  # the last write before an old bound may be archived by now
+            writes = sorted((i for i in self._timeline.history() if i.action in DATA_ACTIONS
+                             and i.completed_at and i.completed_at <= bound),
+                            key=lambda i: i.completed_at or "")
+        return self._snapshot_at(view, writes[-1].time if writes else None, bound)
 
     def to_arrow(self, filter: ds.Expression | None = None, columns: list[str] | None = None,
                  as_of: str | datetime | None = None) -> pa.Table:
@@ -275,13 +280,18 @@ class Table:
         return str(max(taken, default=-1) + 1)
 
     def _maintain(self, lease: Lease) -> None:
-        """After each commit, under the lock: metadata compaction and cleaning, then archival."""
-        view = self._timeline.load()
+        """After each commit, under the lock: metadata compaction and cleaning, then archival.
+
+        Each step first checks, from state already in hand, whether it has anything to do, so
+        a commit that needs no maintenance pays no storage call for it.
+        """
+        view = self._timeline.view(lease)
         order = [(i.time, i.completed_at or "") for i in view.completed()]
-        self._metadata.compact_if_due(order, lease=lease)
-        self._metadata.clean(order, lease=lease)
-        self._timeline.archive(lease=lease, fence_exclusive=self._metadata.archive_fence())
-        self._metadata.archive(lease=lease)
+        if self._metadata.compact_if_due(order, lease=lease, data_max_time=view.max_time()) is not None:
+            self._metadata.clean(order, lease=lease)
+            self._metadata.archive(lease=lease)
+        if len(order) > self._timeline.options.archive_trigger:
+            self._timeline.archive(lease=lease, fence_exclusive=self._metadata.archive_fence())
 
     def __repr__(self) -> str:
         return f"txn.Table({self._uri!r})"

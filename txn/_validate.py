@@ -72,7 +72,7 @@ def validate(table: Table) -> ValidationReport:
     segment_rows: dict[str, int] = {}
     for row in live_files.to_pylist():
         segment_rows[row["segment"]] = segment_rows.get(row["segment"], 0) + row["rows"]
-    for segment_id, rows in segment_rows.items():
+    for segment_id in segment_rows:
         entry = metadata.segments.get(segment_id)
         if entry is None or not entry.is_live:
             problems.append(Problem("dead segment", segment_id,

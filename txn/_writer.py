@@ -20,6 +20,7 @@ memory.
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -205,7 +206,7 @@ class DataFileWriter:
             same_null = pc.and_(pc.is_null(head), pc.is_null(tail))
             boundary = pc.or_(boundary, pc.and_(differs, pc.invert(same_null)))
         starts = [0] + [i + 1 for i in pc.indices_nonzero(boundary).to_pylist()] + [count]
-        for start, end in zip(starts, starts[1:], strict=False):
+        for start, end in itertools.pairwise(starts):
             part = ordered.slice(start, end - start)
             values = {name: part.column(name)[0].as_py() for name in self._partition_by}
             path = "/".join(f"{name}={hive_value(values[name])}" for name in self._partition_by)
