@@ -1,0 +1,247 @@
+"""The merge rules of the metadata table's partitions.
+
+``files`` and ``column_stats`` are two-phase sets keyed by path; ``segments`` records join over
+the status lattice. Both merges must be commutative, associative and idempotent, so compaction
+may fold log blocks in any grouping and a resolve may extend an earlier result: the answer never
+depends on how the records were grouped into blocks or in which order the blocks are read.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import indexes
+from indexes import (
+    COMPACTED,
+    FILES_SCHEMA,
+    INSERT_IN_PROGRESS,
+    MARKED_FOR_DELETE,
+    STATUS_RANK,
+    STREAMING,
+    STREAMING_FINISH,
+    SUCCESS,
+    SegmentEntry,
+    column_stats_schema,
+    merge_segment,
+    merge_two_phase,
+    tombstones,
+)
+
+KEYS = [f"seg/part-{k}.parquet" for k in "abcdefgh"]
+STATS_SCHEMA = column_stats_schema(pa.schema([("id", pa.int64()), ("name", pa.string())]))
+
+
+def _add(schema: pa.Schema, key: str) -> dict[str, Any]:
+    """The one record that adds ``key``: a file is added once, by the instant that wrote it."""
+    n = KEYS.index(key)
+    if schema is FILES_SCHEMA:
+        return {"path": key, "segment": str(n % 3), "partition": "", "format": "parquet",
+                "rows": n + 1, "size": 100 * (n + 1), "instant": f"2026010100000{n:04d}",
+                "deleted": False}
+    return {"path": key, "deleted": False,
+            "columns": {"id": {"min": n, "max": n + 10, "nulls": 0, "count": n + 1},
+                        "name": {"min": None, "max": None, "nulls": n + 1, "count": n + 1}}}
+
+
+def _records_table(schema: pa.Schema, records: list[tuple[str, bool]]) -> pa.Table:
+    adds = [_add(schema, key) for key, is_add in records if is_add]
+    removed = [key for key, is_add in records if not is_add]
+    return pa.concat_tables([pa.Table.from_pylist(adds, schema=schema),
+                             tombstones(schema, removed)])
+
+
+def _merge(schema: pa.Schema, tables: list[pa.Table]) -> list[dict[str, Any]]:
+    return merge_two_phase(tables, schema).to_pylist()
+
+
+schemas = st.sampled_from([FILES_SCHEMA, STATS_SCHEMA])
+record_sets = st.lists(st.tuples(st.sampled_from(KEYS), st.booleans()), max_size=24)
+
+
+@st.composite
+def blocks(draw: st.DrawFn) -> tuple[pa.Schema, list[pa.Table]]:
+    """A schema and a random partition of a random record set into 1..5 blocks."""
+    schema = draw(schemas)
+    records = draw(record_sets)
+    count = draw(st.integers(1, 5))
+    owner = draw(st.lists(st.integers(0, count - 1), min_size=len(records), max_size=len(records)))
+    grouped = [[r for r, o in zip(records, owner, strict=True) if o == b] for b in range(count)]
+    return schema, [_records_table(schema, g) for g in grouped]
+
+
+def _expected(schema: pa.Schema, tables: list[pa.Table]) -> list[dict[str, Any]]:
+    """The set semantics: present if any record names the key, deleted if any removes it, and
+    the adding record's fields whenever an add exists."""
+    added: set[str] = set()
+    deleted: set[str] = set()
+    for table in tables:
+        for row in table.to_pylist():
+            (deleted if row["deleted"] else added).add(row["path"])
+    result = []
+    for key in sorted(added | deleted):
+        row = _add(schema, key) if key in added else tombstones(schema, [key]).to_pylist()[0]
+        result.append({**row, "deleted": key in deleted})
+    return result
+
+
+@given(blocks())
+def test_two_phase_merge_has_set_semantics(case: tuple[pa.Schema, list[pa.Table]]) -> None:
+    schema, tables = case
+    assert _merge(schema, tables) == _expected(schema, tables)
+
+
+@given(blocks(), st.randoms(use_true_random=False))
+def test_two_phase_merge_is_commutative(case: tuple[pa.Schema, list[pa.Table]], rnd: Any) -> None:
+    schema, tables = case
+    shuffled = list(tables)
+    rnd.shuffle(shuffled)
+    assert _merge(schema, shuffled) == _merge(schema, tables)
+
+
+@given(blocks(), st.data())
+def test_two_phase_merge_is_associative(case: tuple[pa.Schema, list[pa.Table]], data: st.DataObject) -> None:
+    """Folding groups of blocks first (what compaction and incremental resolves do), in any
+    order, gives the same result as merging every block at once."""
+    schema, tables = case
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(tables) - 1)), max_size=3)))
+    groups = [tables[a:b] for a, b in zip([0, *cuts], [*cuts, len(tables)], strict=True)]
+    folded = [merge_two_phase(g, schema) for g in groups if g]
+    order = data.draw(st.permutations(folded))
+    assert _merge(schema, list(order)) == _merge(schema, tables)
+
+
+@given(blocks(), st.data())
+def test_two_phase_merge_is_idempotent(case: tuple[pa.Schema, list[pa.Table]], data: st.DataObject) -> None:
+    """Merging a block twice, or merging an already-merged result with blocks it already
+    contains (before or after it), changes nothing."""
+    schema, tables = case
+    once = merge_two_phase(tables, schema)
+    assert _merge(schema, tables + tables) == once.to_pylist()
+    assert _merge(schema, [once]) == once.to_pylist()
+    again = data.draw(st.lists(st.sampled_from(tables), max_size=3))
+    assert _merge(schema, [*again, once]) == once.to_pylist()
+    assert _merge(schema, [once, *again]) == once.to_pylist()
+
+
+def test_a_merged_result_is_sorted_by_path_and_keeps_the_schema() -> None:
+    table = _records_table(FILES_SCHEMA, [(KEYS[3], True), (KEYS[1], True), (KEYS[3], False)])
+    merged = merge_two_phase([table], FILES_SCHEMA)
+    assert merged.schema.equals(FILES_SCHEMA)
+    assert merged["path"].to_pylist() == [KEYS[1], KEYS[3]]
+    assert merged["deleted"].to_pylist() == [False, True]
+    assert merged["rows"].to_pylist() == [2, 4], "a removed file keeps the fields it was added with"
+    assert indexes.live(merged)["path"].to_pylist() == [KEYS[1]]
+
+
+def test_merging_nothing_gives_an_empty_table_of_the_schema() -> None:
+    assert merge_two_phase([], FILES_SCHEMA).equals(FILES_SCHEMA.empty_table())
+    assert merge_two_phase([FILES_SCHEMA.empty_table()], FILES_SCHEMA).num_rows == 0
+
+
+# -- segments ---------------------------------------------------------------------------------------
+
+
+@st.composite
+def lifecycles(draw: st.DrawFn) -> list[SegmentEntry]:
+    """The records one segment's life can produce, in any subset (they may sit in any blocks).
+
+    A load is Success, then possibly Compacted and/or Marked for Delete; a streaming segment is
+    Streaming, then Streaming Finish, then possibly Compacted and/or Marked for Delete.
+    """
+    segment = draw(st.sampled_from(["0", "1", "7", "12"]))
+    start = draw(st.integers(1, 10_000))
+    end = start + draw(st.integers(0, 5_000))
+    created = SegmentEntry(
+        id=segment, status=draw(st.sampled_from([SUCCESS, STREAMING])),
+        format=draw(st.sampled_from(["parquet", "orc"])),
+        partitions=tuple(sorted(draw(st.sets(st.sampled_from(["d=1", "d=2", "d=3"]))))),
+        rows=draw(st.integers(0, 1_000)), data_size=draw(st.integers(0, 10**6)),
+        index_size=draw(st.integers(0, 10**4)), load_start_ms=start, load_end_ms=end,
+        instant=f"2026010100{start:07d}",
+    )
+    records = [created]
+    if draw(st.booleans()):
+        records.append(SegmentEntry(id=segment, status=INSERT_IN_PROGRESS, load_start_ms=start,
+                                    instant=created.instant))
+    if created.status == STREAMING and draw(st.booleans()):
+        records.append(SegmentEntry(id=segment, status=STREAMING_FINISH,
+                                    load_end_ms=end + draw(st.integers(0, 100))))
+    if draw(st.booleans()):
+        records.append(SegmentEntry(id=segment, status=COMPACTED, merged_to=f"{segment}.1",
+                                    load_end_ms=end))
+    if draw(st.booleans()):
+        records.append(SegmentEntry(id=segment, status=MARKED_FOR_DELETE, load_end_ms=end))
+    return draw(st.permutations(records))
+
+
+def _join(entries: list[SegmentEntry]) -> SegmentEntry:
+    return functools.reduce(merge_segment, entries)
+
+
+@given(lifecycles())
+def test_segment_merge_is_commutative(records: list[SegmentEntry]) -> None:
+    for a in records:
+        for b in records:
+            assert merge_segment(a, b) == merge_segment(b, a)
+
+
+@given(lifecycles(), st.data())
+def test_segment_merge_is_associative_and_order_free(records: list[SegmentEntry],
+                                                     data: st.DataObject) -> None:
+    for a in records:
+        for b in records:
+            for c in records:
+                assert merge_segment(merge_segment(a, b), c) == merge_segment(a, merge_segment(b, c))
+    shuffled = data.draw(st.permutations(records))
+    cut = data.draw(st.integers(0, len(records)))
+    left, right = shuffled[:cut], shuffled[cut:]
+    grouped = [_join(g) for g in (left, right) if g]
+    assert _join(grouped) == _join(records)
+
+
+@given(lifecycles())
+def test_segment_merge_is_idempotent(records: list[SegmentEntry]) -> None:
+    whole = _join(records)
+    assert merge_segment(whole, whole) == whole
+    for record in records:
+        assert merge_segment(record, record) == record
+        assert merge_segment(whole, record) == whole == merge_segment(record, whole)
+
+
+@given(lifecycles())
+def test_the_joined_segment_has_the_furthest_status_and_keeps_the_loads_facts(
+    records: list[SegmentEntry],
+) -> None:
+    """A later status record never erases what the load recorded."""
+    whole = _join(records)
+    created = next(r for r in records if r.status in (SUCCESS, STREAMING))
+    assert STATUS_RANK[whole.status] == max(STATUS_RANK[r.status] for r in records)
+    assert whole.status in {r.status for r in records}
+    assert (whole.rows, whole.data_size, whole.index_size, whole.partitions) == (
+        created.rows, created.data_size, created.index_size, created.partitions)
+    assert (whole.load_start_ms, whole.instant) == (created.load_start_ms, created.instant)
+    assert whole.load_end_ms == max(r.load_end_ms for r in records)
+    compacted = [r for r in records if r.status == COMPACTED]
+    assert whole.merged_to == (compacted[0].merged_to if compacted else None)
+
+
+@pytest.mark.parametrize(("low", "high"), [
+    (INSERT_IN_PROGRESS, SUCCESS), (SUCCESS, COMPACTED), (SUCCESS, MARKED_FOR_DELETE),
+    (STREAMING, STREAMING_FINISH), (STREAMING_FINISH, COMPACTED), (COMPACTED, MARKED_FOR_DELETE),
+])
+def test_statuses_only_move_forward(low: str, high: str) -> None:
+    a = SegmentEntry(id="3", status=low, rows=5)
+    b = SegmentEntry(id="3", status=high)
+    assert merge_segment(a, b).status == merge_segment(b, a).status == high
+    assert merge_segment(a, b).rows == 5
+
+
+def test_segment_ids_order_numerically_with_compaction_levels() -> None:
+    ids = ["10", "2", "0.1", "0", "1", "0.2", "1.1"]
+    assert sorted(ids, key=indexes.segment_sort_key) == ["0", "0.1", "0.2", "1", "1.1", "2", "10"]

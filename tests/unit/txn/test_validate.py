@@ -1,0 +1,136 @@
+"""``Table.validate()``: the metadata table against the truth on storage.
+
+It is clean after any sequence of successful writes, and reports each kind of disagreement as a
+``Problem`` naming its kind and path, never by raising.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import txn
+from tests.unit.txn.helpers import SCHEMA, data_files_on_storage, rows, storage_of
+
+
+def _loaded(uri: str, **kwargs: object) -> tuple[txn.Table, list[txn.Commit]]:
+    table = txn.create_table(uri, SCHEMA, **kwargs)  # type: ignore[arg-type]
+    commits = [table.append(rows(range(5), region="eu")),
+               table.append(rows(range(5, 9), region="us"))]
+    return table, commits
+
+
+def _kinds(report: txn.ValidationReport) -> list[tuple[str, str]]:
+    return sorted((p.kind, p.path) for p in report.problems)
+
+
+def test_a_new_table_validates_clean(table_uri: str) -> None:
+    report = txn.create_table(table_uri, SCHEMA).validate()
+    assert isinstance(report, txn.ValidationReport)
+    assert report.ok and report.problems == []
+
+
+def test_appends_and_overwrites_validate_clean(table_uri: str) -> None:
+    table, _ = _loaded(table_uri, partition_by=["region"],
+                       properties={"metadata.compact_after": "2"})
+    table.overwrite(rows(range(100, 103), region="apac"))
+    table.append(rows(range(103, 104), region=None))
+    table.overwrite(rows(range(200, 201)))
+    report = table.validate()
+    assert report.ok, str(report)
+    assert report.files_checked == len(data_files_on_storage(table_uri)), (
+        "replaced files are checked too until they are cleaned")
+    assert str(report).startswith("ok")
+
+
+def test_a_missing_data_file_is_reported(table_uri: str) -> None:
+    table, commits = _loaded(table_uri)
+    [gone] = commits[0].paths_added
+    storage_of(table_uri).delete(gone)
+    report = table.validate()
+    assert not report.ok
+    assert _kinds(report) == [("missing file", gone)]
+    assert all(isinstance(p, txn.Problem) for p in report.problems)
+    assert gone in str(report)
+
+
+def test_a_data_file_with_other_bytes_is_a_size_mismatch(table_uri: str) -> None:
+    table, commits = _loaded(table_uri)
+    [changed] = commits[1].paths_added
+    storage = storage_of(table_uri)
+    other = pa.BufferOutputStream()
+    pq.write_table(rows(range(50, 60)), other)
+    storage.put(changed, other.getvalue().to_pybytes())
+    report = table.validate()
+    assert _kinds(report) == [("size mismatch", changed)]
+    assert "bytes" in report.problems[0].detail
+
+
+def test_a_corrupt_data_file_of_the_same_size_is_reported_not_raised(table_uri: str) -> None:
+    table, commits = _loaded(table_uri)
+    [broken] = commits[0].paths_added
+    storage = storage_of(table_uri)
+    storage.put(broken, b"\0" * storage.size(broken))
+    assert _kinds(table.validate()) == [("unreadable file", broken)]
+
+
+def _parquet_of_size(table: pa.Table, size: int) -> bytes:
+    """A valid Parquet file holding ``table``, padded to exactly ``size`` bytes with footer
+    key/value metadata."""
+
+    def encode(padding: int) -> bytes:
+        sink = pa.BufferOutputStream()
+        with pq.ParquetWriter(sink, table.schema, store_schema=False) as writer:
+            writer.write_table(table)
+            writer.add_key_value_metadata({"pad": "x" * padding})
+        return sink.getvalue().to_pybytes()
+
+    shortfall = size - len(encode(0))
+    assert shortfall >= 0, "the replacement must be smaller than the original"
+    for padding in range(max(0, shortfall - 4), shortfall + 4):
+        data = encode(padding)
+        if len(data) == size:
+            return data
+    raise AssertionError(f"cannot pad a Parquet file to {size} bytes")
+
+
+def test_a_file_with_another_row_count_but_the_same_size_is_reported(table_uri: str) -> None:
+    table, commits = _loaded(table_uri)
+    [swapped] = commits[0].paths_added
+    storage = storage_of(table_uri)
+    storage.put(swapped, _parquet_of_size(rows(range(2)), storage.size(swapped)))
+    report = table.validate()
+    assert _kinds(report) == [("row count mismatch", swapped)]
+    assert "5 rows" in report.problems[0].detail and "2" in report.problems[0].detail
+
+
+def test_an_unreferenced_parquet_file_in_the_table_folder_is_reported(table_uri: str) -> None:
+    table, _ = _loaded(table_uri, partition_by=["region"])
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows(range(3)), sink)
+    stray = "region=eu/part-9-00000-stray_20990101000000000.parquet"
+    storage_of(table_uri).put(stray, sink.getvalue().to_pybytes())
+    report = table.validate()
+    assert _kinds(report) == [("unreferenced file", stray)]
+    assert table.snapshot().count() == 9, "a stray file is never read"
+
+
+def test_files_that_are_not_parquet_or_live_under_metadata_are_not_data(table_uri: str) -> None:
+    table, _ = _loaded(table_uri)
+    storage = storage_of(table_uri)
+    storage.put("README.txt", b"notes")
+    storage.put("_metadata/scratch/old.parquet", b"x")
+    assert table.validate().ok
+
+
+def test_every_problem_is_reported_at_once(table_uri: str) -> None:
+    table, commits = _loaded(table_uri)
+    storage = storage_of(table_uri)
+    storage.delete(commits[0].paths_added[0])
+    storage.put(commits[1].paths_added[0], b"short")
+    storage.put("segment_7/stray.parquet", b"PAR1")
+    assert _kinds(table.validate()) == sorted([
+        ("missing file", commits[0].paths_added[0]),
+        ("size mismatch", commits[1].paths_added[0]),
+        ("unreferenced file", "segment_7/stray.parquet"),
+    ])
