@@ -7,6 +7,7 @@ default locally) and ``long`` (thorough; select with HYPOTHESIS_PROFILE=long).
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import Callable, Iterator
 
@@ -105,3 +106,36 @@ def s3_server() -> Iterator[S3Server]:
 def s3_uri(s3_server: S3Server) -> S3Location:
     """A table location ``s3://<fresh bucket>/table``; unpacks as ``uri, storage_options``."""
     return s3_server.new_location()
+
+
+def _raised_by_fault(exc_info: object) -> bool:
+    from tests.faults import InjectedFault
+
+    error = exc_info[1] if isinstance(exc_info, tuple) else None
+    while error is not None:
+        if isinstance(error, InjectedFault):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _no_swallowed_errors(request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Fail a test in which metatxn logged a warning that no injected fault explains.
+
+    metatxn logs, instead of raising, the failures a caller can do nothing about: maintenance
+    after a commit that already landed, or a rollback that a later writer will redo. Outside
+    fault injection such a warning means a bug was swallowed, so tests treat it as an error.
+    Mark a test ``allow_metatxn_warnings`` when the warning is what it provokes on purpose.
+    """
+    caplog.set_level(logging.WARNING, logger="metatxn")
+    yield
+    if request.node.get_closest_marker("allow_metatxn_warnings"):
+        return
+    swallowed = [r for r in caplog.get_records("call")
+                 if r.name == "metatxn" and r.levelno >= logging.WARNING
+                 and not _raised_by_fault(r.exc_info)]
+    if swallowed:
+        pytest.fail("metatxn logged unexpected warnings:\n" + "\n".join(
+            f"{r.getMessage()}: {r.exc_info[1]!r}" if r.exc_info else r.getMessage()
+            for r in swallowed))
