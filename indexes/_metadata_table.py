@@ -55,7 +55,14 @@ from ._layout import (
     partition_folder,
 )
 from ._records import FILES_SCHEMA, column_stats_schema, live, merge_two_phase
-from ._segments import SEGMENTS_SCHEMA, SegmentEntry, merge_segments, segments_to_arrow
+from ._segments import (
+    SEGMENTS_SCHEMA,
+    SegmentEntry,
+    max_load_id,
+    merge_segment_tables,
+    merge_segments,
+    segments_to_arrow,
+)
 
 RETENTION_PATH = f"{METADATA_FOLDER}/retention.json"
 _NOTHING = "0" * 17
@@ -106,6 +113,8 @@ class MetadataSnapshot:
     segments: Mapping[str, SegmentEntry] | None = None
     #: ``column_stats`` rows.
     column_stats: pa.Table | None = None
+    #: The largest load number among the segments (-1 if none), when segments were resolved.
+    max_load_id: int = -1
     #: Metadata files read to build this snapshot, for diagnostics and tests.
     files_read: tuple[str, ...] = field(default=())
 
@@ -243,9 +252,16 @@ class MetadataTable:
             blocks = [read_block(self.storage, b.path, self.schemas[partition]) for b in logs]
             read += [b.path for b in logs]
             if partition == SEGMENTS:
-                held = dict(earlier) if isinstance(earlier, Mapping) else merge_segments(
-                    [earlier] if earlier is not None else [])
+                if isinstance(earlier, Mapping):  # extending a snapshot: only new ids to scan
+                    held = dict(earlier)
+                    top = since[1].max_load_id if since is not None else max_load_id(held)
+                else:
+                    held = merge_segments([earlier] if earlier is not None else [])
+                    top = max_load_id(held)
                 resolved[partition] = merge_segments(blocks, into=held)
+                for block in blocks:
+                    top = max(top, max_load_id(block["id"].to_pylist()))
+                resolved["max_load_id"] = top
             else:
                 resolved[partition] = merge_two_phase(
                     ([earlier] if earlier is not None else []) + blocks, self.schemas[partition])
@@ -255,12 +271,13 @@ class MetadataTable:
             files=resolved.get(FILES),
             segments=resolved.get(SEGMENTS),  # type: ignore[arg-type]
             column_stats=resolved.get(COLUMN_STATS),
+            max_load_id=resolved.get("max_load_id", -1),  # type: ignore[arg-type]
             files_read=tuple(read),
         )
 
     def _merge(self, partition: str, tables: list[pa.Table]) -> pa.Table:
         if partition == SEGMENTS:
-            return segments_to_arrow(merge_segments(tables).values())
+            return merge_segment_tables(tables)
         return merge_two_phase(tables, self.schemas[partition])
 
     def _plan(self, partition: str, completed: Mapping[str, str], bound: str,

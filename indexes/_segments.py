@@ -13,6 +13,7 @@ from typing import Final, TypeVar
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 
 T = TypeVar("T", int, str)
 
@@ -111,10 +112,33 @@ def segments_to_arrow(entries: Iterable[SegmentEntry]) -> pa.Table:
 
 
 def segments_from_arrow(table: pa.Table) -> list[SegmentEntry]:
-    return [
-        SegmentEntry(**{**row, "partitions": tuple(row["partitions"] or ())})
-        for row in table.to_pylist()
-    ]
+    rows = table.to_pylist()
+    for row in rows:
+        row["partitions"] = row["partitions"] or ()
+    return msgspec.convert(rows, list[SegmentEntry])
+
+
+def merge_segment_tables(tables: list[pa.Table]) -> pa.Table:
+    """Merge segment record tables into one table, sorted by id.
+
+    Only ids that appear more than once go through :func:`merge_segment`; the rest (in a base,
+    nearly all of them) pass through as Arrow rows, so compaction costs little per segment.
+    """
+    parts = [t for t in tables if t.num_rows]
+    if not parts:
+        return SEGMENTS_SCHEMA.empty_table()
+    combined = pa.concat_tables(parts)
+    counts = combined.group_by("id").aggregate([("id", "count")])
+    repeated = counts.filter(pc.greater(counts["id_count"], 1))["id"]
+    single = combined.filter(pc.invert(pc.is_in(combined["id"], value_set=repeated)))
+    merged = merge_segments([combined.filter(pc.is_in(combined["id"], value_set=repeated))])
+    result = pa.concat_tables([single, segments_to_arrow(merged.values())])
+    return result.sort_by([("id", "ascending")])
+
+
+def max_load_id(segment_ids: Iterable[str]) -> int:
+    """The largest load number among segment ids ("12" and "12.1" both count as 12); -1 if none."""
+    return max((int(i.split(".", 1)[0]) for i in segment_ids), default=-1)
 
 
 def merge_segments(tables: Iterable[pa.Table],

@@ -270,8 +270,7 @@ class Table:
         return resolved
 
     def _next_segment(self, view: TimelineView) -> str:
-        segments = self._metadata_at(view, None, (SEGMENTS,)).segments or {}
-        taken = [segment_sort_key(s)[0] for s in segments]
+        taken = [self._metadata_at(view, None, (SEGMENTS,)).max_load_id]
         for instant in view.pending():
             if instant.action in DATA_ACTIONS:
                 plan = self._timeline.read_plan(instant, WritePlan)
