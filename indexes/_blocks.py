@@ -46,7 +46,8 @@ def read_block(storage: Storage, path: str, schema: pa.Schema) -> pa.Table:
     data = storage.read(path)
     try:
         if path.endswith(".parquet"):
-            table = pq.ParquetFile(pa.BufferReader(data)).read()
+            # Metadata files are small: decoding on this thread beats waking a thread pool.
+            table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
         else:
             table = ipc.open_file(pa.BufferReader(data)).read_all()
         return table.select(schema.names).cast(schema)

@@ -57,8 +57,12 @@ class Commit:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-class DataFile(msgspec.Struct, frozen=True, kw_only=True):
-    """A live data file of a snapshot."""
+class DataFile(msgspec.Struct, frozen=True, gc=False):
+    """A live data file of a snapshot.
+
+    (``gc=False``: a listing can hold many thousands of these, and they never form reference
+    cycles, so the garbage collector need not scan them.)
+    """
 
     #: Where the file is: the table location joined with its table-relative path.
     path: str

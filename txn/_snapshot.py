@@ -24,27 +24,30 @@ from ._storage_io import DataStore
 from ._writer import HIVE_NULL
 
 
-def _partition_values(partition: str, schema: pa.Schema) -> dict[str, object]:
-    values: dict[str, object] = {}
-    if not partition:
+def _converter(data_type: pa.DataType) -> Callable[[str], object]:
+    if pa.types.is_integer(data_type):
+        return int
+    if pa.types.is_boolean(data_type):
+        return lambda raw: raw == "true"
+    if pa.types.is_date(data_type):
+        return date.fromisoformat
+    return lambda raw: raw
+
+
+def _partition_parser(schema: pa.Schema) -> Callable[[str], dict[str, object]]:
+    """Parse Hive partition paths ("day=2026-01-01/region=eu") into typed values."""
+    converters = {field.name: _converter(field.type) for field in schema}
+
+    def parse(partition: str) -> dict[str, object]:
+        values: dict[str, object] = {}
+        if partition:
+            for part in partition.split("/"):
+                name, _, text = part.partition("=")
+                raw = unquote(text)
+                values[name] = None if raw == HIVE_NULL else converters[name](raw)
         return values
-    for part in partition.split("/"):
-        name, _, text = part.partition("=")
-        raw = unquote(text)
-        data_type = schema.field(name).type
-        value: object
-        if raw == HIVE_NULL:
-            value = None
-        elif pa.types.is_integer(data_type):
-            value = int(raw)
-        elif pa.types.is_boolean(data_type):
-            value = raw == "true"
-        elif pa.types.is_date(data_type):
-            value = date.fromisoformat(raw)
-        else:
-            value = raw
-        values[name] = value
-    return values
+
+    return parse
 
 
 def _guarantee(ranges: dict[str, Any] | None, schema: pa.Schema) -> ds.Expression:
@@ -114,12 +117,10 @@ class Snapshot:
     def _data_files(self, indices: Sequence[int] | None = None) -> list[DataFile]:
         files = self._files if indices is None else self._files.take(pa.array(indices, pa.int64()))
         prefix = self._store.location("")
-        parsed: dict[str, dict[str, object]] = {}
-        for partition in set(files["partition"].to_pylist()):
-            parsed[partition] = _partition_values(partition, self._schema)
+        parse = _partition_parser(self._schema)
+        parsed = {partition: parse(partition) for partition in set(files["partition"].to_pylist())}
         return [
-            DataFile(path=prefix + path, segment=segment, rows=rows, size=size, format=fmt,
-                     partition=dict(parsed[partition]))
+            DataFile(prefix + path, segment, rows, size, fmt, 0, dict(parsed[partition]))
             for path, segment, rows, size, fmt, partition in zip(
                 files["path"].to_pylist(), files["segment"].to_pylist(), files["rows"].to_pylist(),
                 files["size"].to_pylist(), files["format"].to_pylist(),
