@@ -50,7 +50,8 @@ def read_block(storage: Storage, path: str, schema: pa.Schema) -> pa.Table:
             table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
         else:
             table = ipc.open_file(pa.BufferReader(data)).read_all()
-        return table.select(schema.names).cast(schema)
+        table = table.select(schema.names)
+        return table if table.schema.equals(schema) else table.cast(schema)
     except (pa.ArrowException, KeyError, ValueError) as exc:
         raise CorruptMetadataError(path, f"a metadata table file with columns {schema.names}",
                                    str(exc)) from None

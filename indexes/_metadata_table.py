@@ -166,7 +166,10 @@ class MetadataTable:
         written = 0
         sizes: dict[str, int] = {}
         for partition, table in blocks.items():
-            table = table.select(self.schemas[partition].names).cast(self.schemas[partition])
+            schema = self.schemas[partition]
+            table = table.select(schema.names)
+            if not table.schema.equals(schema):
+                table = table.cast(schema)
             sizes[partition] = write_block(self.storage, log_path(partition_folder(partition),
                                                                   instant_time), table)
             written += sizes[partition]

@@ -18,6 +18,7 @@ import itertools
 import os
 import threading
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs
@@ -38,7 +39,9 @@ class LocalStorage:
     def __init__(self, root: str | os.PathLike[str], *, uri: str | None = None,
                  fsync: bool = False) -> None:
         self._root = Path(root).resolve()
-        self._uri = uri if uri is not None else str(self._root)
+        # Paths are built as strings: this is on every metadata call, and pathlib is slow.
+        self._root_text = str(self._root)
+        self._uri = uri if uri is not None else self._root_text
         self._fsync = fsync
 
     @property
@@ -49,18 +52,18 @@ class LocalStorage:
     def root(self) -> Path:
         return self._root
 
-    def _abs(self, path: str) -> Path:
-        return self._root / path
+    def _abs(self, path: str) -> str:
+        return f"{self._root_text}/{path}" if path else self._root_text
 
-    def _temporary_beside(self, final: Path) -> Path:
+    def _temporary_beside(self, final: str) -> str:
         # Unique per process, thread and call: never shared by two writers, so never torn.
         token = f"{os.getpid()}.{threading.get_ident()}.{next(_counter)}"
-        return final.with_name(f".{final.name}.{token}{_TMP_SUFFIX}")
+        folder, name = os.path.split(final)
+        return os.path.join(folder, f".{name}.{token}{_TMP_SUFFIX}")
 
-    def _write_temporary(self, final: Path, data: bytes) -> Path:
-        final.parent.mkdir(parents=True, exist_ok=True)
+    def _write_temporary(self, final: str, data: bytes) -> str:
         tmp = self._temporary_beside(final)
-        with open(tmp, "wb") as handle:
+        with _create(tmp) as handle:
             handle.write(data)
             if self._fsync:
                 handle.flush()
@@ -69,7 +72,8 @@ class LocalStorage:
 
     def read(self, path: str) -> bytes:
         try:
-            return self._abs(path).read_bytes()
+            with open(self._abs(path), "rb") as handle:
+                return handle.read()
         except (FileNotFoundError, NotADirectoryError):
             raise ObjectNotFoundError(path) from None
         except IsADirectoryError:
@@ -90,9 +94,9 @@ class LocalStorage:
                 ) from exc
             raise
         finally:
-            tmp.unlink(missing_ok=True)
+            _unlink_quietly(tmp)
         if self._fsync:
-            _fsync_folder(final.parent)
+            _fsync_folder(os.path.dirname(final))
 
     def put(self, path: str, data: bytes) -> None:
         final = self._abs(path)
@@ -100,39 +104,42 @@ class LocalStorage:
         try:
             os.replace(tmp, final)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            _unlink_quietly(tmp)
             raise
 
     def list(self, prefix: str, *, recursive: bool = False) -> list[str]:
-        base = self._abs(prefix) if prefix else self._root
-        if not base.is_dir():
-            return []
+        prefix = prefix.strip("/")
+        base = self._abs(prefix)
         keys: list[str] = []
         if recursive:
+            cut = len(self._root_text) + 1
             for folder, _dirs, files in os.walk(base):
-                rel = Path(folder).relative_to(self._root).as_posix()
+                rel = folder[cut:].replace(os.sep, "/")
                 for name in files:
                     if not _is_temporary(name):
-                        keys.append(name if rel == "." else f"{rel}/{name}")
+                        keys.append(f"{rel}/{name}" if rel else name)
         else:
-            rel = base.relative_to(self._root).as_posix()
-            with os.scandir(base) as entries:
+            try:
+                entries = os.scandir(base)
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            with entries:
                 for entry in entries:
-                    if entry.is_file() and not _is_temporary(entry.name):
-                        keys.append(entry.name if rel == "." else f"{rel}/{entry.name}")
+                    if not _is_temporary(entry.name) and entry.is_file():
+                        keys.append(f"{prefix}/{entry.name}" if prefix else entry.name)
         keys.sort()
         return keys
 
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self._abs(path).unlink()
+            os.unlink(self._abs(path))
 
     def exists(self, path: str) -> bool:
-        return self._abs(path).is_file()
+        return os.path.isfile(self._abs(path))
 
     def size(self, path: str) -> int:
         try:
-            return self._abs(path).stat().st_size
+            return os.stat(self._abs(path)).st_size
         except FileNotFoundError:
             raise ObjectNotFoundError(path) from None
 
@@ -144,7 +151,21 @@ class LocalStorage:
         return f"LocalStorage({str(self._root)!r})"
 
 
-def _fsync_folder(folder: Path) -> None:
+def _create(path: str) -> BinaryIO:
+    """Open a new file for writing, creating its folder only when it is missing."""
+    try:
+        return open(path, "wb")  # the caller's with-block closes it
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return open(path, "wb")
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _fsync_folder(folder: str) -> None:
     # Make the new directory entry durable too; some platforms cannot open folders, which is fine.
     try:
         fd = os.open(folder, os.O_RDONLY)
