@@ -8,6 +8,7 @@ are unique and strictly increasing, and completion order is total.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time as _time
@@ -294,7 +295,8 @@ class Timeline:
             raise IllegalTransitionError(time, view.get(time).state, COMPLETED,  # type: ignore[union-attr]
                                          "an instant with this time already exists")
         completed = Instant(time=time, action=action, state=COMPLETED,
-                            completed_at=self._allocate_time(view))
+                            completed_at=self._allocate_time(view.with_instant(
+                                Instant(time=time, action=action, state=REQUESTED))))
         self._put_state(completed, metadata)
         self._remember(lease, completed)
         return completed
@@ -351,7 +353,9 @@ class Timeline:
                 "or may not have landed\nHelp: reload the timeline before retrying"
             ) from exc
         self._remember(lease, completed)
-        self.storage.delete(heartbeat_path(instant.time))
+        # Past the commit point: a failure to tidy up must not look like a failed commit.
+        with contextlib.suppress(Exception):
+            self.storage.delete(heartbeat_path(instant.time))
         return completed
 
     def abort(self, instant: Instant, payload: object = None, *, lease: Lease) -> Instant:

@@ -142,8 +142,13 @@ class Protocol:
             pending.heartbeat.stop(delete=False)
             self._roll_back_quietly(pending.instant)
             raise
-        pending.heartbeat.stop()
-        self._remove_markers(pending.instant.time)
+        # The commit landed: tidying up is best effort, and a later rollback or clean redoes it.
+        try:
+            pending.heartbeat.stop()
+            self._remove_markers(pending.instant.time)
+        except Exception:
+            log.warning("cleaning up after committed instant %s failed", pending.instant.time,
+                        exc_info=True)
         return result
 
     # -- rollback and recovery -----------------------------------------------------------------

@@ -252,6 +252,10 @@ class Table:
         last = view.last_completed()
         latest = last.completed_at if last else None
         if latest is None or (bound is not None and bound != latest):
+            if bound is not None and latest is not None:
+                # Time travel may need blocks of instants archived off the active timeline.
+                completed = {**{i.time: i.completed_at or "" for i in self._timeline.history()
+                                if i.is_completed}, **completed}
             return self._metadata.resolve(completed, bound, partitions=partitions)
         cached = self._latest
         if cached is not None and cached[0] == latest and all(cached[1].has(p) for p in partitions):
@@ -290,7 +294,11 @@ class Table:
             self._metadata.clean(order, lease=lease)
             self._metadata.archive(lease=lease)
         if len(order) > self._timeline.options.archive_trigger:
-            self._timeline.archive(lease=lease, fence_exclusive=self._metadata.archive_fence())
+            # Keep on the active timeline every commit whose blocks a kept base does not fold,
+            # and the retained commits (cleaning counts retention over the active timeline).
+            retained = order[max(0, len(order) - self._metadata.options.retain_commits)][1]
+            fence = min(self._metadata.archive_fence(), retained)
+            self._timeline.archive(lease=lease, fence_exclusive=fence)
 
     def __repr__(self) -> str:
         return f"txn.Table({self._uri!r})"

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from indexes import COLUMN_STATS, FILES, METADATA_FOLDER, SEGMENTS, live
 
 from ._records import Problem, ValidationReport
-from ._writer import MARKERS_FOLDER, markers_of
+from ._writer import MARKERS_FOLDER
 
 if TYPE_CHECKING:
     from ._table import Table
@@ -85,9 +85,12 @@ def validate(table: Table) -> ValidationReport:
                                     f"{segment_rows.get(entry.id, 0)}"))
 
     known = {row["path"] for row in listed}
+    # Markers of an instant that is not completed claim their files: a write in progress, or a
+    # rollback in progress (its target is already rolled back, its files not yet deleted).
     in_progress = set()
-    for instant in view.pending():
-        for marker in markers_of(storage, instant.time):
+    done = {i.time for i in view.completed()}
+    for marker in storage.list(MARKERS_FOLDER):
+        if marker.rsplit("_", 1)[-1].removesuffix(".parquet") not in done:
             in_progress.add(storage.read(marker).decode())
     for key in storage.list("", recursive=True):
         if key.startswith(_NOT_DATA) or not key.endswith(".parquet"):

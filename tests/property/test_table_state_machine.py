@@ -1,0 +1,796 @@
+"""Model-based test of tables: appends, overwrites, time travel and crashes at every storage call.
+
+One writer (a :class:`txn.Table`) reaches storage through a :class:`FaultyStorage`, so any write
+can be scripted to fail its Nth storage call, before the call reaches the store or after it
+landed, for every N from the first call of the commit protocol to past its last one. Two ways
+to fail:
+
+* ``exception``: the fault fires once and the store works again at once, like a transient
+  error: the writer's own error handling (rollback of its instant) runs and the same ``Table``
+  object carries on;
+* ``death``: from the fault on every call of that ``Table`` is refused, so no cleanup runs (a
+  process that died). A fresh ``Table`` on the healthy store, with the clock moved past the
+  heartbeat timeout and the lock lease, takes over and must roll the dead instant back at its
+  next write.
+
+The model is a list of acknowledged commits in completion order, each with the rows of the
+snapshot it produced (an append adds its rows, an overwrite replaces all). Whether a failed
+write is nevertheless durable is decided the way a user would: by looking for its instant on
+the timeline (a fault on the commit point after it landed leaves a completed instant behind).
+Every write tags its rows with a serial number in ``v`` (``serial * 1000 + drawn value``), so a
+row of a failed write is recognisable wherever it shows up.
+
+Invariants (checked after every step, on the undisturbed inner store):
+
+* the latest snapshot, read by a freshly opened table and by a long-lived one (whose cached
+  metadata is extended incrementally), holds exactly the model's rows, and its row count agrees
+  without reading data files; read actions also check the writer's own reads (pruned by column
+  statistics) and reads that fail part way (``ReadWithFault``: no poisoned cache after);
+* the snapshots of past acknowledged commits (``as_of`` their instant, their completion time or
+  a ``datetime``) hold the rows they held when they were current (the previous commit and a
+  rotating one each step; ``ReadPast`` actions draw others);
+* ``validate()`` finds no disagreement between the metadata table and storage;
+* no row of a failed write is visible, and the timeline never reports a failed write's instant
+  as completed; its completed data instants are exactly the acknowledged commits, in order;
+* the only pending data instants are failed writes that were not rolled back yet, and any of
+  them whose heartbeat had expired when a later write began was rolled back by that write;
+* SHOW SEGMENTS: the live (``Success``) segments are exactly those of the acknowledged appends
+  since the last overwrite (and the overwrite's own), older ones are ``Marked for Delete``, a
+  pending write's is ``Insert In Progress``, and a rolled-back write's is gone;
+* on the metadata timeline every instant completes after its own time;
+* after a write that saw no fault, the table lock is free and nothing is left pending on the
+  metadata timeline.
+
+Around every write the machine also checks the outcome a caller sees: a write that saw no fault
+returns its commit; a write that returned a commit is durable; a write that failed surfaces the
+injected fault (possibly as CommitStateUnknownError); a fault on the commit point leaves the
+instant completed exactly when the completed file landed; a surviving writer rolls its own
+instant back once the write is under way (from its first heartbeat on) unless the outcome is
+unknown; an instant left pending (a fault inside ``begin``, a dead writer, an unknown outcome) is
+rolled back by the first write that begins after its heartbeat expired.
+
+Bugs this machine found are listed in ``KNOWN_BUGS``: while an entry is True, the machine
+tolerates exactly that symptom (and counts it with ``event``) so it can go on looking for others.
+
+Data files are written by pyarrow, not through the storage seam, so they are not fault points
+themselves; the marker put just before each data file and the next call after it cover the
+states a fault there could leave (torn Parquet files are not modelled).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from hypothesis import event, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+import txn
+from indexes import METADATA_FOLDER
+from tests.conftest import FakeClock
+from tests.faults import WRITE_OPS, Call, FaultyStorage, InjectedFault, injected
+from timeline import (
+    ROLLEDBACK,
+    CommitStateUnknownError,
+    Instant,
+    LockTimeoutError,
+    PrefixedStorage,
+    RollbackPlan,
+    Storage,
+    TableLock,
+    Timeline,
+    TimelineOptions,
+    open_storage,
+    parse_file_name,
+    parse_time,
+)
+from txn._config import TABLE_CONFIG_PATH, decode_config
+
+SCHEMA = pa.schema([("k", pa.int64()), ("g", pa.string()), ("v", pa.int64())])
+HEARTBEAT_TIMEOUT_MS = 60_000
+LOCK_LEASE_MS = 5_000
+PROPERTIES = {
+    # Compact the metadata table every second commit, but keep all of it for time travel.
+    "metadata.compact_after": "2",
+    "metadata.retain_commits": "1000",
+    # Archive the data and metadata timelines often.
+    "timeline.archive.trigger": "6",
+    "timeline.archive.retain": "3",
+    # The background heartbeat thread beats on the *real* clock every interval: keep it far
+    # longer than any write, so it never adds a storage call and call numbers stay
+    # deterministic. Expiry is judged on the fake clock, which the machine moves on purpose.
+    "heartbeat.interval_ms": "30000",
+    "heartbeat.timeout_ms": str(HEARTBEAT_TIMEOUT_MS),
+    "lock.lease_ms": str(LOCK_LEASE_MS),
+}
+#: The same settings as the table's timeline, for the observer's reads and expiry checks.
+OPTIONS = TimelineOptions(heartbeat_interval_ms=30_000, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
+                          lock_lease_ms=LOCK_LEASE_MS, archive_trigger=6, archive_retain=3)
+DATA_ACTIONS = ("commit", "replacecommit")
+#: Before the first clean write has been measured: more calls than any write makes.
+INITIAL_CALL_BOUND = {"all": 100, "writes": 30, "instants": 10}
+
+#: Bugs this machine found in the code under test, tolerated (and counted with ``event``) until
+#: they are fixed; set an entry to False to make the machine fail on it again.
+KNOWN_BUGS = {
+    "committed write raises": False,
+    "validate during a pending rollback": False,
+    "time travel to archived commits": False,
+    "metadata deltacommit completes before its time": False,
+}
+
+Row = tuple[int, "str | None", int]
+Mode = Literal["exception", "death"]
+Counted = Literal["all", "writes", "instants"]
+
+rows_strategy = st.lists(
+    st.tuples(st.integers(-50, 50), st.sampled_from(["a", "b", "x/y", None]), st.integers(0, 999)),
+    min_size=1, max_size=20,
+)
+#: Waited before a write: mostly a few milliseconds; sometimes past every heartbeat timeout and
+#: lock lease, so that what failed writers left pending has expired and the write must roll it
+#: back when it begins.
+EXPIRE_MS = HEARTBEAT_TIMEOUT_MS + LOCK_LEASE_MS + 1
+waits = st.sampled_from([5, 5, 5, 5, 5, 250, EXPIRE_MS])
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Which storage call of a write fails: counting every call, only the writes (put_if_absent,
+    put, delete), or only the puts of instant files on the data and metadata timelines (fewer,
+    so each state transition, the commit point among them, is hit more often). ``position``
+    (per mille) picks N in 1 .. two past the most such calls a write was seen to make, so a
+    write may also succeed untouched."""
+
+    when: Literal["before", "after"]
+    mode: Mode
+    counted: Counted
+    position: int
+
+
+@dataclass(frozen=True)
+class Write:
+    operation: Literal["append", "overwrite"]
+    rows: list[Row]
+    #: None half of the time: a write that must succeed.
+    fault: FaultPlan | None
+    wait_ms: int
+
+
+@dataclass(frozen=True)
+class ReadLatest:
+    """Read the latest snapshot through the writer, pruned by column statistics if filtered."""
+
+    k_at_least: int | None
+    g_equals: str | None
+
+
+@dataclass(frozen=True)
+class ReadPast:
+    """Time travel to an acknowledged commit (``position`` per mille into them), named by its
+    instant, its completion time (which is no instant's time: a bound) or a ``datetime``."""
+
+    position: int
+    form: Literal["instant", "completed_at", "datetime"]
+
+
+@dataclass(frozen=True)
+class ReadWithFault:
+    """A reader fails its ``nth`` storage call part way through a read (of the latest snapshot,
+    or of a past one); its cached state must not be poisoned."""
+
+    nth: int
+    when: Literal["before", "after"]
+    past: bool
+
+
+Action = Write | ReadLatest | ReadPast | ReadWithFault
+
+writes = st.builds(
+    Write,
+    operation=st.sampled_from(["append", "append", "overwrite"]),
+    rows=rows_strategy,
+    fault=st.one_of(st.none(), st.builds(
+        FaultPlan, when=st.sampled_from(["before", "after"]),
+        mode=st.sampled_from(["exception", "death"]),
+        counted=st.sampled_from(["all", "writes", "instants"]), position=st.integers(0, 999))),
+    wait_ms=waits,
+)
+#: Writes first (what an action shrinks to) and half of the time.
+actions: st.SearchStrategy[Action] = st.one_of(
+    writes, writes, writes,
+    st.builds(ReadLatest, k_at_least=st.one_of(st.none(), st.integers(-50, 50)),
+              g_equals=st.sampled_from([None, "a", "x/y"])),
+    st.builds(ReadPast, position=st.integers(0, 999),
+              form=st.sampled_from(["instant", "completed_at", "datetime"])),
+    st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
+              past=st.booleans()),
+)
+
+
+def is_instant_file(path: str) -> bool:
+    """Whether ``path`` is a state file of an instant, on the data or the metadata timeline."""
+    folder, _, name = path.rpartition("/")
+    return folder in ("_timeline", "_metadata/_timeline") and parse_file_name(name) is not None
+
+
+def counts(counted: Counted, call: Call) -> bool:
+    if counted == "writes":
+        return call.is_write
+    if counted == "instants":
+        return call.op == "put_if_absent" and is_instant_file(call.path)
+    return True
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A resolved :class:`FaultPlan`: fail the ``nth`` counted call."""
+
+    nth: int
+    when: Literal["before", "after"]
+    mode: Mode
+    counted: Counted
+
+    def arm(self, store: FaultyStorage) -> None:
+        if self.counted == "instants":
+            store.arm(self.nth, when=self.when, crash=self.mode == "death",
+                      ops={"put_if_absent"}, match=is_instant_file)
+        else:
+            store.arm(self.nth, when=self.when, crash=self.mode == "death",
+                      ops=WRITE_OPS if self.counted == "writes" else None)
+
+
+class TableStorage(FaultyStorage):
+    """A FaultyStorage a ``Table`` can use: it also hands out the inner pyarrow filesystem.
+
+    Data files go through that filesystem, not the seam; after a ``death`` fault no data file
+    is written anyway, because each one is preceded by a (refused) marker put.
+    """
+
+    def arrow_filesystem(self):  # type: ignore[no-untyped-def]
+        return self.inner.arrow_filesystem()  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Acked:
+    """An acknowledged (durable) commit and the rows of the snapshot it made current."""
+
+    instant: str
+    completed_at: str
+    operation: str
+    serial: int
+    added: int
+    rows: tuple[Row, ...]
+
+
+def sorted_rows(table: pa.Table) -> tuple[Row, ...]:
+    return tuple(sorted(zip(table["k"].to_pylist(), table["g"].to_pylist(), table["v"].to_pylist(),
+                            strict=True), key=_row_key))
+
+
+def _row_key(row: Row) -> tuple[int, str, int]:
+    k, g, v = row
+    return (k, "\0" if g is None else "\1" + g, v)
+
+
+def _instant_of_data_file(path: str) -> str:
+    """The instant that wrote a data file: its name ends with ``_<T>.parquet``."""
+    return path.rsplit("_", 1)[-1].removesuffix(".parquet")
+
+
+def where(call_path: str) -> str:
+    """The part of the protocol a storage path belongs to, for statistics."""
+    if call_path.startswith("_timeline/lock"):
+        return "lock"
+    if call_path.startswith("_timeline/heartbeats") or "/heartbeats/" in call_path:
+        return "heartbeat"
+    if call_path.startswith(("_timeline/archive", "_metadata/_timeline/archive")):
+        return "archive"
+    if call_path.startswith("_timeline"):
+        return "data timeline"
+    if call_path.startswith("_metadata/_timeline"):
+        return "metadata timeline"
+    if call_path.startswith("_metadata"):
+        return "metadata files"
+    if call_path.startswith("_markers"):
+        return "markers"
+    return "data files"
+
+
+class TableMachine(RuleBasedStateMachine):
+    """Drive one table through writes, reads and crashes; subclasses choose the backend."""
+
+    @staticmethod
+    def make_location() -> tuple[str, Callable[[], None]]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.uri, self._cleanup = self.make_location()
+        self.clock = FakeClock()
+        self._ids = itertools.count()
+        txn.create_table(self.uri, SCHEMA, partition_by=["g"], sort_by=["k"],
+                         properties=PROPERTIES, clock=self.clock, ids=self._new_id)
+        self.inner = open_storage(self.uri)
+        self.config = decode_config(self.inner.read(TABLE_CONFIG_PATH))
+        self.observer_timeline = Timeline(self.inner, clock=self.clock, owner="observer",
+                                          options=OPTIONS)
+        self.metadata_timeline = Timeline(PrefixedStorage(self.inner, METADATA_FOLDER),
+                                          clock=self.clock, owner="observer", options=OPTIONS)
+        self.reader = self._open(self.inner)  # long-lived: exercises the incremental cache
+        # Another long-lived reader (process), whose reads can fail.
+        self.faulty_reader_store = TableStorage(self.inner)
+        self.faulty_reader = self._open(self.faulty_reader_store)
+        self.store, self.writer = self._new_writer()
+        self.dead = False
+        self.serials = itertools.count(1)
+        self.acked: list[Acked] = []
+        self.failed_serials: set[int] = set()
+        self.failed_instants: set[str] = set()
+        self.call_bound = dict(INITIAL_CALL_BOUND)
+        self.steps = 0
+
+    def teardown(self) -> None:
+        low = (self.steps - 1) // 10 * 10
+        event(f"run of {low}-{low + 9} steps, {len(self.acked)} commits, {next(self.serials) - 1} writes")
+        self._cleanup()
+
+    # -- tables ----------------------------------------------------------------------------------
+
+    def _new_id(self) -> str:
+        return f"f{next(self._ids):06d}"
+
+    def _open(self, storage: Storage) -> txn.Table:
+        table = txn.Table(self.uri, storage, self.config, clock=self.clock, ids=self._new_id)
+        # The Table API takes no sleep function: without this, waiting for a lease (one this
+        # writer lost track of when a fault hit its lock put after it landed) would poll the
+        # fake clock with real sleeps forever. Waits now move the fake clock instead.
+        table._timeline._lock._sleep = self.clock.sleep
+        return table
+
+    def _new_writer(self) -> tuple[TableStorage, txn.Table]:
+        store = TableStorage(self.inner)
+        return store, self._open(store)
+
+    def _revive_if_dead(self) -> None:
+        """The dead writer is gone; a new process opens the table once its heartbeat and lock
+        lease have run out."""
+        if not self.dead:
+            return
+        latest = self.observer_timeline.load().max_time()
+        now = max(self.clock(), parse_time(latest) if latest else 0)
+        self.clock.now_ms = now + HEARTBEAT_TIMEOUT_MS + LOCK_LEASE_MS + 1
+        self.store, self.writer = self._new_writer()
+        self.dead = False
+        event("a new writer took over from a dead one")
+
+    # -- the model -------------------------------------------------------------------------------
+
+    @property
+    def expected(self) -> tuple[Row, ...]:
+        return self.acked[-1].rows if self.acked else ()
+
+    def _pending_data_instants(self) -> set[str]:
+        return {i.time for i in self.observer_timeline.load().pending() if i.action in DATA_ACTIONS}
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def _wait(self, ms: int) -> None:
+        if ms < EXPIRE_MS:
+            self.clock.advance(ms)
+            return
+        # Instant times may run ahead of the clock (they are bumped past the latest one).
+        latest = self.observer_timeline.load().max_time()
+        self.clock.now_ms = max(self.clock(), parse_time(latest) if latest else 0) + ms
+
+    def _write(self, operation: str, rows: list[tuple[int, str | None, int]],
+               fault: Fault | None) -> None:
+        serial = next(self.serials)
+        data = pa.Table.from_pylist([{"k": k, "g": g, "v": serial * 1000 + v} for k, g, v in rows],
+                                    schema=SCHEMA)
+        owed = {i.time for i in self.observer_timeline.expired()}
+        store = self.store
+        store.reset()
+        if fault is not None:
+            fault.arm(store)
+        outcome: txn.Commit | Exception
+        started_ms = self.clock()
+        try:
+            outcome = getattr(self.writer, operation)(data)
+        except Exception as exc:  # every outcome is judged below
+            outcome = exc
+        finally:
+            store.disarm()
+        fired = store.fault
+        calls = list(store.calls)
+        requested = self._instant_of(calls)
+        instant = requested.time if requested is not None else None
+        history = {i.time: i for i in self.observer_timeline.history()}
+        found = history.get(instant) if instant is not None else None
+
+        if fired is None:
+            assert isinstance(outcome, txn.Commit), f"{operation} failed without a fault: {outcome!r}"
+            if self.clock() == started_ms:  # no lock wait (each poll would add calls)
+                kinds: tuple[Counted, ...] = ("all", "writes", "instants")
+                for counted in kinds:
+                    made = sum(1 for c in calls if counts(counted, c))
+                    self.call_bound[counted] = max(self.call_bound[counted], made)
+            self._lock_is_free()
+            self._metadata_timeline_recovered()
+        else:
+            assert fault is not None
+            event(f"{operation}: fault {fired.when} {fired.call.op} in {where(fired.call.path)}"
+                  f" ({fault.mode})")
+            if isinstance(outcome, Exception):
+                assert injected(outcome) is not None, f"the fault surfaced as {outcome!r}"
+        committed = found is not None and found.is_completed
+        if fired is not None and fired.call.path.startswith("_timeline/") and instant is not None:
+            written = parse_file_name(fired.call.path.rpartition("/")[2])
+            if written is not None and written.is_completed and written.time == instant:
+                # The commit point itself failed: completed exactly when the write landed.
+                assert committed == fired.landed, (fired, found)
+                event(f"fault on the commit point, landed={fired.landed}")
+
+        if committed:
+            assert found is not None and found.completed_at is not None
+            if isinstance(outcome, txn.Commit):
+                assert (outcome.instant, outcome.completed_at) == (found.time, found.completed_at)
+                assert outcome.rows_added == len(rows)
+            elif fault is not None and fault.mode == "exception" and not isinstance(
+                    outcome, CommitStateUnknownError):
+                # A commit that landed is returned, or reported as CommitStateUnknownError (the
+                # contract in txn/_protocol.py); any other error makes the caller believe it
+                # failed and write it again.
+                # BUG: a fault on a storage call after the commit point (the heartbeat delete in
+                # Timeline.complete, heartbeat.stop() or the marker removal in Protocol.run)
+                # escapes as that plain error although the commit landed. Reported; remove
+                # KNOWN_BUGS["committed write raises"] once fixed.
+                assert KNOWN_BUGS["committed write raises"], (
+                    f"{operation} committed {instant} but raised {outcome!r}")
+                event("BUG (known): a committed write raised a plain error")
+            previous = () if operation == "overwrite" else self.expected
+            self.acked.append(Acked(
+                instant=found.time, completed_at=found.completed_at, operation=operation,
+                serial=serial, added=len(rows),
+                rows=tuple(sorted(previous + sorted_rows(data), key=_row_key)),
+            ))
+            if fired is not None:
+                event(f"{operation} durable despite the fault")
+        else:
+            assert isinstance(outcome, Exception), f"{operation} returned {outcome!r}, not durable"
+            self.failed_serials.add(serial)
+            if instant is not None:
+                self.failed_instants.add(instant)
+                assert found is not None, f"instant {instant} vanished from the timeline"
+                if (fault is not None and fault.mode == "exception" and fired is not None
+                        and requested is not None
+                        and self._rollback_expected(calls, requested, fired, outcome)):
+                    assert found.state == ROLLEDBACK, (
+                        f"the writer did not roll back its failed instant: {found}")
+                event(f"failed write left its instant {found.state}")
+        if instant is not None:
+            # The write began (its requested file landed after recovery, under the same lock),
+            # so every instant expired by then was rolled back.
+            view = self.observer_timeline.load()
+            for time in owed:
+                now = view.get(time)
+                assert now is None or not now.is_pending, (
+                    f"{now} had expired but is still pending after the next write began")
+            if owed:
+                event("a later write rolled back expired instants")
+        if fault is not None and fault.mode == "death" and fired is not None:
+            self.dead = True
+
+    @staticmethod
+    def _instant_of(calls: list[Call]) -> Instant | None:
+        """The data instant the write created: its requested file that landed."""
+        for call in calls:
+            if call.op == "put_if_absent" and call.landed and call.path.startswith("_timeline/"):
+                parsed = parse_file_name(call.path.rpartition("/")[2])
+                if parsed is not None and parsed.action in DATA_ACTIONS and parsed.state == "requested":
+                    return parsed
+        return None
+
+    @staticmethod
+    def _rollback_expected(calls: list[Call], instant: Instant, fault: InjectedFault,
+                           outcome: Exception) -> bool:
+        """Whether a writer that survives its fault must have rolled its instant back itself.
+
+        From the first heartbeat on (step 2 of the protocol is done: the write is under way),
+        every failure before the commit point is rolled back by the writer. It need not be when
+        the outcome is unknown (CommitStateUnknownError), nor when the fault hit ``begin`` before
+        that: the instant is then left pending and must be rolled back by the first write that
+        begins after it expired (checked in ``_write``).
+        """
+        if isinstance(outcome, CommitStateUnknownError):
+            return False
+        beat = next((c for c in calls if c.op == "put" and c.path.startswith("_timeline/heartbeats/")
+                     and c.path.endswith(instant.time)), None)
+        return beat is not None and fault.call.index >= beat.index
+
+    def _lock_is_free(self) -> None:
+        lock = TableLock(self.inner, owner="observer", clock=self.clock, lease_ms=LOCK_LEASE_MS)
+        try:
+            lease = lock.acquire(timeout_ms=0)
+        except LockTimeoutError as exc:
+            raise AssertionError(f"a write that saw no fault left the table lock held: {exc}") from None
+        lease.release()
+
+    def _metadata_timeline_recovered(self) -> None:
+        """After a write that saw no fault, nothing is pending on the metadata timeline but the
+        deltacommits of data instants still pending (a dead writer's compaction, say, was
+        retired by the write's recovery)."""
+        data_pending = {i.time for i in self.observer_timeline.load().pending()}
+        stuck = [str(i) for i in self.metadata_timeline.load().pending()
+                 if not (i.action == "deltacommit" and i.time in data_pending)]
+        assert not stuck, f"metadata instants left pending after a clean write: {stuck}"
+
+    def _resolve(self, plan: FaultPlan | None) -> Fault | None:
+        if plan is None:
+            return None
+        nth = 1 + plan.position * (self.call_bound[plan.counted] + 2) // 1000
+        fault = Fault(nth, plan.when, plan.mode, plan.counted)
+        note(f"{fault}")
+        return fault
+
+    # One rule for every action. Hypothesis's swarm testing switches whole rules off for a run
+    # (each with a probability drawn per run), and with writes in a rule of their own about
+    # half of the runs never wrote and so tested nothing.
+    @rule(action=actions)
+    def act(self, action: Action) -> None:
+        if isinstance(action, Write):
+            self._revive_if_dead()
+            self._wait(action.wait_ms)
+            self._write(action.operation, action.rows, self._resolve(action.fault))
+        elif isinstance(action, ReadLatest):
+            self._read_latest(action.k_at_least, action.g_equals)
+        elif isinstance(action, ReadPast):
+            self._read_the_past(action.position, action.form)
+        else:
+            self._read_with_a_fault(action.nth, action.when, action.past)
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def _read_latest(self, k: int | None, g: str | None) -> None:
+        """Read (through the writer, if alive), optionally pruned by column statistics."""
+        expression = None
+        expected = list(self.expected)
+        if k is not None:
+            expression = pc.field("k") >= k
+            expected = [r for r in expected if r[0] >= k]
+        if g is not None:
+            expression = pc.field("g") == g if expression is None else expression & (pc.field("g") == g)
+            expected = [r for r in expected if r[1] == g]
+        table = self.reader if self.dead else self.writer
+        assert sorted_rows(table.to_arrow(filter=expression)) == tuple(expected)
+
+    def _read_the_past(self, position: int, form: str) -> None:
+        if not self.acked:
+            return
+        commit = self.acked[position * len(self.acked) // 1000]
+        note(f"as of commit {self.acked.index(commit) + 1} of {len(self.acked)}: {commit.instant}")
+        as_of: str | datetime
+        if form == "instant":
+            as_of = commit.instant
+        elif form == "completed_at":
+            as_of = commit.completed_at  # no instant has this time: it is a completion bound
+        else:
+            as_of = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(
+                milliseconds=parse_time(commit.completed_at))
+        self._check_the_past(self.reader if self.dead else self.writer, commit, as_of)
+
+    def _read_with_a_fault(self, nth: int, when: Literal["before", "after"], past: bool) -> None:
+        store, table = self.faulty_reader_store, self.faulty_reader
+        store.reset()
+        store.arm(nth, when=when)
+        commit = self.acked[nth % len(self.acked)] if past and self.acked else None
+        try:
+            got = sorted_rows(table.to_arrow(as_of=commit.instant if commit else None))
+        except txn.SnapshotExpiredError as exc:
+            assert commit is not None
+            self._check_the_past_rows(commit, (), exc, commit.instant)
+        except Exception as exc:
+            assert injected(exc) is not None, f"the fault surfaced as {exc!r}"
+            event("read failed at an injected fault")
+        else:
+            if commit is not None:
+                self._check_the_past_rows(commit, got, None, commit.instant)
+            else:
+                assert got == self.expected
+        finally:
+            store.disarm()
+        assert sorted_rows(table.to_arrow()) == self.expected
+
+    # -- invariants ------------------------------------------------------------------------------
+
+    @invariant()
+    def latest_snapshot_equals_the_model(self) -> None:
+        self.steps += 1
+        # A table opened now (no cache) and the long-lived reader (its cache extended at every
+        # step); the writer and the faulty reader are checked by the read actions.
+        for table in (self._open(self.inner), self.reader):
+            snapshot = table.snapshot()
+            rows = sorted_rows(snapshot.to_arrow())
+            assert rows == self.expected, f"{table}: {len(rows)} rows, model {len(self.expected)}"
+            assert snapshot.count() == len(self.expected)
+            # The snapshot names the last completed instant of any action (a later rollback
+            # instant, say), so only its data content is pinned to the last commit.
+            last = self.acked[-1] if self.acked else None
+            assert last is None or (snapshot.completed_at or "") >= last.completed_at
+        visible = {v // 1000 for _, _, v in self.expected}
+        assert not visible & self.failed_serials, f"rows of failed writes {visible & self.failed_serials}"
+
+    @invariant()
+    def past_snapshots_equal_the_model(self) -> None:
+        if not self.acked:
+            return
+        n = len(self.acked)
+        # The commit before the latest (the latest is the invariant above) and a rotating one;
+        # ReadPast actions draw others.
+        sample = {n - 2, self.steps % n} if n > 2 else set(range(n))
+        for index in sorted(i for i in sample if i >= 0):
+            commit = self.acked[index]
+            self._check_the_past(self.reader, commit, commit.instant)
+
+    def _check_the_past(self, table: txn.Table, commit: Acked, as_of: str | datetime) -> None:
+        """``table`` as of ``as_of`` (naming ``commit``) holds the rows ``commit`` made current."""
+        error: txn.SnapshotExpiredError | None = None
+        try:
+            rows = sorted_rows(table.to_arrow(as_of=as_of))
+        except txn.SnapshotExpiredError as exc:
+            rows, error = (), exc
+        self._check_the_past_rows(commit, rows, error, as_of)
+
+    def _check_the_past_rows(self, commit: Acked, rows: tuple[Row, ...],
+                             error: txn.SnapshotExpiredError | None, as_of: str | datetime) -> None:
+        if rows == commit.rows and error is None:
+            return
+        # BUG: once archival moves commits off the active timeline, time travel that needs
+        # them goes wrong: snapshots are resolved with the completion times of active instants
+        # only, so the log blocks of archived commits are skipped unless a usable base covers
+        # them (silently missing rows, also for an active commit whose snapshot includes an
+        # archived one), and metadata cleaning counts retain_commits over active instants
+        # only, so bases and blocks still needed are deleted (SnapshotExpiredError despite
+        # retain_commits=1000). Reported; tolerated only for snapshots that include an
+        # archived commit while KNOWN_BUGS says so.
+        archived = self._includes_archived(commit)
+        if archived and KNOWN_BUGS["time travel to archived commits"]:
+            event("BUG (known): time travel to an archived commit "
+                  + ("expired" if error is not None else "returned wrong rows"))
+            return
+        n = self.acked.index(commit) + 1
+        raise AssertionError(
+            f"as_of {as_of!r} (commit {n} of {len(self.acked)}, {commit.operation}, "
+            f"{'includes archived commits' if archived else 'all its commits active'}): "
+            + (f"{error!r}" if error is not None else f"{len(rows)} rows, model {len(commit.rows)}"))
+
+    def _includes_archived(self, commit: Acked) -> bool:
+        """Whether the snapshot at ``commit`` includes a commit archived off the active timeline."""
+        view = self.observer_timeline.load()
+        return any(view.get(c.instant) is None for c in self.acked[: self.acked.index(commit) + 1])
+
+    @invariant()
+    def metadata_table_agrees_with_storage(self) -> None:
+        report = self.reader.validate()
+        problems = report.problems
+        if KNOWN_BUGS["validate during a pending rollback"]:
+            # BUG: when a recovery rollback fails part way, its target is already rolled back
+            # but some of its data files (and markers) are still there until the pending
+            # rollback instant expires and is resumed; validate() reports them as unreferenced
+            # although the pending rollback claims them. Reported; tolerated only for targets
+            # of a pending rollback instant.
+            claimed = self._targets_of_pending_rollbacks()
+            problems = [p for p in problems if not (
+                p.kind == "unreferenced file" and _instant_of_data_file(p.path) in claimed)]
+            if len(problems) < len(report.problems):
+                event("BUG (known): validate() flags files of a pending rollback's target")
+        assert not problems, "\n".join(str(p) for p in problems)
+
+    def _targets_of_pending_rollbacks(self) -> set[str]:
+        view = self.observer_timeline.load()
+        return {self.observer_timeline.read_plan(i, RollbackPlan).target_time
+                for i in view.pending() if i.action == "rollback"}
+
+    @invariant()
+    def timeline_agrees_with_the_model(self) -> None:
+        history = self.observer_timeline.history()
+        completed = sorted((i for i in history if i.is_completed and i.action in DATA_ACTIONS),
+                           key=lambda i: i.completed_at or "")
+        assert [(i.time, i.completed_at) for i in completed] == [
+            (c.instant, c.completed_at) for c in self.acked]
+        assert not {i.time for i in completed} & self.failed_instants
+        pending = {i.time for i in history if i.is_pending and i.action in DATA_ACTIONS}
+        assert pending <= self.failed_instants, f"unexplained pending instants {pending}"
+
+    @invariant()
+    def metadata_timeline_is_ordered(self) -> None:
+        """On the metadata timeline, as on any, an instant completes after it was requested."""
+        early = [str(i) for i in self.metadata_timeline.load().completed()
+                 if (i.completed_at or "") <= i.time]
+        # BUG: Timeline.record_completed (the metadata deltacommit written as one completed
+        # file) allocates its completion time from the metadata timeline before the mirrored
+        # time is on it, so it can be below the instant's own time. Reported.
+        if (early and KNOWN_BUGS["metadata deltacommit completes before its time"]
+                and all(" deltacommit " in e for e in early)):
+            event("BUG (known): a metadata deltacommit completed before its time")
+            return
+        assert not early, f"instants completed at or before their own time: {early}"
+
+    @invariant()
+    def segments_equal_the_model(self) -> None:
+        last_overwrite = max((n for n, c in enumerate(self.acked) if c.operation == "overwrite"),
+                             default=0)
+        live = {c.instant: c for c in self.acked[last_overwrite:]}
+        replaced = {c.instant for c in self.acked[:last_overwrite]}
+        pending = self._pending_data_instants()
+        seen: dict[str, str] = {}
+        ids: set[str] = set()
+        for segment in self.reader.segments():
+            assert segment.id not in ids, f"segment id {segment.id} twice"
+            ids.add(segment.id)
+            seen[segment.instant] = segment.status
+            if segment.status == "Success":
+                assert segment.instant in live, f"segment {segment} should not be live"
+                assert segment.rows == live[segment.instant].added
+            elif segment.status == "Marked for Delete":
+                assert segment.instant in replaced, segment
+            else:
+                assert segment.status == "Insert In Progress" and segment.instant in pending, segment
+        assert set(live) <= set(seen), f"live commits without a live segment: {set(live) - set(seen)}"
+        assert replaced <= set(seen)
+
+
+# -- backends ------------------------------------------------------------------------------------
+
+_memory_roots = itertools.count()
+
+
+def _memory_location() -> tuple[str, Callable[[], None]]:
+    import fsspec
+
+    root = f"/metatxn-table-machine-{os.getpid()}-{next(_memory_roots)}"
+
+    def cleanup() -> None:
+        fs = fsspec.filesystem("memory")
+        if fs.exists(root):
+            fs.rm(root, recursive=True)
+
+    return f"memory://{root}", cleanup
+
+
+def _local_location() -> tuple[str, Callable[[], None]]:
+    root = tempfile.mkdtemp(prefix="metatxn-table-machine-")
+    return os.path.join(root, "table"), lambda: shutil.rmtree(root, ignore_errors=True)
+
+
+#: Every step writes or reads a real table and checks it whole, so runs are shortened to this
+#: fraction of the profile's stateful_step_count (ci 30 -> 20, dev 40 -> 26, long 80 -> 53),
+#: which keeps the ci profile of both backends well inside its budget.
+STEP_FRACTION = 2 / 3
+
+
+def machine_on(name: str, factory: Callable[[], tuple[str, Callable[[], None]]]
+               ) -> type[TableMachine]:
+    """The same machine, bound to one backend (the differential half of the contract)."""
+    machine = type(f"TableMachineOn{name}", (TableMachine,),
+                   {"make_location": staticmethod(factory)})
+    profile = settings()  # the loaded profile's values
+    steps = max(1, int(profile.stateful_step_count * STEP_FRACTION))
+    machine.TestCase.settings = settings(profile, stateful_step_count=steps)  # type: ignore[attr-defined]
+    return machine
+
+
+MemoryMachine = machine_on("Memory", _memory_location)
+LocalDiskMachine = machine_on("LocalDisk", _local_location)
+
+TestTableOnMemory = MemoryMachine.TestCase
+TestTableOnLocalDisk = LocalDiskMachine.TestCase
