@@ -13,7 +13,15 @@ from ._metadata_table import (
     MetadataTable,
     SnapshotExpiredError,
 )
-from ._records import FILES_SCHEMA, column_stats_schema, live, merge_two_phase, stats_eligible, tombstones
+from ._records import (
+    FILES_SCHEMA,
+    column_stats_schema,
+    extend_two_phase,
+    live,
+    merge_two_phase,
+    stats_eligible,
+    tombstones,
+)
 from ._segments import (
     COMPACTED,
     INSERT_IN_PROGRESS,
@@ -53,6 +61,7 @@ __all__ = [
     "SegmentEntry",
     "SnapshotExpiredError",
     "column_stats_schema",
+    "extend_two_phase",
     "live",
     "merge_segment",
     "merge_two_phase",

@@ -54,7 +54,7 @@ from ._layout import (
     parse_listing,
     partition_folder,
 )
-from ._records import FILES_SCHEMA, column_stats_schema, live, merge_two_phase
+from ._records import FILES_SCHEMA, column_stats_schema, extend_two_phase, live, merge_two_phase
 from ._segments import (
     SEGMENTS_SCHEMA,
     SegmentEntry,
@@ -265,9 +265,10 @@ class MetadataTable:
                 for block in blocks:
                     top = max(top, max_load_id(block["id"].to_pylist()))
                 resolved["max_load_id"] = top
+            elif earlier is not None:
+                resolved[partition] = extend_two_phase(earlier, blocks, self.schemas[partition])
             else:
-                resolved[partition] = merge_two_phase(
-                    ([earlier] if earlier is not None else []) + blocks, self.schemas[partition])
+                resolved[partition] = merge_two_phase(blocks, self.schemas[partition])
         if not used_base:
             self._check_resolvable(bound)
         return MetadataSnapshot(
@@ -281,7 +282,7 @@ class MetadataTable:
     def _merge(self, partition: str, tables: list[pa.Table]) -> pa.Table:
         if partition == SEGMENTS:
             return merge_segment_tables(tables)
-        return merge_two_phase(tables, self.schemas[partition])
+        return merge_two_phase(tables, self.schemas[partition])  # sorted by key, for bases
 
     def _plan(self, partition: str, completed: Mapping[str, str], bound: str,
               usable: Mapping[str, str]) -> tuple[BaseFile | None, list[LogBlock]]:

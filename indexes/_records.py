@@ -102,6 +102,24 @@ def merge_two_phase(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
     return first.set_column(first.schema.get_field_index(DELETED), DELETED, deleted)
 
 
+def extend_two_phase(merged: pa.Table, blocks: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
+    """Merge ``blocks`` into ``merged``, an already merged table, without re-sorting all of it.
+
+    Equal to ``merge_two_phase([merged, *blocks])`` as a set of rows: only the rows of ``merged``
+    whose keys the blocks touch are merged again; the others keep their place. The result is
+    not sorted by key (readers need no order; compaction sorts what it writes).
+    """
+    new = merge_two_phase(blocks, schema)
+    if new.num_rows == 0:
+        return merged
+    if merged.num_rows == 0:
+        return new
+    merged = merged.select(schema.names)
+    touched = pc.is_in(merged[KEY], value_set=new[KEY])
+    kept = merged.filter(pc.invert(touched))
+    return pa.concat_tables([kept, merge_two_phase([merged.filter(touched), new], schema)])
+
+
 def live(table: pa.Table) -> pa.Table:
     """The rows of a merged two-phase-set partition that are not deleted."""
     if table.num_rows == 0:

@@ -89,8 +89,9 @@ class Snapshot:
         self._store = store
         self._load_column_stats = load_column_stats
         assert metadata.files is not None
-        # Oldest writes first: file names end with their writer's instant, the order of loads.
-        self._files = live(metadata.files).sort_by([("instant", "ascending"), ("path", "ascending")])
+        # Files keep the metadata table's order (its base's key order, then newer files):
+        # sorting ten thousand paths on every read would cost more than the read itself.
+        self._files = live(metadata.files)
         self._metadata = metadata
 
     @property

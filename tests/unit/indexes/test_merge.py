@@ -28,6 +28,7 @@ from indexes import (
     SUCCESS,
     SegmentEntry,
     column_stats_schema,
+    extend_two_phase,
     merge_segment,
     merge_two_phase,
     tombstones,
@@ -127,6 +128,21 @@ def test_two_phase_merge_is_idempotent(case: tuple[pa.Schema, list[pa.Table]], d
     again = data.draw(st.lists(st.sampled_from(tables), max_size=3))
     assert _merge(schema, [*again, once]) == once.to_pylist()
     assert _merge(schema, [once, *again]) == once.to_pylist()
+
+
+@given(blocks(), st.data())
+def test_extending_a_merged_table_equals_merging_everything(
+    case: tuple[pa.Schema, list[pa.Table]], data: st.DataObject
+) -> None:
+    """A reader extends a cached (or base) merge with newer blocks instead of re-merging all:
+    the rows must be exactly those of the full merge, only their order may differ."""
+    schema, tables = case
+    cut = data.draw(st.integers(0, len(tables)))
+    earlier = merge_two_phase(tables[:cut], schema)
+    extended = extend_two_phase(earlier, tables[cut:], schema)
+    assert extended.schema.equals(schema)
+    key = lambda row: row["path"]  # noqa: E731 - a local sort key
+    assert sorted(extended.to_pylist(), key=key) == sorted(_merge(schema, tables), key=key)
 
 
 def test_a_merged_result_is_sorted_by_path_and_keeps_the_schema() -> None:
