@@ -37,6 +37,9 @@ class TableConfig(msgspec.Struct, frozen=True, kw_only=True, tag="table", tag_fi
     record_key: str | list[str] | None = None
     sort_by: list[str] = msgspec.field(default_factory=list)
     properties: dict[str, str] = msgspec.field(default_factory=dict)
+    #: Hash shards of the record-level index, fixed when a keyed table is created (None when the
+    #: table has no record key). Fixed because a key's shard must never change.
+    record_index_shards: int | None = None
 
     @property
     def schema(self) -> pa.Schema:

@@ -133,7 +133,23 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], None], str]] = {
     "metadata.compact_after": (_positive_int, "compact the metadata table after this many commits"),
     "metadata.retain_commits": (_positive_int, "time travel reaches back at least this many commits"),
     "write.target_file_bytes": (_positive_int, "in-memory bytes buffered per data file"),
+    "record_index.shards": (_positive_int, "hash shards of the record-level index (keyed tables)"),
 }
+
+#: Record-index shards when a keyed table does not choose: tens of millions of keys make shards
+#: of a few hundred thousand keys each, small enough to rewrite one in a compaction.
+DEFAULT_RECORD_INDEX_SHARDS = 64
+
+
+def record_index_shards(properties: dict[str, str], record_key: object) -> int | None:
+    """The shard count a new table records: None without a record key."""
+    if record_key is None:
+        if "record_index.shards" in properties:
+            raise InvalidOptionError(
+                "table property record_index.shards applies only to tables with a record_key"
+            )
+        return None
+    return int(properties.get("record_index.shards", DEFAULT_RECORD_INDEX_SHARDS))
 
 _TIMELINE_PROPERTY_FIELDS = {
     "timeline.archive.trigger": "archive_trigger",

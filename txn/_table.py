@@ -48,7 +48,14 @@ from ._config import (
     describe_schema,
     encode_config,
 )
-from ._options import check_layout, check_properties, check_schema, metadata_options, timeline_options
+from ._options import (
+    check_layout,
+    check_properties,
+    check_schema,
+    metadata_options,
+    record_index_shards,
+    timeline_options,
+)
 from ._protocol import DATA_ACTIONS, Protocol
 from ._records import Commit, Segment, ValidationReport, WritePlan
 from ._snapshot import Snapshot
@@ -117,6 +124,11 @@ class Table:
     @property
     def sort_by(self) -> list[str]:
         return list(self._config.sort_by)
+
+    @property
+    def record_index_shards(self) -> int | None:
+        """Hash shards of the record-level index, fixed at creation (None without a key)."""
+        return self._config.record_index_shards
 
     @property
     def properties(self) -> dict[str, str]:
@@ -346,6 +358,7 @@ def create_table(
         record_key=key,
         sort_by=sorts,
         properties=props,
+        record_index_shards=record_index_shards(props, key),
     )
     try:
         storage.put_if_absent(TABLE_CONFIG_PATH, encode_config(config))

@@ -223,7 +223,7 @@ def test_table_json_naming_an_unknown_layout_column_is_corrupt(table_uri: str) -
     storage = timeline.open_storage(table_uri)
     text = storage.read("_timeline/table.json").replace(b'"o_orderstatus"]', b'"gone"]')
     storage.put("_timeline/table.json", text)
-    with pytest.raises(txn.CorruptMetadataError, match="unknown .'gone'."):
+    with pytest.raises(txn.CorruptMetadataError, match=r"unknown .'gone'."):
         txn.open_table(table_uri)
 
 
@@ -237,7 +237,7 @@ def test_a_corrupt_instant_file_raises_corrupt_metadata_naming_it(table_uri: str
         tl.read_plan(pending)
     assert info.value.path.endswith("_timeline/20260101000000000.commit.requested")
     storage.put("_timeline/2026010100000000.commit.requested", b"{}")
-    with pytest.raises(txn.CorruptMetadataError, match="2026010100000000.commit.requested"):
+    with pytest.raises(txn.CorruptMetadataError, match=r"2026010100000000\.commit\.requested"):
         table.timeline()
 
 
@@ -255,3 +255,38 @@ def test_the_orders_fixture_types_are_realistic() -> None:
     """Guards the fixture: dates and decimals must be the types the checks reason about."""
     assert pa.types.is_date32(ORDERS.field("o_orderdate").type)
     assert date(2026, 1, 1).year == 2026
+
+
+def test_a_keyed_table_fixes_its_record_index_shard_count_at_creation(table_uri: str) -> None:
+    """A key's shard must never change, so the count is recorded once, in table.json."""
+    keyed = txn.create_table(table_uri, ORDERS, record_key="o_orderkey")
+    assert keyed.record_index_shards == 64
+    assert txn.open_table(table_uri).record_index_shards == 64
+    assert keyed.properties == {}, "the default is recorded in table.json, not as a property"
+
+
+def test_the_record_index_shard_count_can_be_chosen(table_uri: str) -> None:
+    table = txn.create_table(table_uri, ORDERS, record_key="o_orderkey",
+                             properties={"record_index.shards": "8"})
+    assert txn.open_table(table_uri).record_index_shards == 8
+    assert table.properties == {"record_index.shards": "8"}
+
+
+def test_an_unkeyed_table_has_no_record_index(table_uri: str) -> None:
+    assert txn.create_table(table_uri, ORDERS).record_index_shards is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"record_key": "o_orderkey", "properties": {"record_index.shards": "0"}}, "positive whole"),
+        ({"record_key": "o_orderkey", "properties": {"record_index.shards": "many"}}, "positive whole"),
+        ({"properties": {"record_index.shards": "8"}}, "only to tables with a record_key"),
+    ],
+)
+def test_a_bad_record_index_shard_count_is_refused(
+    table_uri: str, kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(txn.InvalidOptionError, match=message):
+        txn.create_table(table_uri, ORDERS, **kwargs)  # type: ignore[arg-type]
+    assert _listing(table_uri) == []
