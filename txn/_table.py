@@ -302,14 +302,18 @@ class Table:
         """
         view = self._timeline.view(lease)
         order = [(i.time, i.completed_at or "") for i in view.completed()]
+        # Retention counts writes: a rollback must not push a commit out of time travel.
+        writes = [(i.time, i.completed_at or "") for i in view.completed() if i.action in DATA_ACTIONS]
         if self._metadata.compact_if_due(order, lease=lease, data_max_time=view.max_time()) is not None:
-            self._metadata.clean(order, lease=lease)
+            self._metadata.clean(writes, lease=lease)
             self._metadata.archive(lease=lease)
         if len(order) > self._timeline.options.archive_trigger:
             # Keep on the active timeline every commit whose blocks a kept base does not fold,
             # and the retained commits (cleaning counts retention over the active timeline).
-            retained = order[max(0, len(order) - self._metadata.options.retain_commits)][1]
-            fence = min(self._metadata.archive_fence(), retained)
+            fence = self._metadata.archive_fence()
+            if writes:
+                retained = writes[max(0, len(writes) - self._metadata.options.retain_commits)][1]
+                fence = min(fence, retained)
             self._timeline.archive(lease=lease, fence_exclusive=fence)
 
     def __repr__(self) -> str:

@@ -27,8 +27,9 @@ Invariants (checked after every step, on the undisturbed inner store):
   without reading data files; read actions also check the writer's own reads (pruned by column
   statistics) and reads that fail part way (``ReadWithFault``: no poisoned cache after);
 * the snapshots of past acknowledged commits (``as_of`` their instant, their completion time or
-  a ``datetime``) hold the rows they held when they were current (the previous commit and a
-  rotating one each step; ``ReadPast`` actions draw others);
+  a ``datetime``) hold the rows they held when they were current, or are reported expired when
+  they are older than the retention (the previous commit and a rotating one each step;
+  ``ReadPast`` actions draw others);
 * ``validate()`` finds no disagreement between the metadata table and storage;
 * no row of a failed write is visible, and the timeline never reports a failed write's instant
   as completed; its completed data instants are exactly the acknowledged commits, in order;
@@ -49,8 +50,11 @@ instant back once the write is under way (from its first heartbeat on) unless th
 unknown; an instant left pending (a fault inside ``begin``, a dead writer, an unknown outcome) is
 rolled back by the first write that begins after its heartbeat expired.
 
-Bugs this machine found are listed in ``KNOWN_BUGS``: while an entry is True, the machine
-tolerates exactly that symptom (and counts it with ``event``) so it can go on looking for others.
+Each run first creates the table with one of two retentions (``create``): ``retain_commits``
+1000, so every past snapshot must resolve (and, with retention fencing archival, the data
+timeline is never archived), or 3, so the data timeline is archived and metadata cleaned as the
+run goes: the snapshots of the last 3 commits must then resolve, older ones may instead raise
+SnapshotExpiredError, and none may ever return wrong rows.
 
 Data files are written by pyarrow, not through the storage seam, so they are not fault points
 themselves; the marker put just before each data file and the next call after it cover the
@@ -72,7 +76,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import event, note, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import txn
 from indexes import METADATA_FOLDER
@@ -84,7 +88,6 @@ from timeline import (
     Instant,
     LockTimeoutError,
     PrefixedStorage,
-    RollbackPlan,
     Storage,
     TableLock,
     Timeline,
@@ -98,35 +101,32 @@ from txn._config import TABLE_CONFIG_PATH, decode_config
 SCHEMA = pa.schema([("k", pa.int64()), ("g", pa.string()), ("v", pa.int64())])
 HEARTBEAT_TIMEOUT_MS = 60_000
 LOCK_LEASE_MS = 5_000
-PROPERTIES = {
-    # Compact the metadata table every second commit, but keep all of it for time travel.
-    "metadata.compact_after": "2",
-    "metadata.retain_commits": "1000",
-    # Archive the data and metadata timelines often.
-    "timeline.archive.trigger": "6",
-    "timeline.archive.retain": "3",
-    # The background heartbeat thread beats on the *real* clock every interval: keep it far
-    # longer than any write, so it never adds a storage call and call numbers stay
-    # deterministic. Expiry is judged on the fake clock, which the machine moves on purpose.
-    "heartbeat.interval_ms": "30000",
-    "heartbeat.timeout_ms": str(HEARTBEAT_TIMEOUT_MS),
-    "lock.lease_ms": str(LOCK_LEASE_MS),
-}
+RETENTIONS = (1000, 3)
+
+def properties(retain_commits: int) -> dict[str, str]:
+    return {
+        # Compact the metadata table every second commit; keep what time travel to the last
+        # retain_commits commits needs.
+        "metadata.compact_after": "2",
+        "metadata.retain_commits": str(retain_commits),
+        # Archive the data and metadata timelines often (as far as retention allows).
+        "timeline.archive.trigger": "6",
+        "timeline.archive.retain": "3",
+        # The background heartbeat thread beats on the *real* clock every interval: keep it far
+        # longer than any write, so it never adds a storage call and call numbers stay
+        # deterministic. Expiry is judged on the fake clock, which the machine moves on purpose.
+        "heartbeat.interval_ms": "30000",
+        "heartbeat.timeout_ms": str(HEARTBEAT_TIMEOUT_MS),
+        "lock.lease_ms": str(LOCK_LEASE_MS),
+    }
+
+
 #: The same settings as the table's timeline, for the observer's reads and expiry checks.
 OPTIONS = TimelineOptions(heartbeat_interval_ms=30_000, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
                           lock_lease_ms=LOCK_LEASE_MS, archive_trigger=6, archive_retain=3)
 DATA_ACTIONS = ("commit", "replacecommit")
 #: Before the first clean write has been measured: more calls than any write makes.
 INITIAL_CALL_BOUND = {"all": 100, "writes": 30, "instants": 10}
-
-#: Bugs this machine found in the code under test, tolerated (and counted with ``event``) until
-#: they are fixed; set an entry to False to make the machine fail on it again.
-KNOWN_BUGS = {
-    "committed write raises": False,
-    "validate during a pending rollback": False,
-    "time travel to archived commits": False,
-    "metadata deltacommit completes before its time": False,
-}
 
 Row = tuple[int, "str | None", int]
 Mode = Literal["exception", "death"]
@@ -282,11 +282,6 @@ def _row_key(row: Row) -> tuple[int, str, int]:
     return (k, "\0" if g is None else "\1" + g, v)
 
 
-def _instant_of_data_file(path: str) -> str:
-    """The instant that wrote a data file: its name ends with ``_<T>.parquet``."""
-    return path.rsplit("_", 1)[-1].removesuffix(".parquet")
-
-
 def where(call_path: str) -> str:
     """The part of the protocol a storage path belongs to, for statistics."""
     if call_path.startswith("_timeline/lock"):
@@ -318,19 +313,12 @@ class TableMachine(RuleBasedStateMachine):
         self.uri, self._cleanup = self.make_location()
         self.clock = FakeClock()
         self._ids = itertools.count()
-        txn.create_table(self.uri, SCHEMA, partition_by=["g"], sort_by=["k"],
-                         properties=PROPERTIES, clock=self.clock, ids=self._new_id)
         self.inner = open_storage(self.uri)
-        self.config = decode_config(self.inner.read(TABLE_CONFIG_PATH))
         self.observer_timeline = Timeline(self.inner, clock=self.clock, owner="observer",
                                           options=OPTIONS)
         self.metadata_timeline = Timeline(PrefixedStorage(self.inner, METADATA_FOLDER),
                                           clock=self.clock, owner="observer", options=OPTIONS)
-        self.reader = self._open(self.inner)  # long-lived: exercises the incremental cache
-        # Another long-lived reader (process), whose reads can fail.
-        self.faulty_reader_store = TableStorage(self.inner)
-        self.faulty_reader = self._open(self.faulty_reader_store)
-        self.store, self.writer = self._new_writer()
+        self.retain_commits = RETENTIONS[0]  # set by create(), which runs first
         self.dead = False
         self.serials = itertools.count(1)
         self.acked: list[Acked] = []
@@ -339,9 +327,22 @@ class TableMachine(RuleBasedStateMachine):
         self.call_bound = dict(INITIAL_CALL_BOUND)
         self.steps = 0
 
+    @initialize(retain_commits=st.sampled_from(RETENTIONS))
+    def create(self, retain_commits: int) -> None:
+        self.retain_commits = retain_commits
+        txn.create_table(self.uri, SCHEMA, partition_by=["g"], sort_by=["k"],
+                         properties=properties(retain_commits), clock=self.clock, ids=self._new_id)
+        self.config = decode_config(self.inner.read(TABLE_CONFIG_PATH))
+        self.reader = self._open(self.inner)  # long-lived: exercises the incremental cache
+        # Another long-lived reader (process), whose reads can fail.
+        self.faulty_reader_store = TableStorage(self.inner)
+        self.faulty_reader = self._open(self.faulty_reader_store)
+        self.store, self.writer = self._new_writer()
+
     def teardown(self) -> None:
         low = (self.steps - 1) // 10 * 10
-        event(f"run of {low}-{low + 9} steps, {len(self.acked)} commits, {next(self.serials) - 1} writes")
+        event(f"run of {low}-{low + 9} steps, {len(self.acked)} commits, "
+              f"{next(self.serials) - 1} writes, retain_commits={self.retain_commits}")
         self._cleanup()
 
     # -- tables ----------------------------------------------------------------------------------
@@ -445,18 +446,12 @@ class TableMachine(RuleBasedStateMachine):
             if isinstance(outcome, txn.Commit):
                 assert (outcome.instant, outcome.completed_at) == (found.time, found.completed_at)
                 assert outcome.rows_added == len(rows)
-            elif fault is not None and fault.mode == "exception" and not isinstance(
-                    outcome, CommitStateUnknownError):
+            elif fault is not None and fault.mode == "exception":
                 # A commit that landed is returned, or reported as CommitStateUnknownError (the
                 # contract in txn/_protocol.py); any other error makes the caller believe it
                 # failed and write it again.
-                # BUG: a fault on a storage call after the commit point (the heartbeat delete in
-                # Timeline.complete, heartbeat.stop() or the marker removal in Protocol.run)
-                # escapes as that plain error although the commit landed. Reported; remove
-                # KNOWN_BUGS["committed write raises"] once fixed.
-                assert KNOWN_BUGS["committed write raises"], (
+                assert isinstance(outcome, CommitStateUnknownError), (
                     f"{operation} committed {instant} but raised {outcome!r}")
-                event("BUG (known): a committed write raised a plain error")
             previous = () if operation == "overwrite" else self.expected
             self.acked.append(Acked(
                 instant=found.time, completed_at=found.completed_at, operation=operation,
@@ -652,26 +647,20 @@ class TableMachine(RuleBasedStateMachine):
 
     def _check_the_past_rows(self, commit: Acked, rows: tuple[Row, ...],
                              error: txn.SnapshotExpiredError | None, as_of: str | datetime) -> None:
-        if rows == commit.rows and error is None:
-            return
-        # BUG: once archival moves commits off the active timeline, time travel that needs
-        # them goes wrong: snapshots are resolved with the completion times of active instants
-        # only, so the log blocks of archived commits are skipped unless a usable base covers
-        # them (silently missing rows, also for an active commit whose snapshot includes an
-        # archived one), and metadata cleaning counts retain_commits over active instants
-        # only, so bases and blocks still needed are deleted (SnapshotExpiredError despite
-        # retain_commits=1000). Reported; tolerated only for snapshots that include an
-        # archived commit while KNOWN_BUGS says so.
-        archived = self._includes_archived(commit)
-        if archived and KNOWN_BUGS["time travel to archived commits"]:
-            event("BUG (known): time travel to an archived commit "
-                  + ("expired" if error is not None else "returned wrong rows"))
-            return
         n = self.acked.index(commit) + 1
-        raise AssertionError(
-            f"as_of {as_of!r} (commit {n} of {len(self.acked)}, {commit.operation}, "
-            f"{'includes archived commits' if archived else 'all its commits active'}): "
-            + (f"{error!r}" if error is not None else f"{len(rows)} rows, model {len(commit.rows)}"))
+        retained = len(self.acked) - n < self.retain_commits
+        archived = self._includes_archived(commit)
+        context = (f"as_of {as_of!r} (commit {n} of {len(self.acked)}, {commit.operation}, "
+                   f"{'retained' if retained else 'beyond retention'}"
+                   f"{', includes archived commits' if archived else ''})")
+        if error is not None:
+            # Retention counts writes only: a rollback instant never takes a commit's place.
+            assert not retained, f"{context}: {error!r}"
+            event("time travel beyond retention: expired")
+            return
+        assert rows == commit.rows, f"{context}: {len(rows)} rows, model {len(commit.rows)}"
+        if archived:
+            event("time travel to a snapshot that includes archived commits")
 
     def _includes_archived(self, commit: Acked) -> bool:
         """Whether the snapshot at ``commit`` includes a commit archived off the active timeline."""
@@ -681,24 +670,7 @@ class TableMachine(RuleBasedStateMachine):
     @invariant()
     def metadata_table_agrees_with_storage(self) -> None:
         report = self.reader.validate()
-        problems = report.problems
-        if KNOWN_BUGS["validate during a pending rollback"]:
-            # BUG: when a recovery rollback fails part way, its target is already rolled back
-            # but some of its data files (and markers) are still there until the pending
-            # rollback instant expires and is resumed; validate() reports them as unreferenced
-            # although the pending rollback claims them. Reported; tolerated only for targets
-            # of a pending rollback instant.
-            claimed = self._targets_of_pending_rollbacks()
-            problems = [p for p in problems if not (
-                p.kind == "unreferenced file" and _instant_of_data_file(p.path) in claimed)]
-            if len(problems) < len(report.problems):
-                event("BUG (known): validate() flags files of a pending rollback's target")
-        assert not problems, "\n".join(str(p) for p in problems)
-
-    def _targets_of_pending_rollbacks(self) -> set[str]:
-        view = self.observer_timeline.load()
-        return {self.observer_timeline.read_plan(i, RollbackPlan).target_time
-                for i in view.pending() if i.action == "rollback"}
+        assert report.ok, str(report)
 
     @invariant()
     def timeline_agrees_with_the_model(self) -> None:
@@ -716,13 +688,6 @@ class TableMachine(RuleBasedStateMachine):
         """On the metadata timeline, as on any, an instant completes after it was requested."""
         early = [str(i) for i in self.metadata_timeline.load().completed()
                  if (i.completed_at or "") <= i.time]
-        # BUG: Timeline.record_completed (the metadata deltacommit written as one completed
-        # file) allocates its completion time from the metadata timeline before the mirrored
-        # time is on it, so it can be below the instant's own time. Reported.
-        if (early and KNOWN_BUGS["metadata deltacommit completes before its time"]
-                and all(" deltacommit " in e for e in early)):
-            event("BUG (known): a metadata deltacommit completed before its time")
-            return
         assert not early, f"instants completed at or before their own time: {early}"
 
     @invariant()
