@@ -54,9 +54,6 @@ class DataStore:
             size: int = sink.tell()
         return size
 
-    def delete(self, path: str) -> None:
-        self.storage.delete(path)
-
     def dataset(
         self,
         paths: Sequence[str],
