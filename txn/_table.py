@@ -183,16 +183,19 @@ class Table:
         if as_of is None:
             last = view.last_completed()
             bound = last.completed_at if last else None
+            completed = view.completed()
         else:
-            bound = self._completion_bound(view, as_of)
+            # Time travel may reach instants archived off the active timeline: read the archive
+            # once, for the bound, the snapshot's name and the blocks to merge alike.
+            history = self._timeline.history()
+            completed = tuple(sorted((i for i in history if i.is_completed),
+                                     key=lambda i: i.completed_at or ""))
+            bound = self._completion_bound(as_of, {i.time: i for i in history}, view)
         # The snapshot is named after the last write it includes, not a rollback after it.
-        writes = [i for i in (view.completed_up_to(bound) if bound else ())
-                  if i.action in DATA_ACTIONS]
-        if not writes and bound:  # the last write before an old bound may be archived by now
-            writes = sorted((i for i in self._timeline.history() if i.action in DATA_ACTIONS
-                             and i.completed_at and i.completed_at <= bound),
-                            key=lambda i: i.completed_at or "")
-        return self._snapshot_at(view, writes[-1].time if writes else None, bound)
+        writes = [i for i in completed if i.action in DATA_ACTIONS
+                  and bound is not None and (i.completed_at or "") <= bound]
+        travel = None if as_of is None else {i.time: i.completed_at or "" for i in completed}
+        return self._snapshot_at(view, writes[-1].time if writes else None, bound, travel)
 
     def to_arrow(self, filter: ds.Expression | None = None, columns: list[str] | None = None,
                  as_of: str | datetime | None = None) -> pa.Table:
@@ -227,7 +230,8 @@ class Table:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _completion_bound(self, view: TimelineView, as_of: str | datetime) -> str:
+    def _completion_bound(self, as_of: str | datetime, instants: dict[str, Instant],
+                          view: TimelineView) -> str:
         if isinstance(as_of, datetime):
             return time_of(as_of)
         if not isinstance(as_of, str):
@@ -237,7 +241,7 @@ class Table:
             parse_time(as_of)
         except ValueError as exc:
             raise InvalidOptionError(f"as_of {as_of!r}: {exc}") from None
-        instant = view.get(as_of) or next((i for i in self._timeline.history() if i.time == as_of), None)
+        instant = view.get(as_of) or instants.get(as_of)
         if instant is None:
             return as_of
         if not instant.is_completed or instant.completed_at is None:
@@ -246,11 +250,12 @@ class Table:
                 "a snapshot can only be taken at a completed instant")
         return instant.completed_at
 
-    def _snapshot_at(self, view: TimelineView, instant: str | None, bound: str | None) -> Snapshot:
-        metadata = self._metadata_at(view, bound, (FILES,))
+    def _snapshot_at(self, view: TimelineView, instant: str | None, bound: str | None,
+                     travel: dict[str, str] | None = None) -> Snapshot:
+        metadata = self._metadata_at(view, bound, (FILES,), travel)
 
         def column_stats() -> pa.Table:
-            resolved = self._metadata_at(view, bound, (COLUMN_STATS,)).column_stats
+            resolved = self._metadata_at(view, bound, (COLUMN_STATS,), travel).column_stats
             assert resolved is not None
             return resolved
 
@@ -258,17 +263,19 @@ class Table:
                         store=self._store, load_column_stats=column_stats)
 
     def _metadata_at(self, view: TimelineView, bound: str | None,
-                     partitions: tuple[str, ...] = (FILES, SEGMENTS)) -> MetadataSnapshot:
-        """Resolve metadata partitions; the latest state is extended incrementally from a cache."""
+                     partitions: tuple[str, ...] = (FILES, SEGMENTS),
+                     travel: dict[str, str] | None = None) -> MetadataSnapshot:
+        """Resolve metadata partitions; the latest state is extended incrementally from a cache.
+
+        ``travel`` (time travel only) maps every completed instant, archived ones included, to
+        its completion time.
+        """
         completed = _completion_map(view)
         last = view.last_completed()
         latest = last.completed_at if last else None
         if latest is None or (bound is not None and bound != latest):
-            if bound is not None and latest is not None:
-                # Time travel may need blocks of instants archived off the active timeline.
-                completed = {**{i.time: i.completed_at or "" for i in self._timeline.history()
-                                if i.is_completed}, **completed}
-            return self._metadata.resolve(completed, bound, partitions=partitions)
+            return self._metadata.resolve({**(travel or {}), **completed}, bound,
+                                          partitions=partitions)
         cached = self._latest
         if cached is not None and cached[0] == latest and all(cached[1].has(p) for p in partitions):
             return cached[1]
