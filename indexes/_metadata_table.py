@@ -235,12 +235,14 @@ class MetadataTable:
         since: tuple[str, MetadataSnapshot] | None = None,
     ) -> MetadataSnapshot:
         bound = upper_inclusive or "9" * 17
-        usable = self._completed_compactions()
+        files_listing = self.storage.list(partition_folder(FILES))  # once: bases and blocks
+        usable = self._completed_compactions(files_listing)
         read: list[str] = []
         resolved: dict[str, object] = {}
         used_base = False
         for partition in partitions:
-            base, logs = self._plan(partition, completed, bound, usable)
+            base, logs = self._plan(partition, completed, bound, usable,
+                                    files_listing if partition == FILES else None)
             earlier: object = None
             if since is not None and since[1].has(partition) and (
                     base is None or base.horizon <= since[0]):
@@ -285,8 +287,11 @@ class MetadataTable:
         return merge_two_phase(tables, self.schemas[partition])  # sorted by key, for bases
 
     def _plan(self, partition: str, completed: Mapping[str, str], bound: str,
-              usable: Mapping[str, str]) -> tuple[BaseFile | None, list[LogBlock]]:
-        bases, logs = parse_listing(self.storage.list(partition_folder(partition)))
+              usable: Mapping[str, str],
+              listing: list[str] | None = None) -> tuple[BaseFile | None, list[LogBlock]]:
+        if listing is None:
+            listing = self.storage.list(partition_folder(partition))
+        bases, logs = parse_listing(listing)
         candidates = [b for b in bases if usable.get(b.compaction_time) == b.horizon
                       and b.horizon <= bound]
         base = max(candidates, key=lambda b: (b.horizon, b.compaction_time), default=None)
@@ -296,12 +301,14 @@ class MetadataTable:
         chosen.sort(key=lambda block: completed[block.instant_time])
         return base, chosen
 
-    def _completed_compactions(self) -> dict[str, str]:
+    def _completed_compactions(self, files_listing: list[str] | None = None) -> dict[str, str]:
         """Completed metadata compactions: compaction time -> horizon (from the base names)."""
         view = self.timeline.load()
         done = {i.time for i in view.completed() if i.action == "compaction"}
         horizons: dict[str, str] = {}
-        bases, _ = parse_listing(self.storage.list(partition_folder(FILES)))
+        if files_listing is None:
+            files_listing = self.storage.list(partition_folder(FILES))
+        bases, _ = parse_listing(files_listing)
         for base in bases:
             if base.compaction_time in done:
                 horizons[base.compaction_time] = base.horizon
@@ -419,10 +426,7 @@ class MetadataTable:
         Their blocks are not folded into the oldest retained base, and readers learn their
         completion from the active data timeline only.
         """
-        usable = self._completed_compactions()
-        bases, _ = parse_listing(self.storage.list(partition_folder(FILES)))
-        kept = [b.horizon for b in bases if usable.get(b.compaction_time) == b.horizon]
-        return min(kept, default=_NOTHING)
+        return min(self._completed_compactions().values(), default=_NOTHING)
 
     def archive(self, *, lease: Lease) -> None:
         """Archive old metadata instants, never those whose bases are still retained."""
