@@ -1,11 +1,21 @@
-"""The metadata table: file listings, column statistics, segments and (next) the record index.
+"""The metadata table: file listings, column statistics, segments, delete deltas and the record index.
 
 It sits between ``txn`` and ``timeline`` (``txn -> indexes -> timeline``). It is a merge-on-read
 table of its own under ``_metadata/``, updated under the table lock in the same commit as each
 data write, and read by trusting only instants completed on the data timeline.
 """
 
-from ._layout import COLUMN_STATS, FILES, METADATA_FOLDER, PARTITIONS, RECORD_INDEX, SEGMENTS, shard_folder
+from ._keys import key_hash, shard_of
+from ._layout import (
+    COLUMN_STATS,
+    DELETES,
+    FILES,
+    METADATA_FOLDER,
+    PARTITIONS,
+    RECORD_INDEX,
+    SEGMENTS,
+    shard_folder,
+)
 from ._metadata_table import (
     MetadataChanges,
     MetadataOptions,
@@ -13,7 +23,9 @@ from ._metadata_table import (
     MetadataTable,
     SnapshotExpiredError,
 )
+from ._record_index import RecordIndex, index_schema, key_names, matching, merge_entries
 from ._records import (
+    DELETES_SCHEMA,
     FILES_SCHEMA,
     column_stats_schema,
     extend_two_phase,
@@ -40,6 +52,8 @@ from ._segments import (
 __all__ = [
     "COLUMN_STATS",
     "COMPACTED",
+    "DELETES",
+    "DELETES_SCHEMA",
     "FILES",
     "FILES_SCHEMA",
     "INSERT_IN_PROGRESS",
@@ -58,15 +72,22 @@ __all__ = [
     "MetadataOptions",
     "MetadataSnapshot",
     "MetadataTable",
+    "RecordIndex",
     "SegmentEntry",
     "SnapshotExpiredError",
     "column_stats_schema",
     "extend_two_phase",
+    "index_schema",
+    "key_hash",
+    "key_names",
     "live",
+    "matching",
+    "merge_entries",
     "merge_segment",
     "merge_two_phase",
     "segment_sort_key",
     "shard_folder",
+    "shard_of",
     "stats_eligible",
     "tombstones",
 ]

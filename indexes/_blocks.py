@@ -18,10 +18,10 @@ import pyarrow.parquet as pq
 from timeline import CorruptMetadataError, Storage
 
 
-def _encode(path: str, table: pa.Table) -> bytes:
+def _encode(path: str, table: pa.Table, row_group_rows: int | None) -> bytes:
     if path.endswith(".parquet"):
         buffer = io.BytesIO()
-        pq.write_table(table, buffer, compression="zstd")
+        pq.write_table(table, buffer, compression="zstd", row_group_size=row_group_rows)
         return buffer.getvalue()
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, table.schema) as writer:
@@ -29,9 +29,14 @@ def _encode(path: str, table: pa.Table) -> bytes:
     return bytes(sink.getvalue())
 
 
-def write_block(storage: Storage, path: str, table: pa.Table) -> int:
-    """Store ``table`` at ``path`` (Parquet for ``.parquet``, else Arrow IPC); return its size."""
-    data = _encode(path, table)
+def write_block(storage: Storage, path: str, table: pa.Table, *,
+                row_group_rows: int | None = None) -> int:
+    """Store ``table`` at ``path`` (Parquet for ``.parquet``, else Arrow IPC); return its size.
+
+    ``row_group_rows`` bounds Parquet row groups (record-index bases keep them small so a lookup
+    decodes little).
+    """
+    data = _encode(path, table, row_group_rows)
     storage.put_if_absent(path, data)
     return len(data)
 

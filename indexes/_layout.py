@@ -8,7 +8,8 @@ _metadata/
                                     touched the partition
   <partition>/<M>_<H>.base.parquet  a base: every completed block with completion time <= H,
                                     folded by the metadata compaction instant M
-  record_index/<shard>/...          the same, per hash shard of the record keys
+  record_index/<shard>/...          the same, per hash shard of the record keys (see
+                                    ``_record_index``)
 ```
 """
 
@@ -21,8 +22,9 @@ METADATA_FOLDER = "_metadata"
 FILES = "files"
 COLUMN_STATS = "column_stats"
 SEGMENTS = "segments"
+DELETES = "deletes"
 RECORD_INDEX = "record_index"
-PARTITIONS = (FILES, COLUMN_STATS, SEGMENTS)
+PARTITIONS = (FILES, COLUMN_STATS, SEGMENTS, DELETES)
 
 _LOG = re.compile(r"^(?P<time>\d{17})\.log\.arrow$", re.ASCII)
 _BASE = re.compile(r"^(?P<compaction>\d{17})_(?P<horizon>\d{17})\.base\.parquet$", re.ASCII)

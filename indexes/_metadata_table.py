@@ -44,6 +44,7 @@ from timeline import (
 from ._blocks import read_block, write_block
 from ._layout import (
     COLUMN_STATS,
+    DELETES,
     FILES,
     METADATA_FOLDER,
     SEGMENTS,
@@ -54,7 +55,15 @@ from ._layout import (
     parse_listing,
     partition_folder,
 )
-from ._records import FILES_SCHEMA, column_stats_schema, extend_two_phase, live, merge_two_phase
+from ._record_index import RecordIndex
+from ._records import (
+    DELETES_SCHEMA,
+    FILES_SCHEMA,
+    column_stats_schema,
+    extend_two_phase,
+    live,
+    merge_two_phase,
+)
 from ._segments import (
     SEGMENTS_SCHEMA,
     SegmentEntry,
@@ -99,6 +108,9 @@ class MetadataChanges:
     files: pa.Table | None = None
     column_stats: pa.Table | None = None
     segments: Sequence[SegmentEntry] = ()
+    deletes: pa.Table | None = None
+    #: Record-index log blocks the instant wrote during its write phase: shard -> bytes.
+    record_index: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -113,14 +125,19 @@ class MetadataSnapshot:
     segments: Mapping[str, SegmentEntry] | None = None
     #: ``column_stats`` rows.
     column_stats: pa.Table | None = None
+    #: ``deletes`` rows: delete-delta files, including tombstones of merged or dropped ones.
+    deletes: pa.Table | None = None
     #: The largest load number among the segments (-1 if none), when segments were resolved.
     max_load_id: int = -1
     #: Metadata files read to build this snapshot, for diagnostics and tests.
     files_read: tuple[str, ...] = field(default=())
 
     def has(self, partition: str) -> bool:
-        return {FILES: self.files, SEGMENTS: self.segments,
-                COLUMN_STATS: self.column_stats}[partition] is not None
+        return self.partition(partition) is not None
+
+    def partition(self, name: str) -> object:
+        return {FILES: self.files, SEGMENTS: self.segments, COLUMN_STATS: self.column_stats,
+                DELETES: self.deletes}[name]
 
 
 class MetadataTable:
@@ -135,6 +152,8 @@ class MetadataTable:
         owner: str | None = None,
         options: MetadataOptions | None = None,
         timeline_options: TimelineOptions | None = None,
+        record_key: Sequence[str] = (),
+        record_index_shards: int | None = None,
     ) -> None:
         self.storage = storage
         self.options = options or MetadataOptions()
@@ -146,7 +165,14 @@ class MetadataTable:
             FILES: FILES_SCHEMA,
             COLUMN_STATS: column_stats_schema(table_schema),
             SEGMENTS: SEGMENTS_SCHEMA,
+            DELETES: DELETES_SCHEMA,
         }
+        #: The record-level index of a keyed table (None without a record key).
+        self.record_index = (
+            RecordIndex(storage, [table_schema.field(name).type for name in record_key],
+                        record_index_shards or 1)
+            if record_key else None
+        )
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -163,8 +189,11 @@ class MetadataTable:
             blocks[COLUMN_STATS] = changes.column_stats
         if changes.segments:
             blocks[SEGMENTS] = segments_to_arrow(changes.segments)
-        written = 0
-        sizes: dict[str, int] = {}
+        if changes.deletes is not None and changes.deletes.num_rows:
+            blocks[DELETES] = changes.deletes
+        written = sum(changes.record_index.values())
+        sizes: dict[str, int] = {f"record_index/{shard:04d}": size
+                                 for shard, size in sorted(changes.record_index.items())}
         for partition, table in blocks.items():
             schema = self.schemas[partition]
             table = table.select(schema.names)
@@ -186,6 +215,8 @@ class MetadataTable:
             if self.storage.exists(path):
                 self.storage.delete(path)
                 removed.append(path)
+        if self.record_index is not None:
+            removed += self.record_index.remove(instant_time)
         current = self.timeline.view(lease).get(instant_time)
         if current is not None and current.is_pending:
             self.timeline.abort(current, lease=lease)
@@ -246,8 +277,7 @@ class MetadataTable:
             earlier: object = None
             if since is not None and since[1].has(partition) and (
                     base is None or base.horizon <= since[0]):
-                earlier = {FILES: since[1].files, SEGMENTS: since[1].segments,
-                           COLUMN_STATS: since[1].column_stats}[partition]
+                earlier = since[1].partition(partition)
                 logs = [b for b in logs if completed[b.instant_time] > since[0]]
                 used_base = True
             elif base is not None:
@@ -277,6 +307,7 @@ class MetadataTable:
             files=resolved.get(FILES),
             segments=resolved.get(SEGMENTS),  # type: ignore[arg-type]
             column_stats=resolved.get(COLUMN_STATS),
+            deletes=resolved.get(DELETES),
             max_load_id=resolved.get("max_load_id", -1),  # type: ignore[arg-type]
             files_read=tuple(read),
         )
@@ -314,6 +345,10 @@ class MetadataTable:
                 horizons[base.compaction_time] = base.horizon
         self._horizon_hint = max(horizons.values(), default=_NOTHING)
         return horizons
+
+    def done_compactions(self) -> set[str]:
+        """The times of the completed metadata compactions on the active metadata timeline."""
+        return {i.time for i in self.timeline.load().completed() if i.action == "compaction"}
 
     def _check_resolvable(self, bound: str) -> None:
         try:
@@ -367,16 +402,22 @@ class MetadataTable:
                                         time=next_time(self.timeline.clock(), after))
         instant = self.timeline.start(instant, lease=lease)
         usable = self._completed_compactions()
+        live_files = pa.array([], pa.string())
         for partition, schema in self.schemas.items():
             base, logs = self._plan(partition, completed, horizon, usable)
             tables = [read_block(self.storage, base.path, schema)] if base is not None else []
             tables += [read_block(self.storage, block.path, schema) for block in logs]
             merged = self._merge(partition, tables)
+            if partition == FILES:
+                live_files = live(merged)["path"].combine_chunks()
             if partition == COLUMN_STATS:
                 if not schema.field("columns").type.num_fields:
                     continue  # a table with no column that takes statistics has nothing here
                 merged = live(merged)  # statistics of removed files serve no later snapshot
             write_block(self.storage, base_path(partition_folder(partition), instant.time, horizon), merged)
+        if self.record_index is not None:
+            self.record_index.compact(instant.time, horizon, completed, self.done_compactions(),
+                                      live_files)
         self.timeline.complete(instant, {"horizon": horizon}, lease=lease)
         self._horizon_hint = horizon
         return instant.time
@@ -408,13 +449,16 @@ class MetadataTable:
                        if completed.get(b.instant_time) is not None
                        and completed[b.instant_time] <= floor.horizon]
             floors[partition] = (floor, doomed)
-        if not any(doomed for _, doomed in floors.values()):
+        index_doomed = (self.record_index.doomed(oldest_needed, completed, self.done_compactions())
+                        if self.record_index is not None else [])
+        if not index_doomed and not any(doomed for _, doomed in floors.values()):
             return []
         # Publish the new floor before deleting anything, so a reader that misses a deleted
         # file can tell "expired" from "raced with cleaning" (it then lists again).
-        keep_from = max(floor.horizon for floor, _ in floors.values())
-        self.storage.put(RETENTION_PATH, msgspec.json.encode(_Retention(resolvable_from=keep_from)))
-        for _, doomed in floors.values():
+        if floors:
+            keep_from = max(floor.horizon for floor, _ in floors.values())
+            self.storage.put(RETENTION_PATH, msgspec.json.encode(_Retention(resolvable_from=keep_from)))
+        for doomed in [*(doomed for _, doomed in floors.values()), index_doomed]:
             for path in doomed:
                 self.storage.delete(path)
                 deleted.append(path)
@@ -432,4 +476,9 @@ class MetadataTable:
         """Archive old metadata instants, never those whose bases are still retained."""
         usable = self._completed_compactions()
         fence = min(usable, default=None)
+        if self.record_index is not None:
+            # A shard untouched for a while keeps an older base, whose compaction must stay on
+            # the active timeline to count as completed.
+            oldest = self.record_index.oldest_base_compaction()
+            fence = min(filter(None, (fence, oldest)), default=None)
         self.timeline.archive(lease=lease, fence_exclusive=fence)

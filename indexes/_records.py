@@ -1,8 +1,11 @@
-"""Record schemas of the ``files`` and ``column_stats`` partitions, and their merge rule.
+"""Record schemas of the ``files``, ``column_stats`` and ``deletes`` partitions, and their merge rule.
 
-Both partitions are two-phase sets keyed by data-file path: a file is added once, by the instant
+All three are two-phase sets keyed by data-file path: a file is added once, by the instant
 that wrote it, and may later be removed once (a tombstone row with ``deleted = true``). A file is
-never re-added after removal, because file names carry their writer's instant time. Merging is
+never re-added after removal, because file names carry their writer's instant time. (In
+``deletes`` the key is the path of a delete-delta file, which likewise is written once, by one
+instant, and removed once: when horizontal compaction merges it into a newer delta, or when its
+data file is removed.) Merging is
 therefore a set operation: a key is present if any record adds it and deleted if any record
 deletes it. It does not depend on the order or grouping of the inputs (commutative, associative,
 idempotent), so compaction can fold blocks without regard to the instants still pending.
@@ -29,6 +32,18 @@ FILES_SCHEMA: Final = pa.schema([
     ("rows", pa.int64()),
     ("size", pa.int64()),
     #: The instant that wrote the file.
+    ("instant", pa.string()),
+    (DELETED, pa.bool_()),
+])
+
+DELETES_SCHEMA: Final = pa.schema([
+    #: The delete-delta file: the row positions (within ``file``) that are deleted.
+    (KEY, pa.string()),
+    #: The data file the positions refer to.
+    ("file", pa.string()),
+    #: How many positions the delta holds. The live deltas of one data file are disjoint.
+    ("rows", pa.int64()),
+    ("size", pa.int64()),
     ("instant", pa.string()),
     (DELETED, pa.bool_()),
 ])

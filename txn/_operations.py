@@ -1,15 +1,28 @@
 """The write operations: what each one writes, what it changes in the metadata table, and when it
-conflicts with a concurrent commit."""
+conflicts with a concurrent commit.
+
+Every write is a :class:`Change`: new rows (a new segment), rows deleted by position from existing
+data files (delete deltas), or both. How a change is found differs per operation (see
+``_mutations``); how it is written and committed is the same for all of them, here:
+
+1. before ``begin``: read the latest snapshot and work out the change (which keys exist, which
+   rows match), remembering the snapshot's completion time ``read_at``;
+2. write phase: the data files of the new rows, the delete deltas, the record-index log blocks;
+3. under the lock: check for overlap with commits completed after ``read_at``, then the
+   metadata-table changes and the commit metadata.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import msgspec
 import pyarrow as pa
 
 from indexes import (
+    DELETES_SCHEMA,
     FILES_SCHEMA,
     MARKED_FOR_DELETE,
     SUCCESS,
@@ -21,8 +34,10 @@ from indexes import (
 )
 from timeline import CommitConflictError, Lease, TimelineView, parse_time
 
-from ._data import batches
-from ._options import target_file_bytes
+from . import _conflicts
+from ._deltas import DeltaStatus, LiveDeltas, Positions, delete_rows, stage_deletes
+from ._keys import index_keys
+from ._options import delete_compaction_threshold, target_file_bytes
 from ._protocol import DATA_ACTIONS, Builder, Pending
 from ._records import ACTION_OF, Commit, CommitMetadata
 from ._writer import DataFileWriter, FileStatus
@@ -31,14 +46,73 @@ if TYPE_CHECKING:
     from ._table import Table
 
 
-def _write_files(table: Table, pending: Pending, data: Any) -> list[FileStatus]:
-    assert pending.segment is not None
-    writer = DataFileWriter(
-        table._store, table._schema, instant_time=pending.instant.time, segment=pending.segment,
-        partition_by=table.partition_by, sort_by=table.sort_by, new_token=table._ids,
-        target_file_bytes=target_file_bytes(table._config.properties),
-    )
-    return writer.write(data)
+@dataclass
+class Change:
+    """What one write does, worked out before it begins."""
+
+    operation: str
+    #: New rows, written as a new segment (None: the write only deletes).
+    rows: Iterable[pa.RecordBatch] | None
+    #: Completion time of the snapshot the change was computed from (None: an empty table).
+    read_at: str | None
+    #: The live delete deltas of that snapshot.
+    current: LiveDeltas
+    #: Rows to delete: data file -> positions (live rows only).
+    deleted: dict[str, Positions] = field(default_factory=dict)
+    #: Index keys whose rows are deleted and not rewritten (their index entries are tombstoned).
+    removed_keys: pa.Table | None = None
+    #: Replace the whole table (overwrite).
+    replace: bool = False
+
+    @property
+    def rows_deleted(self) -> int:
+        return sum(len(p) for p in self.deleted.values())
+
+
+@dataclass
+class _Written:
+    statuses: list[FileStatus] = field(default_factory=list)
+    deltas: list[DeltaStatus] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    index_sizes: dict[int, int] = field(default_factory=dict)
+    #: Index keys of every entry written (new rows and tombstones), for conflict checks.
+    keys: pa.Table | None = None
+
+
+def _write(table: Table, pending: Pending, change: Change) -> _Written:
+    written = _Written()
+    index = table._metadata.record_index
+    entries: list[pa.Table] = []
+    if change.rows is not None:
+        assert pending.segment is not None
+        writer = DataFileWriter(
+            table._store, table._schema, instant_time=pending.instant.time, segment=pending.segment,
+            partition_by=table.partition_by, sort_by=table.sort_by, new_token=table._ids,
+            target_file_bytes=target_file_bytes(table._config.properties),
+            key_columns=table.record_key_columns,
+        )
+        written.statuses = writer.write(change.rows)
+        if index is not None:
+            for path, keys in writer.keys:
+                entries.append(index.entries(
+                    index_keys(keys, table.record_key_columns), segment=pending.segment,
+                    file=pa.array([path] * keys.num_rows, pa.string()),
+                    position=pa.array(range(keys.num_rows), pa.int64()), instant=pending.instant.time))
+    written.deltas, written.replaced = stage_deletes(
+        table._store, pending.instant.time, change.deleted, change.current,
+        delete_compaction_threshold(table._config.properties))
+    if index is not None:
+        if change.removed_keys is not None and change.removed_keys.num_rows:
+            count = change.removed_keys.num_rows
+            entries.append(index.entries(
+                change.removed_keys, segment=pa.nulls(count, pa.string()),
+                file=pa.nulls(count, pa.string()), position=pa.nulls(count, pa.int64()),
+                instant=pending.instant.time, deleted=True))
+        if entries:
+            all_entries = pa.concat_tables(entries)
+            written.index_sizes = index.write(pending.instant.time, all_entries)
+            written.keys = all_entries.select(index.keys)
+    return written
 
 
 def _file_rows(statuses: Sequence[FileStatus], segment: str, instant_time: str) -> pa.Table:
@@ -88,57 +162,71 @@ def _to_commit(instant_time: str, completed_at: str, metadata: CommitMetadata) -
     )
 
 
-def _load(table: Table, operation: str, data: Any, extra: dict[str, str] | None,
-          replace: bool) -> Commit:
-    rows = batches(data, table._schema)  # checks the schema before anything is written
+def _replacement(table: Table, view: TimelineView, pending: Pending,
+                 change: Change) -> tuple[list[str], list[str], list[SegmentEntry], int]:
+    """What an overwrite removes: (files, their deltas, segments marked for delete, live rows)."""
+    concurrent = _concurrent_data_commits(view, pending.instant.time)
+    if concurrent:
+        raise CommitConflictError(
+            f"overwrite {pending.instant.time} conflicts with commit(s) {concurrent}, "
+            "which completed after it began and would be silently replaced\n"
+            "Help: rerun the overwrite against the new state of the table"
+        )
+    current = table._metadata_at(view, None, (*table._LATEST_PARTITIONS,))
+    assert current.files is not None and current.segments is not None
+    previous = live(current.files)
+    removed_files = previous["path"].to_pylist()
+    deltas = LiveDeltas.of(table._store, current.deletes)
+    removed_deltas = [path for file in removed_files for path in deltas.paths(file)]
+    rows = sum(previous["rows"].to_pylist()) - sum(deltas.rows(file) for file in removed_files)
+    segments = [msgspec.structs.replace(entry, status=MARKED_FOR_DELETE)
+                for entry in current.segments.values() if entry.is_live]
+    return removed_files, removed_deltas, segments, rows
 
-    def build(pending: Pending, statuses: list[FileStatus]) -> Builder:
+
+def commit_change(table: Table, change: Change, extra: dict[str, str] | None) -> Commit:
+    """Write and commit ``change`` as one instant (rolled back on any failure)."""
+    new_segment = change.rows is not None
+
+    def build(pending: Pending, written: _Written) -> Builder:
         def under_lock(lease: Lease, view: TimelineView) -> tuple[MetadataChanges, CommitMetadata]:
+            if not change.replace:
+                _conflicts.check(table, view, operation=change.operation,
+                                 instant_time=pending.instant.time, read_at=change.read_at,
+                                 keys=written.keys, files=set(change.deleted))
+            statuses = written.statuses
             files = _file_rows(statuses, pending.segment or "", pending.instant.time)
             stats = _stats_rows(statuses, table._schema)
-            segments = [_new_segment(table, pending, statuses, stats)]
+            segments = [_new_segment(table, pending, statuses, stats)] if new_segment else []
+            deletes = delete_rows(written.deltas, pending.instant.time)
             removed_files: list[str] = []
-            removed_segments: list[str] = []
-            rows_deleted = 0
-            if replace:
-                concurrent = _concurrent_data_commits(view, pending.instant.time)
-                if concurrent:
-                    raise CommitConflictError(
-                        f"overwrite {pending.instant.time} conflicts with commit(s) {concurrent}, "
-                        "which completed after it began and would be silently replaced\n"
-                        "Help: rerun the overwrite against the new state of the table"
-                    )
-                current = table._metadata_at(view, None)
-                assert current.files is not None and current.segments is not None
-                previous = live(current.files)
-                removed_files = previous["path"].to_pylist()
-                rows_deleted = sum(previous["rows"].to_pylist())
-                for entry in current.segments.values():
-                    if entry.is_live:
-                        removed_segments.append(entry.id)
-                        segments.append(msgspec.structs.replace(entry, status=MARKED_FOR_DELETE))
+            removed_deltas = list(written.replaced)
+            rows_deleted = change.rows_deleted
+            if change.replace:
+                removed_files, dropped, marked, rows_deleted = _replacement(table, view, pending, change)
+                removed_deltas += dropped
+                segments += marked
                 files = pa.concat_tables([files, tombstones(FILES_SCHEMA, removed_files)])
                 stats = pa.concat_tables([stats, tombstones(stats.schema, removed_files)])
+            if removed_deltas:
+                deletes = pa.concat_tables([deletes, tombstones(DELETES_SCHEMA, removed_deltas)])
             metadata = CommitMetadata(
-                operation=operation, segment=pending.segment, files_added=statuses,
-                files_removed=removed_files, segments_removed=removed_segments,
+                operation=change.operation, segment=pending.segment, files_added=statuses,
+                files_removed=removed_files,
+                segments_removed=[s.id for s in segments if s.status == MARKED_FOR_DELETE],
                 rows_added=sum(s.rows for s in statuses), rows_deleted=rows_deleted,
-                extra=dict(extra or {}),
+                extra=dict(extra or {}), deltas_added=written.deltas, deltas_removed=removed_deltas,
+                index_shards=sorted(written.index_sizes), read_at=change.read_at,
             )
-            return MetadataChanges(files=files, column_stats=stats, segments=segments), metadata
+            changes = MetadataChanges(files=files, column_stats=stats, segments=segments,
+                                      deletes=deletes, record_index=written.index_sizes)
+            return changes, metadata
 
         return under_lock
 
     completed, metadata = table._protocol.run(
-        operation, ACTION_OF[operation], new_segment=True,
-        write=lambda pending: _write_files(table, pending, rows), build=build, extra=extra,
+        change.operation, ACTION_OF[change.operation], new_segment=new_segment,
+        write=lambda pending: _write(table, pending, change), build=build, extra=extra,
     )
     return _to_commit(completed.time, completed.completed_at or "", metadata)
 
-
-def append(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
-    return _load(table, "append", data, extra, replace=False)
-
-
-def overwrite(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
-    return _load(table, "overwrite", data, extra, replace=True)

@@ -134,6 +134,8 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], None], str]] = {
     "metadata.retain_commits": (_positive_int, "time travel reaches back at least this many commits"),
     "write.target_file_bytes": (_positive_int, "in-memory bytes buffered per data file"),
     "record_index.shards": (_positive_int, "hash shards of the record-level index (keyed tables)"),
+    "deletes.compaction.threshold": (
+        _positive_int, "merge a data file's delete deltas once it has more than this many"),
 }
 
 #: Record-index shards when a keyed table does not choose: tens of millions of keys make shards
@@ -192,6 +194,11 @@ def metadata_options(properties: dict[str, str]) -> MetadataOptions:
         if key in properties
     }
     return MetadataOptions(**overrides)
+
+
+def delete_compaction_threshold(properties: dict[str, str]) -> int:
+    """Horizontal compaction: a data file may keep at most this many delete deltas."""
+    return int(properties.get("deletes.compaction.threshold", "1"))
 
 
 def target_file_bytes(properties: dict[str, str]) -> int:

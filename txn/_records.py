@@ -9,12 +9,16 @@ import msgspec
 
 from indexes import SegmentEntry
 
+from ._deltas import DeltaStatus
 from ._writer import FileStatus
 
 #: Operations and the timeline action each one commits as.
 ACTION_OF = {
     "append": "commit",
     "overwrite": "replacecommit",
+    "upsert": "commit",
+    "delete": "commit",
+    "update": "commit",
 }
 
 
@@ -39,6 +43,14 @@ class CommitMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="commit", ta
     rows_deleted: int = 0
     #: Caller-supplied key/value metadata (streaming records its batch ids here).
     extra: dict[str, str] = msgspec.field(default_factory=dict)
+    #: Delete deltas written, and older deltas they replaced (horizontal compaction).
+    deltas_added: list[DeltaStatus] = msgspec.field(default_factory=list)
+    deltas_removed: list[str] = msgspec.field(default_factory=list)
+    #: Record-index shards this commit wrote entries to (its touched keys are found there).
+    index_shards: list[int] = msgspec.field(default_factory=list)
+    #: Completion time of the snapshot the write read (its conflicts are checked against
+    #: everything that completed after it); None when it read nothing.
+    read_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,9 +82,12 @@ class DataFile(msgspec.Struct, frozen=True, gc=False):
     rows: int
     size: int
     format: str = "parquet"
+    #: Rows of the file deleted by delete deltas (``rows - deleted_rows`` are live).
     deleted_rows: int = 0
     #: Partition column values, e.g. ``{"o_orderstatus": "F"}``; empty when unpartitioned.
     partition: dict[str, object] = msgspec.field(default_factory=dict)
+    #: Locations of the file's live delete deltas (each a Parquet file of row positions).
+    delete_files: tuple[str, ...] = ()
 
 
 def _moment(epoch_ms: int) -> datetime | None:

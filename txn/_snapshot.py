@@ -3,6 +3,10 @@
 A snapshot is built from completed instants only (see ``indexes._metadata_table``); no data
 folder is listed. With a ``filter``, each file's column ranges become an Arrow guarantee
 expression, and Arrow drops every file whose guarantee contradicts the filter before opening it.
+
+Files with live delete deltas (of completed instants only, like everything else) are scanned
+one row group at a time with their deleted positions masked out (``_scan``); the others go
+through one Arrow dataset scan.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import pyarrow.dataset as ds
 from indexes import MetadataSnapshot, live
 from timeline import InvalidOptionError
 
+from ._deltas import LiveDeltas
 from ._records import DataFile
+from ._scan import scan_file
 from ._storage_io import DataStore
 from ._writer import HIVE_NULL
 
@@ -93,6 +99,7 @@ class Snapshot:
         # sorting ten thousand paths on every read would cost more than the read itself.
         self._files = live(metadata.files)
         self._metadata = metadata
+        self._deltas = LiveDeltas.of(store, metadata.deletes)
 
     @property
     def instant(self) -> str | None:
@@ -120,8 +127,10 @@ class Snapshot:
         prefix = self._store.location("")
         parse = _partition_parser(self._schema)
         parsed = {partition: parse(partition) for partition in set(files["partition"].to_pylist())}
+        deltas = self._deltas
         return [
-            DataFile(prefix + path, segment, rows, size, fmt, 0, dict(parsed[partition]))
+            DataFile(prefix + path, segment, rows, size, fmt, deltas.rows(path), dict(parsed[partition]),
+                     tuple(prefix + p for p in deltas.paths(path)))
             for path, segment, rows, size, fmt, partition in zip(
                 files["path"].to_pylist(), files["segment"].to_pylist(), files["rows"].to_pylist(),
                 files["size"].to_pylist(), files["format"].to_pylist(),
@@ -138,8 +147,9 @@ class Snapshot:
             )
         return filter
 
-    def _dataset(self, filter: ds.Expression | None) -> ds.FileSystemDataset:
-        paths = self._paths()
+    def _dataset(self, filter: ds.Expression | None,
+                 paths: list[str] | None = None) -> ds.FileSystemDataset:
+        paths = self._paths() if paths is None else paths
         guarantees = None
         if filter is not None:
             stats = self._load_column_stats()
@@ -176,18 +186,39 @@ class Snapshot:
             empty = self._schema.empty_table()
             return empty.select(columns) if columns is not None else empty
         try:
-            return self._dataset(expression).to_table(filter=expression, columns=columns)
+            return self._read(expression, columns)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
             raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None
+
+    def _read(self, expression: ds.Expression | None, columns: list[str] | None) -> pa.Table:
+        return pa.concat_tables(self._read_parts(expression, columns))
+
+    def _read_parts(self, expression: ds.Expression | None, columns: list[str] | None) -> list[pa.Table]:
+        paths = self._paths()
+        dirty = [p for p in paths if p in self._deltas.by_file]
+        if not dirty:
+            return [self._dataset(expression).to_table(filter=expression, columns=columns)]
+        clean = [p for p in paths if p not in self._deltas.by_file]
+        parts = [self._dataset(expression, clean).to_table(filter=expression, columns=columns)] \
+            if clean else []
+        wanted = columns if columns is not None else self._schema.names
+        for path in dirty:
+            rows, _ = scan_file(self._store, path, self._schema, filter=expression, columns=wanted,
+                                deleted=self._deltas.positions(path))
+            parts.append(rows)
+        return parts
 
     def count(self, filter: ds.Expression | None = None) -> int:
         """The number of live rows (matching ``filter``); without a filter no data file is read."""
         expression = self._check_filter(filter)
         if expression is None:
-            return int(pc.sum(self._files["rows"]).as_py() or 0)
+            deleted = sum(self._deltas.rows(p) for p in self._deltas.by_file)
+            return int(pc.sum(self._files["rows"]).as_py() or 0) - deleted
         if self._files.num_rows == 0:
             return 0
         try:
+            if self._deltas.by_file:
+                return sum(part.num_rows for part in self._read_parts(expression, []))
             return int(self._dataset(expression).count_rows(filter=expression))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
             raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None

@@ -13,6 +13,7 @@ import pyarrow.dataset as ds
 
 from indexes import (
     COLUMN_STATS,
+    DELETES,
     FILES,
     INSERT_IN_PROGRESS,
     SEGMENTS,
@@ -40,7 +41,7 @@ from timeline import (
     time_of,
 )
 
-from . import _operations, _validate
+from . import _mutations, _validate
 from ._config import (
     TABLE_CONFIG_PATH,
     TableConfig,
@@ -79,6 +80,9 @@ class Table:
     timeline, and any number of processes may write to the same table at once.
     """
 
+    #: The metadata partitions a write reads at the latest instant.
+    _LATEST_PARTITIONS = (FILES, SEGMENTS, DELETES)
+
     def __init__(self, uri: str, storage: Storage, config: TableConfig, *,
                  clock: Clock = system_clock, ids: IdFactory = random_id) -> None:
         self._uri = uri
@@ -91,7 +95,9 @@ class Table:
         self._timeline = Timeline(storage, clock=clock, options=options)
         self._metadata = MetadataTable(storage, self._schema, clock=clock, owner=self._timeline.owner,
                                        options=metadata_options(config.properties),
-                                       timeline_options=options)
+                                       timeline_options=options,
+                                       record_key=config.record_key_columns,
+                                       record_index_shards=config.record_index_shards)
         self._store = DataStore(storage)
         self._latest: tuple[str, MetadataSnapshot] | None = None
         self._protocol = Protocol(storage, self._timeline, self._metadata,
@@ -155,8 +161,10 @@ class Table:
         Raises:
             SchemaMismatchError: the data's columns or types differ from the table's; nothing
                 is written.
+            DuplicateKeyError: (keyed tables) a key of ``data`` is already in the table, or
+                appears twice in ``data``; nothing is written.
         """
-        return _operations.append(self, data, extra=extra)
+        return _mutations.append(self, data, extra=extra)
 
     def overwrite(self, data: WriteInput, *, extra: dict[str, str] | None = None) -> Commit:
         """Replace the whole content with ``data`` in one commit.
@@ -167,7 +175,45 @@ class Table:
         Raises:
             CommitConflictError: another write committed after this one began.
         """
-        return _operations.overwrite(self, data, extra=extra)
+        return _mutations.overwrite(self, data, extra=extra)
+
+    def upsert(self, data: WriteInput, *, extra: dict[str, str] | None = None) -> Commit | None:
+        """Keyed tables: replace the rows whose key exists, insert the others, in one commit.
+
+        Replaced rows are deleted by delete deltas (their files are not rewritten); every row of
+        ``data`` is written as a new segment. When a key appears more than once in ``data``, its
+        last row wins. Returns None (and commits nothing) when ``data`` is empty.
+
+        Raises:
+            CommitConflictError: a commit that completed after this upsert read the table changed
+                some of the same keys or files; nothing was written, retry.
+        """
+        return _mutations.upsert(self, data, extra=extra)
+
+    def delete(self, where: ds.Expression | None = None, *, keys: Any = None,
+               extra: dict[str, str] | None = None) -> Commit | None:
+        """Delete the rows matching ``where``, or (keyed tables) the rows with these ``keys``.
+
+        Deleted rows are recorded as delete deltas (row positions per data file): the bytes
+        written grow with the rows deleted, not with the files they live in. Returns None, and
+        commits nothing, when no row matches.
+
+        Raises:
+            InvalidOptionError: neither or both of ``where`` and ``keys`` given, or ``keys`` on a
+                table without a record key.
+            CommitConflictError: a concurrent commit changed the same rows' files or keys.
+        """
+        return _mutations.delete(self, where, keys=keys, extra=extra)
+
+    def update(self, where: ds.Expression | None, values: dict[str, Any], *,
+               extra: dict[str, str] | None = None) -> Commit | None:
+        """Set ``values`` (column -> new value) on the rows matching ``where`` (None: all rows).
+
+        The old rows are deleted by delete deltas and the updated rows written as a new
+        segment. Returns None, and commits nothing, when no row matches. Record key columns
+        cannot be updated.
+        """
+        return _mutations.update(self, where, values, extra=extra)
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -200,6 +246,15 @@ class Table:
     def to_arrow(self, filter: ds.Expression | None = None, columns: list[str] | None = None,
                  as_of: str | datetime | None = None) -> pa.Table:
         return self.snapshot(as_of).to_arrow(filter=filter, columns=columns)
+
+    def lookup(self, keys: Any) -> pa.Table:
+        """Where the rows with these record keys live, from the record-level index.
+
+        ``keys``: for a one-column key a list or pyarrow array of values; for any key a pyarrow
+        Table with the key columns (or a list of tuples). Returns the keys found, with
+        ``segment``, ``file`` (table-relative path) and ``position`` (row number in the file).
+        """
+        return _mutations.lookup(self, keys)
 
     def segments(self) -> list[Segment]:
         """SHOW SEGMENTS: every segment, newest first; loads still running are ``Insert In Progress``."""
@@ -252,7 +307,7 @@ class Table:
 
     def _snapshot_at(self, view: TimelineView, instant: str | None, bound: str | None,
                      travel: dict[str, str] | None = None) -> Snapshot:
-        metadata = self._metadata_at(view, bound, (FILES,), travel)
+        metadata = self._metadata_at(view, bound, (FILES, DELETES), travel)
 
         def column_stats() -> pa.Table:
             resolved = self._metadata_at(view, bound, (COLUMN_STATS,), travel).column_stats
@@ -286,8 +341,8 @@ class Table:
         if cached is not None and cached[0] <= latest and any(
                 i.completed_at == cached[0] for i in view.completed()):
             since = cached
-            wanted |= {p for p in (FILES, SEGMENTS, COLUMN_STATS) if cached[1].has(p)}
-        order = tuple(p for p in (FILES, SEGMENTS, COLUMN_STATS) if p in wanted)
+            wanted |= {p for p in (*self._LATEST_PARTITIONS, COLUMN_STATS) if cached[1].has(p)}
+        order = tuple(p for p in (*self._LATEST_PARTITIONS, COLUMN_STATS) if p in wanted)
         resolved = self._metadata.resolve(completed, latest, partitions=order, since=since)
         self._latest = (latest, resolved)
         return resolved

@@ -6,7 +6,8 @@ Partition columns stay inside the files too, so every file is self-describing an
 no path parsing.
 
 Before a data file is created, a marker ``_markers/<file name>`` holding its table-relative path
-is stored; the name ends with ``_<T>.parquet``, so the markers of ``T`` are found by one listing
+is stored; the name ends with ``_<T>.parquet`` (delete deltas, written the same way, end with
+``_<T>.deletedelta``), so the markers of ``T`` are found by one listing
 of ``_markers/`` (which holds only the markers of writes in flight). A rollback of ``T`` (after a
 crash, possibly in another process) deletes exactly the files its markers name, without listing
 data folders. Markers are removed once ``T`` is decided. The folder is flat so that no
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import posixpath
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -65,10 +66,14 @@ def marker_path(file_name: str) -> str:
     return f"{MARKERS_FOLDER}/{file_name}"
 
 
+def marker_instant(key: str) -> str:
+    """The instant that wrote the file a marker names (files end ``_<T>.<extension>``)."""
+    return key.rsplit("_", 1)[-1].split(".", 1)[0]
+
+
 def markers_of(storage: Storage, instant_time: str) -> list[str]:
-    """The marker keys of the data files instant ``instant_time`` started writing."""
-    suffix = f"_{instant_time}.parquet"
-    return [key for key in storage.list(MARKERS_FOLDER) if key.endswith(suffix)]
+    """The marker keys of the files (data and delete deltas) instant ``instant_time`` started."""
+    return [key for key in storage.list(MARKERS_FOLDER) if marker_instant(key) == instant_time]
 
 
 def hive_value(value: object) -> str:
@@ -154,6 +159,7 @@ class DataFileWriter:
         target_file_bytes: int = 128 * 1024 * 1024,
         buffer_bytes: int = 512 * 1024 * 1024,
         row_group_rows: int = 128 * 1024,
+        key_columns: Sequence[str] = (),
     ) -> None:
         self._store = store
         self._schema = schema
@@ -168,10 +174,17 @@ class DataFileWriter:
         self._buffers: dict[str, _Buffer] = {}
         self._buffered = 0
         self._written: list[FileStatus] = []
+        self._key_columns = list(key_columns)
+        self._keys: list[tuple[str, pa.Table]] = []
 
     @property
     def written(self) -> list[FileStatus]:
         return list(self._written)
+
+    @property
+    def keys(self) -> list[tuple[str, pa.Table]]:
+        """Per file written: its path and its record-key columns, row ``i`` at position ``i``."""
+        return list(self._keys)
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> list[FileStatus]:
         """Write every batch; return the status of each file written, in write order."""
@@ -232,6 +245,8 @@ class DataFileWriter:
         statistics = [n for n in table.column_names if n not in unordered] if unordered else True
         size = self._store.write_parquet(path, table, row_group_rows=self._row_group_rows,
                                          statistics=statistics)
+        if self._key_columns:
+            self._keys.append((path, table.select(self._key_columns)))
         self._written.append(FileStatus(
             path=path, partition="" if not self._partition_by else buffer.partition,
             rows=table.num_rows, size=size, stats=stats,

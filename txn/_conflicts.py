@@ -1,0 +1,93 @@
+"""Optimistic concurrency: does a write overlap a commit that completed after it read the table?
+
+Run under the table lock, just before the commit point. The concurrent set is every data commit
+that completed after the snapshot the write read (``read_at``). Overlap is judged on two things
+a commit records:
+
+* files: the data files it wrote delete deltas for or removed (``deltas_added``,
+  ``files_removed``), against the data files this write deletes rows from;
+* keys: the record-index entries it wrote, read from its own log blocks in the shards this write
+  touches, against this write's keys.
+
+Appends to an unkeyed table touch neither, so they never conflict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from indexes import matching
+from timeline import CommitConflictError, DuplicateKeyError, TimelineView
+
+from ._keys import describe
+from ._protocol import DATA_ACTIONS
+from ._records import CommitMetadata
+
+if TYPE_CHECKING:
+    from ._table import Table
+
+
+@dataclass(frozen=True)
+class Overlap:
+    instant: str
+    operation: str
+    files: list[str]
+    keys: pa.Table
+
+
+def overlaps(table: Table, view: TimelineView, *, instant_time: str, read_at: str | None,
+             keys: pa.Table | None, files: Set[str]) -> list[Overlap]:
+    """The concurrent commits that touched ``files`` or ``keys`` (index key columns)."""
+    found = []
+    index = table._metadata.record_index
+    our_shards = set(index.shard_ids(keys).tolist()) if index is not None and keys is not None \
+        and keys.num_rows else set()
+    for other in view.completed_after(read_at or ""):
+        if other.action not in DATA_ACTIONS or other.time == instant_time:
+            continue
+        metadata = table._timeline.read_metadata(other, CommitMetadata)
+        touched = {d.file for d in metadata.deltas_added} | set(metadata.files_removed)
+        common_files = sorted(files & touched)
+        common_keys = pa.table({})
+        shards = our_shards & set(metadata.index_shards)
+        if index is not None and keys is not None and shards:
+            written = index.instant_entries(other.time, sorted(shards))
+            common_keys = matching(keys, written, index.keys)
+        if common_files or common_keys.num_rows:
+            found.append(Overlap(other.time, metadata.operation, common_files, common_keys))
+    return found
+
+
+def check(table: Table, view: TimelineView, *, operation: str, instant_time: str,
+          read_at: str | None, keys: pa.Table | None, files: Set[str]) -> None:
+    """Raise if this write overlaps a concurrent commit.
+
+    Raises:
+        DuplicateKeyError: an append inserts a key a concurrent commit wrote.
+        CommitConflictError: any other write overlapped; it must be retried.
+    """
+    found = overlaps(table, view, instant_time=instant_time, read_at=read_at, keys=keys, files=files)
+    if not found:
+        return
+    first = found[0]
+    columns = table.record_key_columns
+    if operation == "append":
+        raise DuplicateKeyError(
+            f"append {instant_time}: record key(s) {describe(first.keys, columns)} were written by "
+            f"{first.operation} {first.instant}, which completed after this append read the table; "
+            "nothing was written\nHelp: use upsert to replace existing keys")
+    what = []
+    if first.files:
+        what.append(f"data file(s) {first.files[:3]}{' and more' if len(first.files) > 3 else ''}")
+    if first.keys.num_rows:
+        what.append(f"{first.keys.num_rows} record key(s) {describe(first.keys, columns)}")
+    others = f" (and {len(found) - 1} other commit(s))" if len(found) > 1 else ""
+    raise CommitConflictError(
+        f"{operation} {instant_time} conflicts with {first.operation} {first.instant}{others}, which "
+        f"completed after this {operation} read the table at {read_at or 'its creation'} and also "
+        f"changed {' and '.join(what)}; nothing was written\n"
+        f"Help: retry the {operation}: it will read the table as it is now")

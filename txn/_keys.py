@@ -1,0 +1,125 @@
+"""Record keys of keyed tables: extracting, checking and de-duplicating them.
+
+Inside the record index the key columns are named ``key_0``, ``key_1``, ... (so they can never
+collide with the index's own columns); users see the table's column names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from indexes import key_names
+from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
+
+#: How many offending keys an error message lists.
+SHOWN = 5
+
+
+def index_keys(data: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """The key columns of ``data`` renamed for the record index."""
+    return pa.table([data[name] for name in columns], names=key_names(len(columns)))
+
+
+def user_keys(keys: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """Index key columns renamed back to the table's column names."""
+    return pa.table([keys[name] for name in key_names(len(columns))], names=list(columns))
+
+
+def describe(keys: pa.Table, columns: Sequence[str], limit: int = SHOWN) -> str:
+    """A few keys for a message: ``[1, 2, 3]`` or ``[(1, 'a'), ...]`` for composite keys."""
+    shown = keys.slice(0, limit)
+    values = [shown[name].to_pylist() for name in key_names(len(columns))]
+    rendered = [v[0] for v in zip(*values, strict=True)] if len(columns) == 1 else list(
+        zip(*values, strict=True))
+    more = f" and {keys.num_rows - limit} more" if keys.num_rows > limit else ""
+    return f"{rendered}{more}"
+
+
+def check_not_null(data: pa.Table, columns: Sequence[str]) -> None:
+    for name in columns:
+        nulls = data[name].null_count
+        if nulls:
+            raise SchemaMismatchError(
+                f"record key column {name!r} holds {nulls} null(s); every row of a keyed table "
+                "needs a key")
+
+
+def _group_rows(keys: pa.Table) -> pa.Table:
+    """Per distinct key: how many rows carry it and the position of its last row."""
+    names = keys.column_names
+    numbered = keys.append_column("__row__", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+    return numbered.group_by(names, use_threads=False).aggregate(
+        [("__row__", "count"), ("__row__", "max")])
+
+
+def repeated(keys: pa.Table) -> pa.Table:
+    """The keys that occur more than once in ``keys``."""
+    if keys.num_rows <= 1:
+        return keys.slice(0, 0)
+    groups = _group_rows(keys)
+    return groups.filter(pc.greater(groups["__row___count"], 1)).select(keys.column_names)
+
+
+def check_unique(data: pa.Table, columns: Sequence[str]) -> None:
+    """Raise DuplicateKeyError if a key occurs twice in ``data``."""
+    twice = repeated(index_keys(data, columns))
+    if twice.num_rows:
+        raise DuplicateKeyError(
+            f"record key {list(columns)} repeats within the data: {describe(twice, columns)} "
+            "appear more than once\nHelp: de-duplicate the data, or use upsert, where the last "
+            "row of a key wins")
+
+
+def last_wins(data: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``data`` with one row per key: the last row of each key, in the input's order."""
+    if data.num_rows <= 1:
+        return data
+    groups = _group_rows(index_keys(data, columns))
+    if groups.num_rows == data.num_rows:
+        return data
+    last = groups["__row___max"]
+    return data.take(pc.take(last, pc.sort_indices(last)))  # keep the input's order
+
+
+def keys_argument(keys: Any, schema: pa.Schema, columns: Sequence[str]) -> pa.Table:
+    """Normalize user-given keys (for ``delete(keys=)`` and ``lookup``) to index key columns.
+
+    Accepted: for a one-column key, a list or pyarrow array of values; for any key, a pyarrow
+    Table (or RecordBatch) with the key columns, or a list of tuples in key-column order.
+    """
+    types = [schema.field(name).type for name in columns]
+    names = key_names(len(columns))
+    try:
+        if isinstance(keys, pa.RecordBatch):
+            keys = pa.Table.from_batches([keys])
+        if isinstance(keys, pa.Table):
+            missing = [c for c in columns if c not in keys.column_names]
+            if missing:
+                raise InvalidOptionError(
+                    f"keys lack record key column(s) {missing}; expected columns {list(columns)}")
+            return pa.table([keys[c].cast(t) for c, t in zip(columns, types, strict=True)], names=names)
+        if isinstance(keys, (pa.Array, pa.ChunkedArray)):
+            values: list[Any] = keys.to_pylist()
+        elif isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+            raise InvalidOptionError(
+                f"keys must be a list of key values, a pyarrow array or a table of the key columns "
+                f"{list(columns)}, got {type(keys).__name__}")
+        else:
+            values = list(keys)
+        if len(columns) == 1:
+            if any(isinstance(v, tuple) for v in values):
+                values = [v[0] if isinstance(v, tuple) and len(v) == 1 else v for v in values]
+            return pa.table([pa.array(values, types[0])], names=names)
+        if not all(isinstance(v, tuple) and len(v) == len(columns) for v in values):
+            raise InvalidOptionError(
+                f"the record key has columns {list(columns)}: give each key as a tuple of "
+                f"{len(columns)} values, or a pyarrow Table with those columns")
+        return pa.table([pa.array([v[i] for v in values], t) for i, t in enumerate(types)], names=names)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
+        described = ", ".join(f"{c}: {t}" for c, t in zip(columns, types, strict=True))
+        raise InvalidOptionError(f"keys do not match the record key ({described}): {exc}") from None

@@ -1,0 +1,246 @@
+"""Working out what a write changes: which keys exist, which rows match, what the new rows are.
+
+Each operation reads the latest snapshot once (its completion time becomes the change's
+``read_at``) and returns a :class:`~txn._operations.Change`; ``_operations`` writes and commits
+it. Existing rows are found through the record index (keyed tables) or by scanning the files
+whose column ranges can match a filter; either way only row positions are recorded, so no
+existing data file is rewritten.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from indexes import DELETES, FILES, MetadataSnapshot, live
+from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError, TimelineView
+
+from ._data import batches
+from ._deltas import LiveDeltas, Positions
+from ._keys import check_not_null, check_unique, describe, index_keys, keys_argument, last_wins, user_keys
+from ._operations import Change, commit_change
+from ._records import Commit
+from ._scan import scan_file
+
+if TYPE_CHECKING:
+    from ._table import Table
+
+log = logging.getLogger("metatxn")
+
+
+@dataclass(frozen=True)
+class State:
+    """The latest snapshot's metadata, as a write reads it."""
+
+    view: TimelineView
+    read_at: str | None
+    metadata: MetadataSnapshot
+    live_files: pa.Table
+    deltas: LiveDeltas
+
+
+def read_state(table: Table) -> State:
+    view = table._timeline.load()
+    last = view.last_completed()
+    metadata = table._metadata_at(view, None, (FILES, DELETES))
+    assert metadata.files is not None
+    return State(view, last.completed_at if last else None, metadata, live(metadata.files),
+                 LiveDeltas.of(table._store, metadata.deletes))
+
+
+def find_keys(table: Table, state: State, keys: pa.Table) -> pa.Table:
+    """The live index entries of ``keys`` (index key columns) in ``state``."""
+    index = table._metadata.record_index
+    assert index is not None
+    if state.read_at is None or keys.num_rows == 0:
+        return index.schema.empty_table()
+    completed = {i.time: i.completed_at or "" for i in state.view.completed()}
+    entries = index.lookup(keys, completed, state.read_at, table._metadata.done_compactions())
+    alive = pc.and_(pc.invert(entries["deleted"]),
+                    pc.is_in(entries["file"], value_set=state.live_files["path"].combine_chunks()))
+    return entries.filter(alive)
+
+
+def _by_file(entries: pa.Table) -> dict[str, Positions]:
+    grouped: dict[str, list[int]] = {}
+    for file, position in zip(entries["file"].to_pylist(), entries["position"].to_pylist(), strict=True):
+        grouped.setdefault(file, []).append(position)
+    return {file: np.array(sorted(p), dtype=np.int64) for file, p in grouped.items()}
+
+
+def _require_key(table: Table, operation: str) -> list[str]:
+    columns = table.record_key_columns
+    if not columns:
+        raise InvalidOptionError(
+            f"{operation} needs a table with a record_key; {table.uri} has none\n"
+            "Help: create the table with record_key=... (or use delete(where=...) / update)")
+    return columns
+
+
+def _materialize(table: Table, data: Any) -> pa.Table:
+    return pa.Table.from_batches(list(batches(data, table._schema)), schema=table._schema)
+
+
+# -- loads -----------------------------------------------------------------------------------------
+
+def append(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
+    columns = table.record_key_columns
+    if not columns:
+        state = read_state(table)
+        change = Change("append", batches(data, table._schema), state.read_at, state.deltas)
+        return commit_change(table, change, extra)
+    rows = _materialize(table, data)
+    check_not_null(rows, columns)
+    check_unique(rows, columns)
+    state = read_state(table)
+    existing = find_keys(table, state, index_keys(rows, columns))
+    if existing.num_rows:
+        raise DuplicateKeyError(
+            f"append: record key(s) {describe(existing, columns)} already exist in the table; "
+            "nothing was written\nHelp: use upsert to replace existing keys")
+    return commit_change(table, Change("append", rows.to_batches(), state.read_at, state.deltas), extra)
+
+
+def overwrite(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
+    columns = table.record_key_columns
+    rows: Any = batches(data, table._schema)
+    if columns:
+        rows = _materialize(table, data)
+        check_not_null(rows, columns)
+        check_unique(rows, columns)
+        rows = rows.to_batches()
+    state = read_state(table)
+    return commit_change(table, Change("overwrite", rows, state.read_at, state.deltas, replace=True), extra)
+
+
+# -- keyed writes ----------------------------------------------------------------------------------
+
+def upsert(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
+    columns = _require_key(table, "upsert")
+    rows = _materialize(table, data)
+    check_not_null(rows, columns)
+    rows = last_wins(rows, columns)  # the last row of a key in the batch wins
+    if rows.num_rows == 0:
+        log.info("upsert of no rows: nothing to commit")
+        return None
+    state = read_state(table)
+    existing = find_keys(table, state, index_keys(rows, columns))
+    change = Change("upsert", rows.to_batches(), state.read_at, state.deltas, deleted=_by_file(existing))
+    return commit_change(table, change, extra)
+
+
+def lookup(table: Table, keys: Any) -> pa.Table:
+    columns = _require_key(table, "lookup")
+    wanted = keys_argument(keys, table._schema, columns)
+    found = find_keys(table, read_state(table), wanted)
+    located = user_keys(found, columns)
+    for name in ("segment", "file", "position"):
+        located = located.append_column(name, found[name])
+    return located
+
+
+# -- deletes and updates ---------------------------------------------------------------------------
+
+def _check_where(where: object) -> ds.Expression | None:
+    if where is None or isinstance(where, ds.Expression):
+        return where
+    raise InvalidOptionError(
+        f"where must be a pyarrow.compute.Expression (e.g. pc.field('x') > 3), got {type(where).__name__}")
+
+
+def _matching_rows(table: Table, state: State, where: ds.Expression | None,
+                   columns: list[str]) -> tuple[dict[str, Positions], pa.Table]:
+    """Live rows matching ``where``: positions by file, and ``columns`` of those rows."""
+    snapshot = table._snapshot_at(state.view, None, state.read_at)
+    candidates = snapshot.files(where)
+    prefix = table._store.location("")
+    positions: dict[str, Positions] = {}
+    parts: list[pa.Table] = []
+    for data_file in candidates:
+        path = data_file.path.removeprefix(prefix)
+        try:
+            rows, found = scan_file(table._store, path, table._schema, filter=where, columns=columns,
+                                    deleted=state.deltas.positions(path))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise InvalidOptionError(f"where {where} does not apply to this table: {exc}") from None
+        if len(found):
+            positions[path] = found
+            parts.append(rows)
+    schema = pa.schema([table._schema.field(name) for name in columns])
+    return positions, (pa.concat_tables(parts) if parts else schema.empty_table())
+
+
+def delete(table: Table, where: Any = None, *, keys: Any = None,
+           extra: dict[str, str] | None = None) -> Commit | None:
+    expression = _check_where(where)
+    if (expression is None) == (keys is None):
+        raise InvalidOptionError(
+            "delete needs exactly one of where= (a pyarrow.compute.Expression) or keys= "
+            f"(record key values); got {'both' if keys is not None else 'neither'}\n"
+            "Help: to delete every row, use delete(where=pc.scalar(True)) or overwrite")
+    columns = table.record_key_columns
+    state = read_state(table)
+    removed: pa.Table | None = None
+    if keys is not None:
+        _require_key(table, "delete(keys=...)")
+        wanted = keys_argument(keys, table._schema, columns)
+        found = find_keys(table, state, wanted)
+        deleted = _by_file(found)
+        removed = found.select(table._metadata.record_index.keys) if found.num_rows else None  # type: ignore[union-attr]
+    else:
+        deleted, matched = _matching_rows(table, state, expression, columns)
+        removed = index_keys(matched, columns) if columns and matched.num_rows else None
+    if not deleted:
+        log.info("delete matched no rows: nothing to commit")
+        return None
+    change = Change("delete", None, state.read_at, state.deltas, deleted=deleted, removed_keys=removed)
+    return commit_change(table, change, extra)
+
+
+def _new_values(table: Table, values: object, count: int) -> dict[str, pa.Array]:
+    if not isinstance(values, Mapping) or not values:
+        raise InvalidOptionError(
+            f"values must be a non-empty dict of column name -> new value, got {values!r}")
+    arrays = {}
+    for name, value in values.items():
+        index = table._schema.get_field_index(name) if isinstance(name, str) else -1
+        if index < 0:
+            raise InvalidOptionError(
+                f"update sets unknown column {name!r}; the table's columns are {table._schema.names}")
+        if name in table.record_key_columns:
+            raise InvalidOptionError(
+                f"update cannot change record key column {name!r}\n"
+                "Help: delete the row and upsert it under its new key")
+        field = table._schema.field(index)
+        if value is None and not field.nullable:
+            raise SchemaMismatchError(f"column {name!r} is not nullable; update cannot set it to None")
+        try:
+            scalar = value if isinstance(value, pa.Scalar) else pa.scalar(value, field.type)
+            arrays[name] = pa.array([scalar.cast(field.type).as_py()] * count, field.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError,
+                TypeError, ValueError) as exc:
+            raise SchemaMismatchError(
+                f"update value {value!r} for column {name!r} does not fit its type {field.type}: {exc}"
+            ) from None
+    return arrays
+
+
+def update(table: Table, where: Any, values: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
+    expression = _check_where(where)
+    _new_values(table, values, 0)  # check the values before reading anything
+    state = read_state(table)
+    deleted, matched = _matching_rows(table, state, expression, list(table._schema.names))
+    if not deleted:
+        log.info("update matched no rows: nothing to commit")
+        return None
+    for name, array in _new_values(table, values, matched.num_rows).items():
+        matched = matched.set_column(matched.schema.get_field_index(name), table._schema.field(name), array)
+    change = Change("update", matched.to_batches(), state.read_at, state.deltas, deleted=deleted)
+    return commit_change(table, change, extra)
