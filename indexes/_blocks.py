@@ -10,6 +10,8 @@ the same block cannot replace one that landed.
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -18,10 +20,10 @@ import pyarrow.parquet as pq
 from timeline import CorruptMetadataError, Storage
 
 
-def _encode(path: str, table: pa.Table, row_group_rows: int | None) -> bytes:
+def _encode(path: str, table: pa.Table, parquet_options: Mapping[str, Any] | None) -> bytes:
     if path.endswith(".parquet"):
         buffer = io.BytesIO()
-        pq.write_table(table, buffer, compression="zstd", row_group_size=row_group_rows)
+        pq.write_table(table, buffer, **{"compression": "zstd", **(parquet_options or {})})
         return buffer.getvalue()
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, table.schema) as writer:
@@ -30,13 +32,13 @@ def _encode(path: str, table: pa.Table, row_group_rows: int | None) -> bytes:
 
 
 def write_block(storage: Storage, path: str, table: pa.Table, *,
-                row_group_rows: int | None = None) -> int:
+                parquet_options: Mapping[str, Any] | None = None) -> int:
     """Store ``table`` at ``path`` (Parquet for ``.parquet``, else Arrow IPC); return its size.
 
-    ``row_group_rows`` bounds Parquet row groups (record-index bases keep them small so a lookup
-    decodes little).
+    ``parquet_options`` are passed to ``pyarrow.parquet.write_table`` (record-index bases use
+    small row groups and a fast codec, so a lookup decodes little).
     """
-    data = _encode(path, table, row_group_rows)
+    data = _encode(path, table, parquet_options)
     storage.put_if_absent(path, data)
     return len(data)
 

@@ -24,6 +24,7 @@ horizon, so nothing older can resurface.
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -57,7 +58,8 @@ ENTRY_FIELDS: Final = (
     pa.field("instant", pa.string()),
     pa.field("deleted", pa.bool_()),
 )
-_FIRST: Final = "__first__"
+#: Columns whose values repeat across many entries: stored and read as dictionaries.
+_REPEATED: Final = ["segment", "file", "instant"]
 
 
 def key_names(count: int) -> list[str]:
@@ -97,6 +99,9 @@ def matching(table: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> pa.Table
     """The rows of ``table`` whose key is among ``wanted``'s."""
     if table.num_rows == 0 or wanted.num_rows == 0:
         return table.slice(0, 0)
+    if len(keys) == 1 and pa.types.is_integer(table.schema.field(keys[0]).type):
+        found = np.isin(table[keys[0]].to_numpy(), wanted[keys[0]].to_numpy())
+        return table.filter(pa.array(found))
     if len(keys) == 1:
         return table.filter(pc.is_in(table[keys[0]], value_set=wanted[keys[0]].combine_chunks()))
     return table.join(wanted.select(list(keys)), keys=list(keys), join_type="left semi")
@@ -115,7 +120,7 @@ class RecordIndex:
     """The record-level index of one keyed table."""
 
     def __init__(self, storage: Storage, key_types: Sequence[pa.DataType], shards: int, *,
-                 row_group_rows: int = 2048) -> None:
+                 row_group_rows: int = 1024) -> None:
         self.storage = storage
         self.shards = shards
         self.schema = index_schema(key_types)
@@ -123,6 +128,7 @@ class RecordIndex:
         self._row_group_rows = row_group_rows
         provider = getattr(storage, "arrow_filesystem", None)
         self._filesystem = provider() if provider is not None else None
+        self._footers: dict[str, _Footer] = {}
 
     # -- building entries ----------------------------------------------------------------------
 
@@ -224,10 +230,9 @@ class RecordIndex:
             parts = [self._lookup_shard(shard, wanted, completed, bound, done)
                      for shard, wanted in wanted_by_shard.items()]
         else:
-            with ThreadPoolExecutor(max_workers=min(8, len(wanted_by_shard))) as pool:
-                parts = list(pool.map(lambda item: self._lookup_shard(item[0], item[1], completed,
-                                                                      bound, done),
-                                      wanted_by_shard.items()))
+            parts = list(_pool().map(lambda item: self._lookup_shard(item[0], item[1], completed,
+                                                                     bound, done),
+                                     wanted_by_shard.items()))
         return pa.concat_tables(parts) if parts else self.schema.empty_table()
 
     def _lookup_shard(self, shard: int, wanted: pa.Table, completed: Mapping[str, str], bound: str,
@@ -241,6 +246,8 @@ class RecordIndex:
                 for block in files.logs:
                     tables.append(matching(read_block(self.storage, block.path, self.schema), wanted,
                                            self.keys))
+                if len(tables) == 1 and files.base is not None:
+                    return tables[0]  # a base holds one entry per key: nothing to merge
                 return merge_entries(tables, self.schema)
             except FileNotFoundError:  # cleaned between listing and reading: list again
                 if attempt == 2:
@@ -251,28 +258,35 @@ class RecordIndex:
         if self._filesystem is not None:
             filesystem, root = self._filesystem
             with filesystem.open_input_file(f"{root.rstrip('/')}/{path}") as handle:
-                return self._read_groups(pq.ParquetFile(handle), wanted)
-        return self._read_groups(pq.ParquetFile(pa.BufferReader(self.storage.read(path))), wanted)
+                return self._read_groups(path, handle, wanted)
+        return self._read_groups(path, pa.BufferReader(self.storage.read(path)), wanted)
 
-    def _read_groups(self, parquet: pq.ParquetFile, wanted: pa.Table) -> pa.Table:
-        """Decode only the row groups whose range of the first key column can hold a wanted key."""
-        first = sorted(v for v in wanted[self.keys[0]].to_pylist())
-        metadata = parquet.metadata
-        groups = []
-        for index in range(metadata.num_row_groups):
-            stats = metadata.row_group(index).column(0).statistics
-            if stats is None or not stats.has_min_max:
-                groups.append(index)
-                continue
-            at = bisect.bisect_left(first, stats.min)
-            if at < len(first) and first[at] <= stats.max:
-                groups.append(index)
+    def _read_groups(self, path: str, source: Any, wanted: pa.Table) -> pa.Table:
+        """Decode only the row groups whose range of the first key column can hold a wanted key.
+
+        Bases never change, so their footers and row-group key ranges are kept (``_footers``):
+        a warm lookup reads only the row groups it needs.
+        """
+        footer = self._footers.get(path)
+        parquet = pq.ParquetFile(source, read_dictionary=_REPEATED,
+                                 metadata=footer.metadata if footer is not None else None)
+        if footer is None:
+            footer = self._footers[path] = _Footer.of(parquet.metadata)
+            while len(self._footers) > _FOOTERS_KEPT:
+                self._footers.pop(next(iter(self._footers)))
+        groups = footer.groups_for(wanted[self.keys[0]].to_pylist())
         if not groups:
             return self.schema.empty_table()
-        table = parquet.read_row_groups(groups, use_threads=False)
-        table = table.select(self.schema.names)
-        return matching(table if table.schema.equals(self.schema) else table.cast(self.schema),
-                        wanted, self.keys)
+        # A base holds no tombstones, and every entry in it is older than any block after it,
+        # so ``instant`` and ``deleted`` need not be decoded: the entries count as oldest.
+        table = parquet.read_row_groups(groups, columns=[*self.keys, "segment", "file", "position"],
+                                        use_threads=False)
+        # Match while the repeated strings are still dictionary-encoded: decoding every file
+        # path of the row groups read would cost more than the rest of the lookup.
+        found = matching(table, wanted, self.keys)
+        found = found.append_column("instant", pa.array([""] * found.num_rows, pa.string()))
+        found = found.append_column("deleted", pa.array([False] * found.num_rows, pa.bool_()))
+        return found.cast(self.schema)
 
     def read_all(self, completed: Mapping[str, str], bound: str, done: set[str]) -> pa.Table:
         """Every merged entry at ``bound`` (for validation), tombstones included."""
@@ -304,7 +318,11 @@ class RecordIndex:
             merged = merge_entries(tables, self.schema)
             keep = pc.and_(pc.invert(merged["deleted"]), pc.is_in(merged["file"], value_set=live_files))
             path = base_path(shard_folder(shard), compaction_time, horizon)
-            write_block(self.storage, path, merged.filter(keep), row_group_rows=self._row_group_rows)
+            write_block(self.storage, path, merged.filter(keep), parquet_options={
+                # Lookups decode whole column chunks of the row groups they touch: small groups,
+                # a codec that decodes fast, dictionaries only where values repeat.
+                "row_group_size": self._row_group_rows, "compression": "lz4",
+                "use_dictionary": _REPEATED, "write_statistics": self.keys})
             written.append(path)
         return written
 
@@ -331,6 +349,57 @@ class RecordIndex:
         """The oldest compaction time among the bases on storage (they must stay resolvable)."""
         bases, _ = parse_listing(self.storage.list(INDEX_FOLDER, recursive=True))
         return min((b.compaction_time for b in bases), default=None)
+
+
+_FOOTERS_KEPT: Final = 4096
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Threads shared by all lookups: shards are read concurrently to overlap storage latency."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=8, thread_name_prefix="metatxn-index"))
+        return _POOL[0]
+
+
+@dataclass(frozen=True)
+class _Footer:
+    """A base's Parquet footer and the first key column's range per row group."""
+
+    metadata: pq.FileMetaData
+    lows: list[Any]
+    highs: list[Any]
+    #: Row groups without statistics: always read.
+    unknown: tuple[int, ...]
+
+    @classmethod
+    def of(cls, metadata: pq.FileMetaData) -> _Footer:
+        lows: list[Any] = []
+        highs: list[Any] = []
+        unknown: list[int] = []
+        for index in range(metadata.num_row_groups):
+            stats = metadata.row_group(index).column(0).statistics
+            if stats is None or not stats.has_min_max:
+                unknown.append(index)
+                lows.append(None)
+                highs.append(None)
+            else:
+                lows.append(stats.min)
+                highs.append(stats.max)
+        return cls(metadata, lows, highs, tuple(unknown))
+
+    def groups_for(self, keys: list[Any]) -> list[int]:
+        """Row groups whose range holds one of ``keys`` (groups are sorted by key)."""
+        if self.unknown:
+            return list(range(len(self.lows)))
+        groups = set()
+        for key in keys:
+            at = bisect.bisect_left(self.highs, key)
+            if at < len(self.lows) and self.lows[at] <= key:
+                groups.add(at)
+        return sorted(groups)
 
 
 def _by_shard(listing: list[str]) -> dict[int, list[str]]:
