@@ -2,8 +2,9 @@
 
 It generates a TPC-H-like ``orders`` dataset, loads it into ``<warehouse>/orders`` in four loads
 (four segments), reads it back with a selective filter (showing how many files were pruned),
-time-travels to the second load, overwrites the table with its open orders, and prints SHOW
-SEGMENTS, the timeline and a validation report. The Spark pipeline replaces the generator and the
+upserts and deletes orders through the record-level index, time-travels to the second load,
+overwrites the table with its open orders, and prints SHOW SEGMENTS, the timeline and a
+validation report. The Spark pipeline replaces the generator and the
 loads as the Spark integration lands.
 """
 
@@ -94,15 +95,39 @@ def run(warehouse: str, *, rows_per_load: int = 50_000) -> Table:
     total = pc.sum(rows["o_totalprice"]).as_py()
     print(f"{rows.num_rows} orders, total price {total}")
 
+    _step("upsert: 1,000 repriced orders and 1,000 new ones, by o_orderkey")
+    repriced = generate_orders(rows_per_load // 2, 1_000, date(2026, 1, 1))
+    repriced = repriced.set_column(3, "o_totalprice", pc.multiply(
+        repriced["o_totalprice"], pa.scalar(2, pa.decimal128(15, 2))).cast(pa.decimal128(15, 2)))
+    fresh = generate_orders(4 * rows_per_load, 1_000, date(2026, 4, 1))
+    started = time.perf_counter()
+    upserted = table.upsert(pa.concat_tables([repriced, fresh]))
+    assert upserted is not None
+    print(f"upsert {upserted.instant}: {upserted.rows_deleted} rows replaced through delete deltas, "
+          f"{upserted.rows_added - upserted.rows_deleted} inserted, no existing file rewritten "
+          f"({(time.perf_counter() - started) * 1000:.0f} ms)")
+    where = table.lookup([rows_per_load // 2, 4 * rows_per_load])
+    for key, segment, position in zip(where["o_orderkey"].to_pylist(), where["segment"].to_pylist(),
+                                      where["position"].to_pylist(), strict=True):
+        print(f"  record index: order {key} is in segment {segment}, row {position}")
+
+    low, high = rows_per_load // 50, rows_per_load // 25
+    _step(f"delete: orders {low:,}..{high - 1:,} of the first load")
+    deleted = table.delete(where=(pc.field("o_orderkey") >= low) & (pc.field("o_orderkey") < high))
+    assert deleted is not None
+    delta_bytes = sum(sum(os.path.getsize(p) for p in f.delete_files) for f in table.snapshot().files())
+    print(f"delete {deleted.instant}: {deleted.rows_deleted} rows; delete deltas hold "
+          f"{delta_bytes:,} bytes in all; {table.snapshot().count()} rows now")
+
     _step(f"time travel to instant {commits[1].instant} (after the second load)")
     then = table.snapshot(as_of=commits[1].instant)
-    print(f"then: {then.count()} rows in {len(then.files())} files; now: {snapshot.count()} rows")
+    print(f"then: {then.count()} rows in {len(then.files())} files; now: {table.snapshot().count()} rows")
 
     _step("SHOW SEGMENTS")
     print(_show_segments(table.segments()))
 
     _step("replace everything with the open orders (overwrite)")
-    open_orders = snapshot.to_arrow(pc.field("o_orderstatus") == "O")
+    open_orders = table.to_arrow(pc.field("o_orderstatus") == "O")
     commit = table.overwrite(open_orders)
     print(f"overwrite {commit.instant}: {commit.rows_added} rows kept, {commit.rows_deleted} replaced")
     print(_show_segments(table.segments()))
