@@ -62,9 +62,11 @@ def test_the_demo_loads_reads_time_travels_and_validates(
     table = run(str(tmp_path), rows_per_load=2_000)
     rows = table.snapshot().count()
     out = capsys.readouterr().out
-    assert [s.status for s in table.segments()] == ["Success"] + ["Marked for Delete"] * 4
-    assert [i.action for i in table.timeline()] == ["commit"] * 4 + ["replacecommit"]
+    # four loads and the upsert's segment, all replaced by the overwrite's
+    assert [s.status for s in table.segments()] == ["Success"] + ["Marked for Delete"] * 5
+    assert [i.action for i in table.timeline()] == ["commit"] * 6 + ["replacecommit"]
     assert "skipped without being opened" in out and "ok: " in out
+    assert "1000 rows replaced through delete deltas" in out and "record index: order" in out
     assert table.validate().ok
     again = run(str(tmp_path), rows_per_load=2_000)
     assert again.snapshot().count() == rows, "the demo reruns from scratch"
