@@ -42,7 +42,9 @@ class Overlap:
 def overlaps(table: Table, view: TimelineView, *, instant_time: str, read_at: str | None,
              keys: pa.Table | None, files: Set[str]) -> list[Overlap]:
     """The concurrent commits that touched ``files`` or ``keys`` (index key columns)."""
-    found = []
+    found: list[Overlap] = []
+    if not files and (keys is None or keys.num_rows == 0):
+        return found  # touches nothing another commit could have touched (an unkeyed append)
     index = table._metadata.record_index
     our_shards = set(index.shard_ids(keys).tolist()) if index is not None and keys is not None \
         and keys.num_rows else set()

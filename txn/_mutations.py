@@ -92,9 +92,8 @@ def _materialize(table: Table, data: Any) -> pa.Table:
 
 def append(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
     columns = table.record_key_columns
-    if not columns:
-        state = read_state(table)
-        change = Change("append", batches(data, table._schema), state.read_at, state.deltas)
+    if not columns:  # reads nothing and conflicts with nothing
+        change = Change("append", batches(data, table._schema), None, LiveDeltas(table._store, {}))
         return commit_change(table, change, extra)
     rows = _materialize(table, data)
     check_not_null(rows, columns)
