@@ -115,8 +115,9 @@ def overwrite(table: Table, data: Any, *, extra: dict[str, str] | None = None) -
         check_not_null(rows, columns)
         check_unique(rows, columns)
         rows = rows.to_batches()
-    state = read_state(table)
-    return commit_change(table, Change("overwrite", rows, state.read_at, state.deltas, replace=True), extra)
+    # An overwrite conflicts with every concurrent data commit; it reads its state under the lock.
+    change = Change("overwrite", rows, None, LiveDeltas(table._store, {}), replace=True)
+    return commit_change(table, change, extra)
 
 
 # -- keyed writes ----------------------------------------------------------------------------------
