@@ -346,6 +346,20 @@ class MetadataTable:
         self._horizon_hint = max(horizons.values(), default=_NOTHING)
         return horizons
 
+    def lookup_keys(self, keys: pa.Table, completed: Mapping[str, str], bound: str, *,
+                    instants: bool = False) -> pa.Table:
+        """Record-index entries of ``keys`` at completion time ``bound`` (tombstones included).
+
+        Raises:
+            SnapshotExpiredError: cleaning removed what resolves ``bound`` (checked after the
+                reads: cleaning publishes its floor before it deletes anything).
+        """
+        assert self.record_index is not None, "a table without a record key has no record index"
+        entries = self.record_index.lookup(keys, completed, bound, self.done_compactions(),
+                                           instants=instants)
+        self._check_resolvable(bound)
+        return entries
+
     def done_compactions(self) -> set[str]:
         """The times of the completed metadata compactions on the active metadata timeline."""
         return {i.time for i in self.timeline.load().completed() if i.action == "compaction"}
@@ -449,15 +463,17 @@ class MetadataTable:
                        if completed.get(b.instant_time) is not None
                        and completed[b.instant_time] <= floor.horizon]
             floors[partition] = (floor, doomed)
-        index_doomed = (self.record_index.doomed(oldest_needed, completed, self.done_compactions())
-                        if self.record_index is not None else [])
+        index_doomed, index_floor = (
+            self.record_index.doomed(oldest_needed, completed, self.done_compactions())
+            if self.record_index is not None else ([], None))
         if not index_doomed and not any(doomed for _, doomed in floors.values()):
             return []
         # Publish the new floor before deleting anything, so a reader that misses a deleted
         # file can tell "expired" from "raced with cleaning" (it then lists again).
-        if floors:
-            keep_from = max(floor.horizon for floor, _ in floors.values())
-            self.storage.put(RETENTION_PATH, msgspec.json.encode(_Retention(resolvable_from=keep_from)))
+        horizons = [floor.horizon for floor, _ in floors.values()] + ([index_floor] if index_floor else [])
+        if horizons:
+            self.storage.put(RETENTION_PATH,
+                             msgspec.json.encode(_Retention(resolvable_from=max(horizons))))
         for doomed in [*(doomed for _, doomed in floors.values()), index_doomed]:
             for path in doomed:
                 self.storage.delete(path)

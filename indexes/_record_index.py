@@ -188,14 +188,14 @@ class RecordIndex:
         return removed
 
     def instant_entries(self, instant_time: str, shards: Iterable[int]) -> pa.Table:
-        """The entries ``instant_time`` wrote into ``shards`` (for conflict checks)."""
-        parts = []
-        for shard in shards:
-            try:
-                parts.append(read_block(self.storage, log_path(shard_folder(shard), instant_time),
-                                        self.schema))
-            except FileNotFoundError:
-                continue
+        """The entries ``instant_time`` wrote into ``shards`` (for conflict checks).
+
+        Raises:
+            FileNotFoundError: a block is gone (cleaning folded it into a base); the caller must
+                find the instant's entries another way.
+        """
+        parts = [read_block(self.storage, log_path(shard_folder(shard), instant_time), self.schema)
+                 for shard in shards]
         return pa.concat_tables(parts) if parts else self.schema.empty_table()
 
     # -- reading -------------------------------------------------------------------------------
@@ -218,31 +218,34 @@ class RecordIndex:
         return ShardFiles(shard, base, tuple(chosen))
 
     def lookup(self, keys: pa.Table, completed: Mapping[str, str], bound: str,
-               done: set[str]) -> pa.Table:
+               done: set[str], *, instants: bool = False) -> pa.Table:
         """The merged entries of ``keys`` (columns ``key_0``...), tombstones included.
 
         Only the shards the keys hash to are read, in parallel (storage latency dominates).
+        Entries read from a base carry no ``instant`` (they are older than any block) unless
+        ``instants`` asks for it. The caller must check the snapshot is still retained
+        (``MetadataTable.lookup_keys`` does).
         """
         if keys.num_rows == 0:
             return self.schema.empty_table()
         wanted_by_shard = self.split(keys.select(self.keys))
         if len(wanted_by_shard) == 1:
-            parts = [self._lookup_shard(shard, wanted, completed, bound, done)
+            parts = [self._lookup_shard(shard, wanted, completed, bound, done, instants)
                      for shard, wanted in wanted_by_shard.items()]
         else:
             parts = list(_pool().map(lambda item: self._lookup_shard(item[0], item[1], completed,
-                                                                     bound, done),
+                                                                     bound, done, instants),
                                      wanted_by_shard.items()))
         return pa.concat_tables(parts) if parts else self.schema.empty_table()
 
     def _lookup_shard(self, shard: int, wanted: pa.Table, completed: Mapping[str, str], bound: str,
-                      done: set[str]) -> pa.Table:
+                      done: set[str], instants: bool) -> pa.Table:
         for attempt in range(3):
             files = self.plan(shard, completed, bound, done)
             try:
                 tables = []
                 if files.base is not None:
-                    tables.append(self._read_base(files.base.path, wanted))
+                    tables.append(self._read_base(files.base.path, wanted, instants))
                 for block in files.logs:
                     tables.append(matching(read_block(self.storage, block.path, self.schema), wanted,
                                            self.keys))
@@ -254,14 +257,14 @@ class RecordIndex:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _read_base(self, path: str, wanted: pa.Table) -> pa.Table:
+    def _read_base(self, path: str, wanted: pa.Table, instants: bool) -> pa.Table:
         if self._filesystem is not None:
             filesystem, root = self._filesystem
             with filesystem.open_input_file(f"{root.rstrip('/')}/{path}") as handle:
-                return self._read_groups(path, handle, wanted)
-        return self._read_groups(path, pa.BufferReader(self.storage.read(path)), wanted)
+                return self._read_groups(path, handle, wanted, instants)
+        return self._read_groups(path, pa.BufferReader(self.storage.read(path)), wanted, instants)
 
-    def _read_groups(self, path: str, source: Any, wanted: pa.Table) -> pa.Table:
+    def _read_groups(self, path: str, source: Any, wanted: pa.Table, instants: bool) -> pa.Table:
         """Decode only the row groups whose range of the first key column can hold a wanted key.
 
         Bases never change, so their footers and row-group key ranges are kept (``_footers``):
@@ -279,12 +282,13 @@ class RecordIndex:
             return self.schema.empty_table()
         # A base holds no tombstones, and every entry in it is older than any block after it,
         # so ``instant`` and ``deleted`` need not be decoded: the entries count as oldest.
-        table = parquet.read_row_groups(groups, columns=[*self.keys, "segment", "file", "position"],
-                                        use_threads=False)
+        columns = [*self.keys, "segment", "file", "position"] + (["instant"] if instants else [])
+        table = parquet.read_row_groups(groups, columns=columns, use_threads=False)
         # Match while the repeated strings are still dictionary-encoded: decoding every file
         # path of the row groups read would cost more than the rest of the lookup.
         found = matching(table, wanted, self.keys)
-        found = found.append_column("instant", pa.array([""] * found.num_rows, pa.string()))
+        if not instants:
+            found = found.append_column("instant", pa.array([""] * found.num_rows, pa.string()))
         found = found.append_column("deleted", pa.array([False] * found.num_rows, pa.bool_()))
         return found.cast(self.schema)
 
@@ -326,10 +330,15 @@ class RecordIndex:
             written.append(path)
         return written
 
-    def doomed(self, oldest_needed: str, completed: Mapping[str, str], done: set[str]) -> list[str]:
+    def doomed(self, oldest_needed: str, completed: Mapping[str, str],
+               done: set[str]) -> tuple[list[str], str | None]:
         """Bases and blocks no retained snapshot needs: in each shard, what is older than the
-        newest usable base with horizon at or before ``oldest_needed``."""
+        newest usable base with horizon at or before ``oldest_needed`` (the shard's floor).
+
+        Returns them and the largest floor horizon (None if no shard has a floor).
+        """
         doomed: list[str] = []
+        highest: str | None = None
         for names in _by_shard(self.storage.list(INDEX_FOLDER, recursive=True)).values():
             bases, logs = parse_listing(names)
             valid = sorted((b for b in bases if b.compaction_time in done),
@@ -338,12 +347,13 @@ class RecordIndex:
             if not serving:
                 continue
             floor = serving[-1]
+            highest = max(filter(None, (highest, floor.horizon)))
             doomed += [b.path for b in valid
                        if (b.horizon, b.compaction_time) < (floor.horizon, floor.compaction_time)]
             doomed += [b.path for b in logs
                        if completed.get(b.instant_time) is not None
                        and completed[b.instant_time] <= floor.horizon]
-        return doomed
+        return doomed, highest
 
     def oldest_base_compaction(self) -> str | None:
         """The oldest compaction time among the bases on storage (they must stay resolvable)."""

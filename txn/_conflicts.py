@@ -7,7 +7,10 @@ a commit records:
 * files: the data files it wrote delete deltas for or removed (``deltas_added``,
   ``files_removed``), against the data files this write deletes rows from;
 * keys: the record-index entries it wrote, read from its own log blocks in the shards this write
-  touches, against this write's keys.
+  touches, against this write's keys. If cleaning already folded such a block into a base (many
+  commits completed while this write ran), the keys are looked up in the latest index instead,
+  entries still carrying their writer's instant: an entry a concurrent commit wrote is either
+  still there or was replaced by a later concurrent commit, which is then reported.
 
 Appends to an unkeyed table touch neither, so they never conflict.
 """
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from indexes import matching
 from timeline import CommitConflictError, DuplicateKeyError, TimelineView
@@ -48,6 +52,7 @@ def overlaps(table: Table, view: TimelineView, *, instant_time: str, read_at: st
     index = table._metadata.record_index
     our_shards = set(index.shard_ids(keys).tolist()) if index is not None and keys is not None \
         and keys.num_rows else set()
+    folded: dict[str, tuple[str, list[str]]] = {}
     for other in view.completed_after(read_at or ""):
         if other.action not in DATA_ACTIONS or other.time == instant_time:
             continue
@@ -57,10 +62,31 @@ def overlaps(table: Table, view: TimelineView, *, instant_time: str, read_at: st
         common_keys = pa.table({})
         shards = our_shards & set(metadata.index_shards)
         if index is not None and keys is not None and shards:
-            written = index.instant_entries(other.time, sorted(shards))
-            common_keys = matching(keys, written, index.keys)
+            try:
+                written = index.instant_entries(other.time, sorted(shards))
+                common_keys = matching(keys, written, index.keys)
+            except FileNotFoundError:
+                folded[other.time] = (metadata.operation, common_files)
+                continue
         if common_files or common_keys.num_rows:
             found.append(Overlap(other.time, metadata.operation, common_files, common_keys))
+    if folded and keys is not None:
+        found += _folded_overlaps(table, view, keys, folded)
+    return sorted(found, key=lambda overlap: overlap.instant)
+
+
+def _folded_overlaps(table: Table, view: TimelineView, keys: pa.Table,
+                     folded: dict[str, tuple[str, list[str]]]) -> list[Overlap]:
+    """Overlaps with commits whose index blocks were already folded into bases."""
+    last = view.last_completed()
+    assert last is not None and last.completed_at is not None
+    completed = {i.time: i.completed_at or "" for i in view.completed()}
+    entries = table._metadata.lookup_keys(keys, completed, last.completed_at, instants=True)
+    found = []
+    for time, (operation, common_files) in folded.items():
+        common_keys = entries.filter(pc.equal(entries["instant"], time)).select(keys.column_names)
+        if common_files or common_keys.num_rows:
+            found.append(Overlap(time, operation, common_files, common_keys))
     return found
 
 

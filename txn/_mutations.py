@@ -10,16 +10,16 @@ existing data file is rewritten.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from indexes import DELETES, FILES, MetadataSnapshot, live
+from indexes import DELETES, FILES, MetadataSnapshot, SnapshotExpiredError, key_names, live
 from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError, TimelineView
 
 from ._data import batches
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from ._table import Table
 
 log = logging.getLogger("metatxn")
+
+T = TypeVar("T")
+#: How often a write reads the latest state again when cleaning overtook its read.
+_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -56,16 +60,33 @@ def read_state(table: Table) -> State:
 
 
 def find_keys(table: Table, state: State, keys: pa.Table) -> pa.Table:
-    """The live index entries of ``keys`` (index key columns) in ``state``."""
+    """The live index entries of ``keys`` (index key columns) in ``state``.
+
+    Raises:
+        SnapshotExpiredError: cleaning removed ``state``'s index files meanwhile (many commits
+            completed since it was read); callers that read the latest state read it again.
+    """
     index = table._metadata.record_index
     assert index is not None
     if state.read_at is None or keys.num_rows == 0:
         return index.schema.empty_table()
     completed = {i.time: i.completed_at or "" for i in state.view.completed()}
-    entries = index.lookup(keys, completed, state.read_at, table._metadata.done_compactions())
+    entries = table._metadata.lookup_keys(keys, completed, state.read_at)
     alive = pc.and_(pc.invert(entries["deleted"]),
                     pc.is_in(entries["file"], value_set=state.live_files["path"].combine_chunks()))
     return entries.filter(alive)
+
+
+def latest(table: Table, work: Callable[[State], T]) -> T:
+    """Run ``work`` on the latest state; again on a fresh one if cleaning overtook it."""
+    for attempt in range(_ATTEMPTS):
+        try:
+            return work(read_state(table))
+        except SnapshotExpiredError:
+            if attempt == _ATTEMPTS - 1:
+                raise
+            log.info("the table moved on while a write read it; reading it again")
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _by_file(entries: pa.Table) -> dict[str, Positions]:
@@ -98,13 +119,15 @@ def append(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> C
     rows = _materialize(table, data)
     check_not_null(rows, columns)
     check_unique(rows, columns)
-    state = read_state(table)
-    existing = find_keys(table, state, index_keys(rows, columns))
-    if existing.num_rows:
-        raise DuplicateKeyError(
-            f"append: record key(s) {describe(existing, columns)} already exist in the table; "
-            "nothing was written\nHelp: use upsert to replace existing keys")
-    return commit_change(table, Change("append", rows.to_batches(), state.read_at, state.deltas), extra)
+    def plan(state: State) -> Change:
+        existing = find_keys(table, state, index_keys(rows, columns))
+        if existing.num_rows:
+            raise DuplicateKeyError(
+                f"append: record key(s) {describe(existing, columns)} already exist in the table; "
+                "nothing was written\nHelp: use upsert to replace existing keys")
+        return Change("append", rows.to_batches(), state.read_at, state.deltas)
+
+    return commit_change(table, latest(table, plan), extra)
 
 
 def overwrite(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
@@ -130,16 +153,17 @@ def upsert(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> C
     if rows.num_rows == 0:
         log.info("upsert of no rows: nothing to commit")
         return None
-    state = read_state(table)
-    existing = find_keys(table, state, index_keys(rows, columns))
-    change = Change("upsert", rows.to_batches(), state.read_at, state.deltas, deleted=_by_file(existing))
-    return commit_change(table, change, extra)
+    def plan(state: State) -> Change:
+        existing = find_keys(table, state, index_keys(rows, columns))
+        return Change("upsert", rows.to_batches(), state.read_at, state.deltas, deleted=_by_file(existing))
+
+    return commit_change(table, latest(table, plan), extra)
 
 
 def lookup(table: Table, keys: Any) -> pa.Table:
     columns = _require_key(table, "lookup")
     wanted = keys_argument(keys, table._schema, columns)
-    found = find_keys(table, read_state(table), wanted)
+    found = latest(table, lambda state: find_keys(table, state, wanted))
     located = user_keys(found, columns)
     for name in ("segment", "file", "position"):
         located = located.append_column(name, found[name])
@@ -186,21 +210,24 @@ def delete(table: Table, where: Any = None, *, keys: Any = None,
             f"(record key values); got {'both' if keys is not None else 'neither'}\n"
             "Help: to delete every row, use delete(where=pc.scalar(True)) or overwrite")
     columns = table.record_key_columns
-    state = read_state(table)
-    removed: pa.Table | None = None
     if keys is not None:
         _require_key(table, "delete(keys=...)")
-        wanted = keys_argument(keys, table._schema, columns)
-        found = find_keys(table, state, wanted)
-        deleted = _by_file(found)
-        removed = found.select(table._metadata.record_index.keys) if found.num_rows else None  # type: ignore[union-attr]
-    else:
-        deleted, matched = _matching_rows(table, state, expression, columns)
-        removed = index_keys(matched, columns) if columns and matched.num_rows else None
-    if not deleted:
+    wanted = keys_argument(keys, table._schema, columns) if keys is not None else None
+
+    def plan(state: State) -> Change:
+        if wanted is not None:
+            found = find_keys(table, state, wanted)
+            deleted = _by_file(found)
+            removed = found.select(key_names(len(columns))) if found.num_rows else None
+        else:
+            deleted, matched = _matching_rows(table, state, expression, columns)
+            removed = index_keys(matched, columns) if columns and matched.num_rows else None
+        return Change("delete", None, state.read_at, state.deltas, deleted=deleted, removed_keys=removed)
+
+    change = latest(table, plan)
+    if not change.deleted:
         log.info("delete matched no rows: nothing to commit")
         return None
-    change = Change("delete", None, state.read_at, state.deltas, deleted=deleted, removed_keys=removed)
     return commit_change(table, change, extra)
 
 

@@ -178,12 +178,14 @@ def _check_record_index(table: Table, completed: dict[str, str], bound: str, liv
     at_place = truth.join(alive.select([*index.keys, "file", "position"]),
                           keys=[*index.keys, "file", "position"], join_type="inner")
     if at_place.num_rows != truth.num_rows:
-        missing = truth.join(at_place.select(index.keys), keys=index.keys, join_type="left anti")
+        place = [*index.keys, "file", "position"]
+        missing = truth.join(at_place.select(place), keys=place, join_type="left anti")
         problems.append(Problem("record index entry", "record_index",
                                 f"{truth.num_rows - at_place.num_rows} live row(s) without an index "
                                 f"entry at their place, e.g. keys {describe(missing, columns)}"))
     if alive.num_rows != at_place.num_rows:
-        stray = alive.join(at_place.select(index.keys), keys=index.keys, join_type="left anti")
+        place = [*index.keys, "file", "position"]
+        stray = alive.select(place).join(at_place.select(place), keys=place, join_type="left anti")
         problems.append(Problem("record index entry", "record_index",
                                 f"{alive.num_rows - at_place.num_rows} live index entr(ies) for no "
                                 f"live row, e.g. keys {describe(stray, columns)}"))
