@@ -43,6 +43,9 @@ def _mix(values: Hashes) -> Hashes:
 
 def _as_int64(column: pa.Array) -> pa.Array | None:
     data_type = column.type
+    if pa.types.is_unsigned_integer(data_type):
+        # Values at or above 2**63 keep their bits; every smaller one hashes as before.
+        return pc.cast(column, pa.uint64()).view(pa.int64())
     if pa.types.is_integer(data_type) or pa.types.is_boolean(data_type):
         return pc.cast(column, pa.int64())
     if pa.types.is_date32(data_type):

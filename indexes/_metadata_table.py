@@ -229,6 +229,8 @@ class MetadataTable:
                 horizon = self.timeline.read_plan(instant, dict).get("horizon", _NOTHING)
                 for partition in self.schemas:
                     self.storage.delete(base_path(partition_folder(partition), instant.time, horizon))
+                if self.record_index is not None:
+                    self.record_index.remove_bases(instant.time)
             self.timeline.abort(instant, lease=lease)
 
     # -- reading -------------------------------------------------------------------------------
@@ -495,6 +497,6 @@ class MetadataTable:
         if self.record_index is not None:
             # A shard untouched for a while keeps an older base, whose compaction must stay on
             # the active timeline to count as completed.
-            oldest = self.record_index.oldest_base_compaction()
+            oldest = self.record_index.oldest_base_compaction(self.done_compactions())
             fence = min(filter(None, (fence, oldest)), default=None)
         self.timeline.archive(lease=lease, fence_exclusive=fence)

@@ -286,6 +286,8 @@ class RecordIndex:
         table = parquet.read_row_groups(groups, columns=columns, use_threads=False)
         # Match while the repeated strings are still dictionary-encoded: decoding every file
         # path of the row groups read would cost more than the rest of the lookup.
+        if len(self.keys) > 1:
+            table = table.unify_dictionaries()  # each row group has its own; a join needs one
         found = matching(table, wanted, self.keys)
         if not instants:
             found = found.append_column("instant", pa.array([""] * found.num_rows, pa.string()))
@@ -355,10 +357,18 @@ class RecordIndex:
                        and completed[b.instant_time] <= floor.horizon]
         return doomed, highest
 
-    def oldest_base_compaction(self) -> str | None:
-        """The oldest compaction time among the bases on storage (they must stay resolvable)."""
+    def oldest_base_compaction(self, done: set[str]) -> str | None:
+        """The oldest completed compaction among the bases on storage (they must stay usable)."""
         bases, _ = parse_listing(self.storage.list(INDEX_FOLDER, recursive=True))
-        return min((b.compaction_time for b in bases), default=None)
+        return min((b.compaction_time for b in bases if b.compaction_time in done), default=None)
+
+    def remove_bases(self, compaction_time: str) -> list[str]:
+        """Delete the bases of a compaction that died part way (it never completes)."""
+        bases, _ = parse_listing(self.storage.list(INDEX_FOLDER, recursive=True))
+        doomed = [b.path for b in bases if b.compaction_time == compaction_time]
+        for path in doomed:
+            self.storage.delete(path)
+        return doomed
 
 
 _FOOTERS_KEPT: Final = 4096
@@ -404,11 +414,11 @@ class _Footer:
         """Row groups whose range holds one of ``keys`` (groups are sorted by key)."""
         if self.unknown:
             return list(range(len(self.lows)))
-        groups = set()
+        groups: set[int] = set()
         for key in keys:
-            at = bisect.bisect_left(self.highs, key)
-            if at < len(self.lows) and self.lows[at] <= key:
-                groups.add(at)
+            # A composite key's first column may repeat across several row groups: take every
+            # group whose range holds the value, not only the first.
+            groups.update(range(bisect.bisect_left(self.highs, key), bisect.bisect_right(self.lows, key)))
         return sorted(groups)
 
 

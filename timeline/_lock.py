@@ -197,7 +197,11 @@ class TableLock:
                     self.storage.put_if_absent(_record_path(mine.seq), _encoder.encode(mine))
                 except ObjectExistsError:
                     continue  # another writer moved the head first
-                seqs = self._sequence_numbers()
+                try:
+                    seqs = self._sequence_numbers()
+                except BaseException:
+                    self._abandon(mine)
+                    raise
                 if seqs[-1] == mine.seq:
                     self._collect_garbage(seqs)
                     return Lease(self, mine)
@@ -209,6 +213,11 @@ class TableLock:
                 raise LockTimeoutError(current.owner, current.expires_ms, waited)
             self._sleep(self.poll_ms / 1000)
             polls += 1
+
+    def _abandon(self, mine: LockRecord) -> None:
+        """Release a record whose acquisition could not be confirmed, so no one waits a lease."""
+        with contextlib.suppress(Exception):  # best effort: the original error is what matters
+            self._write_next(mine, released=True)
 
     def _write_next(self, held: LockRecord, *, released: bool) -> LockRecord:
         now = self.clock()

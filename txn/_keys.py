@@ -95,31 +95,49 @@ def keys_argument(keys: Any, schema: pa.Schema, columns: Sequence[str]) -> pa.Ta
     types = [schema.field(name).type for name in columns]
     names = key_names(len(columns))
     try:
-        if isinstance(keys, pa.RecordBatch):
-            keys = pa.Table.from_batches([keys])
-        if isinstance(keys, pa.Table):
-            missing = [c for c in columns if c not in keys.column_names]
-            if missing:
-                raise InvalidOptionError(
-                    f"keys lack record key column(s) {missing}; expected columns {list(columns)}")
-            return pa.table([keys[c].cast(t) for c, t in zip(columns, types, strict=True)], names=names)
-        if isinstance(keys, (pa.Array, pa.ChunkedArray)):
-            values: list[Any] = keys.to_pylist()
-        elif isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
-            raise InvalidOptionError(
-                f"keys must be a list of key values, a pyarrow array or a table of the key columns "
-                f"{list(columns)}, got {type(keys).__name__}")
-        else:
-            values = list(keys)
-        if len(columns) == 1:
-            if any(isinstance(v, tuple) for v in values):
-                values = [v[0] if isinstance(v, tuple) and len(v) == 1 else v for v in values]
-            return pa.table([pa.array(values, types[0])], names=names)
-        if not all(isinstance(v, tuple) and len(v) == len(columns) for v in values):
-            raise InvalidOptionError(
-                f"the record key has columns {list(columns)}: give each key as a tuple of "
-                f"{len(columns)} values, or a pyarrow Table with those columns")
-        return pa.table([pa.array([v[i] for v in values], t) for i, t in enumerate(types)], names=names)
+        table = _keys_table(keys, columns, types)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
         described = ", ".join(f"{c}: {t}" for c, t in zip(columns, types, strict=True))
         raise InvalidOptionError(f"keys do not match the record key ({described}): {exc}") from None
+    nulls = [c for c, name in zip(columns, names, strict=True) if table[name].null_count]
+    if nulls:
+        raise InvalidOptionError(f"keys hold nulls in record key column(s) {nulls}; a key is never null")
+    return table
+
+
+def _exact(values: Any, data_type: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """``values`` as ``data_type``, refusing lossy conversions (1.5 is not the key 1)."""
+    array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
+    return array.cast(data_type, safe=True)
+
+
+def _keys_table(keys: Any, columns: Sequence[str], types: list[pa.DataType]) -> pa.Table:
+    names = key_names(len(columns))
+    if isinstance(keys, pa.RecordBatch):
+        keys = pa.Table.from_batches([keys])
+    if isinstance(keys, pa.Table):
+        missing = [c for c in columns if c not in keys.column_names]
+        if missing:
+            raise InvalidOptionError(
+                f"keys lack record key column(s) {missing}; expected columns {list(columns)}")
+        return pa.table([_exact(keys[c], t) for c, t in zip(columns, types, strict=True)], names=names)
+    if isinstance(keys, (pa.Array, pa.ChunkedArray)) and len(columns) == 1:
+        return pa.table([_exact(keys, types[0])], names=names)
+    values: list[Any]
+    if isinstance(keys, (pa.Array, pa.ChunkedArray)):
+        values = keys.to_pylist()
+    elif isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+        raise InvalidOptionError(
+            f"keys must be a list of key values, a pyarrow array or a table of the key columns "
+            f"{list(columns)}, got {type(keys).__name__}")
+    else:
+        values = list(keys)
+    if len(columns) == 1:
+        if any(isinstance(v, tuple) for v in values):
+            values = [v[0] if isinstance(v, tuple) and len(v) == 1 else v for v in values]
+        return pa.table([_exact(values, types[0])], names=names)
+    if not all(isinstance(v, tuple) and len(v) == len(columns) for v in values):
+        raise InvalidOptionError(
+            f"the record key has columns {list(columns)}: give each key as a tuple of "
+            f"{len(columns)} values, or a pyarrow Table with those columns")
+    return pa.table([_exact([v[i] for v in values], t) for i, t in enumerate(types)], names=names)

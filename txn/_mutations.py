@@ -172,11 +172,18 @@ def lookup(table: Table, keys: Any) -> pa.Table:
 
 # -- deletes and updates ---------------------------------------------------------------------------
 
-def _check_where(where: object) -> ds.Expression | None:
-    if where is None or isinstance(where, ds.Expression):
-        return where
-    raise InvalidOptionError(
-        f"where must be a pyarrow.compute.Expression (e.g. pc.field('x') > 3), got {type(where).__name__}")
+def _check_where(where: object, schema: pa.Schema) -> ds.Expression | None:
+    if where is None:
+        return None
+    if not isinstance(where, ds.Expression):
+        raise InvalidOptionError(
+            "where must be a pyarrow.compute.Expression (e.g. pc.field('x') > 3), "
+            f"got {type(where).__name__}")
+    try:  # bind it to the schema now: an empty table must not hide a bad expression
+        schema.empty_table().filter(where)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise InvalidOptionError(f"where {where} does not apply to this table: {exc}") from None
+    return where
 
 
 def _matching_rows(table: Table, state: State, where: ds.Expression | None,
@@ -203,7 +210,7 @@ def _matching_rows(table: Table, state: State, where: ds.Expression | None,
 
 def delete(table: Table, where: Any = None, *, keys: Any = None,
            extra: dict[str, str] | None = None) -> Commit | None:
-    expression = _check_where(where)
+    expression = _check_where(where, table._schema)
     if (expression is None) == (keys is None):
         raise InvalidOptionError(
             "delete needs exactly one of where= (a pyarrow.compute.Expression) or keys= "
@@ -260,7 +267,7 @@ def _new_values(table: Table, values: object, count: int) -> dict[str, pa.Array]
 
 
 def update(table: Table, where: Any, values: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
-    expression = _check_where(where)
+    expression = _check_where(where, table._schema)
     _new_values(table, values, 0)  # check the values before reading anything
     state = read_state(table)
     deleted, matched = _matching_rows(table, state, expression, list(table._schema.names))

@@ -275,6 +275,8 @@ class Table:
         """SHOW PARTITIONS: the partition values that hold live data, sorted."""
         seen: dict[tuple[object, ...], dict[str, object]] = {}
         for data_file in self.snapshot().files():
+            if data_file.deleted_rows == data_file.rows:
+                continue  # every row deleted: the partition holds nothing through this file
             key = tuple(str(data_file.partition[c]) for c in self.partition_by)
             seen.setdefault(key, data_file.partition)
         return [seen[k] for k in sorted(seen)]
