@@ -8,8 +8,8 @@ _metadata/
                                     touched the partition
   <partition>/<M>_<H>.base.parquet  a base: every completed block with completion time <= H,
                                     folded by the metadata compaction instant M
-  record_index/<shard>/...          the same, per hash shard of the record keys (see
-                                    ``_record_index``)
+  record_index/<shard>/...          the same, per hash shard of the record keys, with bases
+                                    <M>_<H>.base.arrow (see ``_record_index``)
 ```
 """
 
@@ -27,7 +27,7 @@ RECORD_INDEX = "record_index"
 PARTITIONS = (FILES, COLUMN_STATS, SEGMENTS, DELETES)
 
 _LOG = re.compile(r"^(?P<time>\d{17})\.log\.arrow$", re.ASCII)
-_BASE = re.compile(r"^(?P<compaction>\d{17})_(?P<horizon>\d{17})\.base\.parquet$", re.ASCII)
+_BASE = re.compile(r"^(?P<compaction>\d{17})_(?P<horizon>\d{17})\.base\.(?:parquet|arrow)$", re.ASCII)
 
 
 def partition_folder(partition: str) -> str:
@@ -43,8 +43,9 @@ def log_path(folder: str, instant_time: str) -> str:
     return f"{folder}/{instant_time}.log.arrow"
 
 
-def base_path(folder: str, compaction_time: str, horizon: str) -> str:
-    return f"{folder}/{compaction_time}_{horizon}.base.parquet"
+def base_path(folder: str, compaction_time: str, horizon: str, extension: str = "parquet") -> str:
+    """A base file: Parquet, except record-index shards' (Arrow IPC, see ``_record_index``)."""
+    return f"{folder}/{compaction_time}_{horizon}.base.{extension}"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """The record-level index: record key -> (segment, data file, row position), hash-sharded.
 
 Layout: ``_metadata/record_index/<shard>/`` holds, per shard, log blocks ``<T>.log.arrow`` (the
-entries data instant ``T`` wrote that hash to the shard) and bases ``<M>_<H>.base.parquet``
-(everything completed at or before ``H``, folded by metadata compaction ``M``; Parquet sorted by
-key in small row groups, so a lookup decodes only the row groups whose key range can hold a
-wanted key). The number of shards is fixed when the table is created.
+entries data instant ``T`` wrote that hash to the shard) and bases ``<M>_<H>.base.arrow``
+(everything completed at or before ``H``, folded by metadata compaction ``M``: uncompressed
+Arrow IPC sorted by key in batches of 1,024 entries, so a lookup reads only the batches whose key
+range can hold a wanted key, and decodes nothing). The number of shards is fixed when the table is created.
 
 Entries. One row per key per instant that wrote it: the key columns (``key_0``, ``key_1``, ...),
 ``segment``, ``file``, ``position``, ``instant`` and ``deleted`` (a tombstone: the key was
@@ -33,7 +33,7 @@ from typing import Any, Final
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+import pyarrow.ipc as ipc
 
 from timeline import Storage
 
@@ -60,6 +60,8 @@ ENTRY_FIELDS: Final = (
 )
 #: Columns whose values repeat across many entries: stored and read as dictionaries.
 _REPEATED: Final = ["segment", "file", "instant"]
+#: Schema metadata of a base: the first key column's range per batch (an Arrow IPC stream).
+_RANGES: Final = b"metatxn.batch_key_ranges"
 
 
 def key_names(count: int) -> list[str]:
@@ -168,14 +170,15 @@ class RecordIndex:
 
     def write(self, instant_time: str, entries: pa.Table) -> dict[int, int]:
         """Write the log blocks of ``instant_time``; return bytes written per shard."""
-        return {shard: write_block(self.storage, log_path(shard_folder(shard), instant_time), part)
+        return {shard: write_block(self.storage, log_path(shard_folder(shard), instant_time),
+                                   _dictionary_encoded(part))
                 for shard, part in self.split(entries).items()}
 
     def write_shard(self, instant_time: str, shard: int, entries: pa.Table) -> int:
         """Write one shard's log block of ``instant_time`` (entries already of that shard)."""
         part = entries.select(self.schema.names).cast(self.schema)
         return write_block(self.storage, log_path(shard_folder(shard), instant_time),
-                           part.sort_by([(k, "ascending") for k in self.keys]))
+                           _dictionary_encoded(part.sort_by([(k, "ascending") for k in self.keys])))
 
     def remove(self, instant_time: str) -> list[str]:
         """Delete every block of ``instant_time`` (it is being rolled back)."""
@@ -246,9 +249,10 @@ class RecordIndex:
                 tables = []
                 if files.base is not None:
                     tables.append(self._read_base(files.base.path, wanted, instants))
-                for block in files.logs:
-                    tables.append(matching(read_block(self.storage, block.path, self.schema), wanted,
-                                           self.keys))
+                if files.logs:
+                    blocks = pa.concat_tables([read_block(self.storage, block.path, self.schema)
+                                               for block in files.logs])
+                    tables.append(matching(blocks, wanted, self.keys))
                 if len(tables) == 1 and files.base is not None:
                     return tables[0]  # a base holds one entry per key: nothing to merge
                 return merge_entries(tables, self.schema)
@@ -261,34 +265,30 @@ class RecordIndex:
         if self._filesystem is not None:
             filesystem, root = self._filesystem
             with filesystem.open_input_file(f"{root.rstrip('/')}/{path}") as handle:
-                return self._read_groups(path, handle, wanted, instants)
-        return self._read_groups(path, pa.BufferReader(self.storage.read(path)), wanted, instants)
+                return self._read_batches(path, handle, wanted, instants)
+        return self._read_batches(path, pa.BufferReader(self.storage.read(path)), wanted, instants)
 
-    def _read_groups(self, path: str, source: Any, wanted: pa.Table, instants: bool) -> pa.Table:
-        """Decode only the row groups whose range of the first key column can hold a wanted key.
+    def _read_batches(self, path: str, source: Any, wanted: pa.Table, instants: bool) -> pa.Table:
+        """Read only the batches whose range of the first key column can hold a wanted key.
 
-        Bases never change, so their footers and row-group key ranges are kept (``_footers``):
-        a warm lookup reads only the row groups it needs.
+        Bases never change, so their batch key ranges are kept (``_footers``).
         """
+        reader = ipc.open_file(source)
         footer = self._footers.get(path)
-        parquet = pq.ParquetFile(source, read_dictionary=_REPEATED,
-                                 metadata=footer.metadata if footer is not None else None)
         if footer is None:
-            footer = self._footers[path] = _Footer.of(parquet.metadata)
+            footer = self._footers[path] = _Footer.of(reader.schema)
             while len(self._footers) > _FOOTERS_KEPT:
                 self._footers.pop(next(iter(self._footers)))
         groups = footer.groups_for(wanted[self.keys[0]].to_pylist())
         if not groups:
             return self.schema.empty_table()
+        table = pa.Table.from_batches([reader.get_batch(group) for group in groups])
         # A base holds no tombstones, and every entry in it is older than any block after it,
-        # so ``instant`` and ``deleted`` need not be decoded: the entries count as oldest.
+        # so ``instant`` need not be decoded for a lookup: its entries count as the oldest.
         columns = [*self.keys, "segment", "file", "position"] + (["instant"] if instants else [])
-        table = parquet.read_row_groups(groups, columns=columns, use_threads=False)
-        # Match while the repeated strings are still dictionary-encoded: decoding every file
-        # path of the row groups read would cost more than the rest of the lookup.
-        if len(self.keys) > 1:
-            table = table.unify_dictionaries()  # each row group has its own; a join needs one
-        found = matching(table, wanted, self.keys)
+        # Match while the repeated strings are still dictionary-encoded (one dictionary per
+        # base): decoding every file path of the batches read would cost more than the lookup.
+        found = matching(table.select(columns), wanted, self.keys)
         if not instants:
             found = found.append_column("instant", pa.array([""] * found.num_rows, pa.string()))
         found = found.append_column("deleted", pa.array([False] * found.num_rows, pa.bool_()))
@@ -323,14 +323,35 @@ class RecordIndex:
             tables += [read_block(self.storage, b.path, self.schema) for b in files.logs]
             merged = merge_entries(tables, self.schema)
             keep = pc.and_(pc.invert(merged["deleted"]), pc.is_in(merged["file"], value_set=live_files))
-            path = base_path(shard_folder(shard), compaction_time, horizon)
-            write_block(self.storage, path, merged.filter(keep), parquet_options={
-                # Lookups decode whole column chunks of the row groups they touch: small groups,
-                # a codec that decodes fast, dictionaries only where values repeat.
-                "row_group_size": self._row_group_rows, "compression": "lz4",
-                "use_dictionary": _REPEATED, "write_statistics": self.keys})
+            path = base_path(shard_folder(shard), compaction_time, horizon, "arrow")
+            self.storage.put_if_absent(path, self._encode_base(merged.filter(keep)))
             written.append(path)
         return written
+
+    def _encode_base(self, entries: pa.Table) -> bytes:
+        """A base: an Arrow IPC file of batches of ``row_group_rows`` entries sorted by key.
+
+        Uncompressed, so a lookup reads the batches it needs without decoding anything; the
+        repeated strings are dictionary-encoded (one dictionary for the file); the schema's
+        metadata holds each batch's range of the first key column.
+        """
+        entries = _dictionary_encoded(entries)
+        first = entries[self.keys[0]]
+        starts = list(range(0, entries.num_rows, self._row_group_rows))
+        ranges = pa.table({
+            "low": first.take(pa.array(starts, pa.int64())),
+            "high": first.take(pa.array([min(s + self._row_group_rows, entries.num_rows) - 1
+                                          for s in starts], pa.int64())),
+        })
+        buffer = pa.BufferOutputStream()
+        with ipc.new_stream(buffer, ranges.schema) as writer:
+            writer.write_table(ranges)
+        schema = entries.schema.with_metadata({_RANGES: buffer.getvalue().to_pybytes()})
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, schema) as writer:
+            writer.write_table(entries.replace_schema_metadata(schema.metadata),
+                               max_chunksize=self._row_group_rows)
+        return bytes(sink.getvalue())
 
     def doomed(self, oldest_needed: str, completed: Mapping[str, str],
                done: set[str]) -> tuple[list[str], str | None]:
@@ -386,40 +407,34 @@ def _pool() -> ThreadPoolExecutor:
 
 @dataclass(frozen=True)
 class _Footer:
-    """A base's Parquet footer and the first key column's range per row group."""
+    """The first key column's range in each batch of a base."""
 
-    metadata: pq.FileMetaData
     lows: list[Any]
     highs: list[Any]
-    #: Row groups without statistics: always read.
-    unknown: tuple[int, ...]
 
     @classmethod
-    def of(cls, metadata: pq.FileMetaData) -> _Footer:
-        lows: list[Any] = []
-        highs: list[Any] = []
-        unknown: list[int] = []
-        for index in range(metadata.num_row_groups):
-            stats = metadata.row_group(index).column(0).statistics
-            if stats is None or not stats.has_min_max:
-                unknown.append(index)
-                lows.append(None)
-                highs.append(None)
-            else:
-                lows.append(stats.min)
-                highs.append(stats.max)
-        return cls(metadata, lows, highs, tuple(unknown))
+    def of(cls, schema: pa.Schema) -> _Footer:
+        ranges = ipc.open_stream(pa.BufferReader((schema.metadata or {})[_RANGES])).read_all()
+        return cls(ranges["low"].to_pylist(), ranges["high"].to_pylist())
 
     def groups_for(self, keys: list[Any]) -> list[int]:
-        """Row groups whose range holds one of ``keys`` (groups are sorted by key)."""
-        if self.unknown:
-            return list(range(len(self.lows)))
+        """Batches whose range holds one of ``keys`` (batches are sorted by key)."""
         groups: set[int] = set()
         for key in keys:
             # A composite key's first column may repeat across several row groups: take every
             # group whose range holds the value, not only the first.
             groups.update(range(bisect.bisect_left(self.highs, key), bisect.bisect_right(self.lows, key)))
         return sorted(groups)
+
+
+def _dictionary_encoded(entries: pa.Table) -> pa.Table:
+    """``entries`` with the repeated strings as one dictionary each (a file path is stored once
+    per block, not once per key)."""
+    entries = entries.combine_chunks()
+    for name in _REPEATED:
+        index = entries.schema.get_field_index(name)
+        entries = entries.set_column(index, name, entries[name].dictionary_encode())
+    return entries
 
 
 def _by_shard(listing: list[str]) -> dict[int, list[str]]:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.ipc as ipc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -221,7 +221,7 @@ def test_lookup_merges_logs_and_bases_like_the_model(memory_root: str) -> None:
     _write(index, t4, list(range(150, 160)), file="never-completed.parquet")  # still pending
     completed = {t1: c1, t2: c2, t3: c3}
     written = index.compact(m, c2, completed, set(), pa.array(["a.parquet", "b.parquet"]))
-    assert written and all(p.endswith(f"{m}_{c2}.base.parquet") for p in written)
+    assert written and all(p.endswith(f"{m}_{c2}.base.arrow") for p in written)
     _write(index, t5, list(range(120, 130)), file="c.parquet")
     completed[t5] = c5
     keys = [0, 99, 100, 125, 149, 155, 999, 5000]
@@ -243,7 +243,8 @@ def test_compaction_drops_tombstones_and_entries_of_files_no_longer_live(memory_
     _write(index, t3, list(range(40, 50)), deleted=True)
     completed = {t1: c1, t2: c2, t3: c3}
     bases = index.compact(m, c3, completed, set(), pa.array(["new.parquet"]))
-    kept = pa.concat_tables([pq.read_table(pa.BufferReader(storage.inner.read(b))) for b in bases])
+    kept = pa.concat_tables([ipc.open_file(pa.BufferReader(storage.inner.read(b))).read_all()
+                             .cast(index.schema) for b in bases])
     assert sorted(kept["key_0"].to_pylist()) == list(range(10))
     assert set(kept["file"].to_pylist()) == {"new.parquet"} and not any(kept["deleted"].to_pylist())
     expected = dict.fromkeys(range(10), ("new.parquet", False))
@@ -264,38 +265,43 @@ def test_remove_deletes_every_block_of_a_rolled_back_instant(memory_root: str) -
         index.instant_entries(t2, range(4))
 
 
+#: A base's batches, each as the (low, high) range of its first key column.
+Ranges = list[tuple[Any, Any]]
+
+
 @pytest.fixture
-def row_group_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[pq.FileMetaData, list[int]]]]:
-    """Every ``read_row_groups`` of a record-index base: the file's metadata and the groups."""
-    reads: list[tuple[pq.FileMetaData, list[int]]] = []
-    original = pq.ParquetFile.read_row_groups
+def row_group_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Ranges, list[int]]]]:
+    """Every batch read from a record-index base, grouped per base read: the base's batch
+    ranges (computed here from all its batches) and the batches the lookup read."""
+    reads: list[tuple[Ranges, list[int]]] = []
+    seen: dict[int, tuple[ipc.RecordBatchFileReader, list[int]]] = {}  # keeps readers alive
+    original = ipc.RecordBatchFileReader.get_batch
 
-    def spy(self: pq.ParquetFile, row_groups: Any, *args: Any, **kwargs: Any) -> pa.Table:
-        if "key_0" in self.schema_arrow.names:
-            reads.append((self.metadata, list(row_groups)))
-        return original(self, row_groups, *args, **kwargs)
+    def spy(self: ipc.RecordBatchFileReader, i: int) -> pa.RecordBatch:
+        if "key_0" in self.schema.names:
+            if id(self) not in seen:
+                batches = [original(self, b) for b in range(self.num_record_batches)]
+                groups: list[int] = []
+                seen[id(self)] = (self, groups)
+                reads.append(([(b["key_0"][0].as_py(), b["key_0"][-1].as_py()) for b in batches], groups))
+            seen[id(self)][1].append(i)
+        return original(self, i)
 
-    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", spy)
+    monkeypatch.setattr(ipc.RecordBatchFileReader, "get_batch", spy)
     yield reads
 
 
-def _groups_holding(metadata: pq.FileMetaData, keys: list[Any], shards: int | None = None) -> list[int]:
-    """The row groups of a base whose first-key range holds one of ``keys`` (of the base's shard,
+def _groups_holding(ranges: Ranges, keys: list[Any], shards: int | None = None) -> list[int]:
+    """The batches of a base whose first-key range holds one of ``keys`` (of the base's shard,
     found from its smallest key, when ``shards`` is given)."""
     if shards is not None:
-        smallest = metadata.row_group(0).column(0).statistics.min
-        shard = shard_of([pa.array([smallest])], shards)[0]
+        shard = shard_of([pa.array([ranges[0][0]])], shards)[0]
         keys = [k for k in keys if shard_of([pa.array([k])], shards)[0] == shard]
-    groups = []
-    for index in range(metadata.num_row_groups):
-        stats = metadata.row_group(index).column(0).statistics
-        if any(stats.min <= k <= stats.max for k in keys):
-            groups.append(index)
-    return groups
+    return [index for index, (low, high) in enumerate(ranges) if any(low <= k <= high for k in keys)]
 
 
 def test_lookup_reads_only_the_wanted_shards_and_row_groups(
-    memory_root: str, row_group_reads: list[tuple[pq.FileMetaData, list[int]]]
+    memory_root: str, row_group_reads: list[tuple[Ranges, list[int]]]
 ) -> None:
     index, storage = _index(memory_root, shards=8, row_group_rows=64)
     t1, t2, c1, c2, m = _times(5)
@@ -315,14 +321,14 @@ def test_lookup_reads_only_the_wanted_shards_and_row_groups(
     assert all(path.startswith(tuple(shard_folder(s) for s in shards)) for _, path in touched)
     assert len(row_group_reads) == len({s for s in shards
                                         if s in shard_of([pa.array(wanted[:3], pa.int64())], 8)})
-    for metadata, groups in row_group_reads:
-        assert metadata.num_row_groups > 4
-        assert groups == _groups_holding(metadata, wanted, 8), "only the groups whose range can hold a key"
+    for ranges, groups in row_group_reads:
+        assert len(ranges) > 4
+        assert groups == _groups_holding(ranges, wanted, 8), "only the batches whose range can hold a key"
         assert len(groups) <= len(wanted)
 
 
 def test_lookup_in_a_base_with_composite_and_string_keys_prunes_row_groups(
-    memory_root: str, row_group_reads: list[tuple[pq.FileMetaData, list[int]]]
+    memory_root: str, row_group_reads: list[tuple[Ranges, list[int]]]
 ) -> None:
     index, _ = _index(memory_root, shards=1, row_group_rows=32, key_types=[pa.string(), pa.int64()])
     t1, c1, m = _times(3)
@@ -335,8 +341,8 @@ def test_lookup_in_a_base_with_composite_and_string_keys_prunes_row_groups(
     found = index.lookup(wanted, {t1: c1}, c1, {m})
     assert list(zip(found["key_0"].to_pylist(), found["key_1"].to_pylist(), strict=True)) == [
         ("name-00500", 500)]
-    [(metadata, groups)] = row_group_reads
-    assert metadata.num_row_groups > 30 and groups == _groups_holding(metadata, ["name-00500"])
+    [(ranges, groups)] = row_group_reads
+    assert len(ranges) > 30 and groups == _groups_holding(ranges, ["name-00500"])
 
 
 def test_a_first_key_column_spanning_many_row_groups_is_searched_in_all_of_them(memory_root: str) -> None:
@@ -375,13 +381,13 @@ PROPERTIES = {"metadata.compact_after": "2", "record_index.shards": "8"}
 
 
 def test_a_table_lookup_lists_only_the_shards_of_its_keys_and_prunes_base_row_groups(
-    memory_uri: str, row_group_reads: list[tuple[pq.FileMetaData, list[int]]]
+    memory_uri: str, row_group_reads: list[tuple[Ranges, list[int]]]
 ) -> None:
     table = txn.create_table(memory_uri, SCHEMA, record_key="id", properties=PROPERTIES)
     table.append(rows(range(40_000)))
     table.append(rows(range(40_000, 40_010)))  # the second commit triggers a metadata compaction
     bases = [k for k in storage_of(memory_uri).list("_metadata/record_index", recursive=True)
-             if k.endswith(".base.parquet")]
+             if k.endswith(".base.arrow")]
     assert len(bases) == 8, "every shard was folded into a base"
 
     counting = CountingStorage(storage_of(memory_uri))
@@ -394,10 +400,10 @@ def test_a_table_lookup_lists_only_the_shards_of_its_keys_and_prunes_base_row_gr
     assert {p for op, p in index_calls if op == "list"} == {shard_folder(s) for s in shards}
     assert all(p.startswith(tuple(shard_folder(s) for s in shards)) for _, p in index_calls)
     assert row_group_reads, "the keys in the base were read from it"
-    for metadata, groups in row_group_reads:
-        assert metadata.num_row_groups >= 2
-        assert groups == _groups_holding(metadata, wanted, 8)
-        assert len(groups) < metadata.num_row_groups
+    for ranges, groups in row_group_reads:
+        assert len(ranges) >= 2
+        assert groups == _groups_holding(ranges, wanted, 8)
+        assert len(groups) < len(ranges)
 
 
 def test_the_index_stays_small_and_exact_through_compactions_and_cleaning(memory_uri: str) -> None:
@@ -432,7 +438,7 @@ def test_a_crashed_compaction_leaves_no_record_index_base_behind(memory_uri: str
         rows(range(100)))
     faulty = Faulty(storage_of(memory_uri))
     faulty.arm(2, ops={"put_if_absent"}, crash=True,
-               match=lambda p: p.startswith("_metadata/record_index/") and p.endswith(".base.parquet"))
+               match=lambda p: p.startswith("_metadata/record_index/") and p.endswith(".base.arrow"))
     table_on(memory_uri, faulty, clock=clock).append(rows(range(100, 200)))  # dies compacting
     assert faulty.dead
 
@@ -447,5 +453,5 @@ def test_a_crashed_compaction_leaves_no_record_index_base_behind(memory_uri: str
                if i.action == "compaction" and not i.is_completed]
     assert aborted, "the crashed compaction was retired"
     leftovers = [k for k in storage_of(memory_uri).list("_metadata", recursive=True)
-                 if k.endswith(".base.parquet") and any(k.rsplit("/", 1)[-1].startswith(t) for t in aborted)]
+                 if k.endswith(".base.arrow") and any(k.rsplit("/", 1)[-1].startswith(t) for t in aborted)]
     assert leftovers == []

@@ -397,7 +397,7 @@ def test_the_index_survives_many_compactions_and_cleanings(memory_uri: str) -> N
         assert sorted(table.lookup(probe)["id"].to_pylist()) == sorted(model), step
     assert {r["id"]: r["region"] for r in table.to_arrow().to_pylist()} == model
     listing = _listing(memory_uri)
-    assert any(k.startswith("_metadata/record_index/") and k.endswith(".base.parquet") for k in listing)
+    assert any(k.startswith("_metadata/record_index/") and k.endswith(".base.arrow") for k in listing)
     assert table.validate().ok
     reopened = txn.open_table(memory_uri)
     assert sorted(reopened.lookup(sorted(model))["id"].to_pylist()) == sorted(model)
