@@ -43,8 +43,11 @@ def write_block(storage: Storage, path: str, table: pa.Table, *,
     return len(data)
 
 
-def read_block(storage: Storage, path: str, schema: pa.Schema) -> pa.Table:
+def read_block(storage: Storage, path: str, schema: pa.Schema, *, decode: bool = True) -> pa.Table:
     """Read a file written by :func:`write_block`, checking it has ``schema``'s columns.
+
+    ``decode=False`` leaves dictionary-encoded columns encoded (the caller filters first and
+    casts what is left to ``schema``).
 
     Raises:
         FileNotFoundError: the file is gone (cleaned after it was listed).
@@ -58,6 +61,13 @@ def read_block(storage: Storage, path: str, schema: pa.Schema) -> pa.Table:
         else:
             table = ipc.open_file(pa.BufferReader(data)).read_all()
         table = table.select(schema.names)
+        if not decode:
+            for field in schema:
+                found = table.schema.field(field.name).type
+                if found != field.type and not (pa.types.is_dictionary(found)
+                                                and found.value_type == field.type):
+                    raise ValueError(f"column {field.name} is {found}, expected {field.type}")
+            return table
         return table if table.schema.equals(schema) else table.cast(schema)
     except (pa.ArrowException, KeyError, ValueError) as exc:
         raise CorruptMetadataError(path, f"a metadata table file with columns {schema.names}",

@@ -101,12 +101,14 @@ def matching(table: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> pa.Table
     """The rows of ``table`` whose key is among ``wanted``'s."""
     if table.num_rows == 0 or wanted.num_rows == 0:
         return table.slice(0, 0)
-    if len(keys) == 1 and pa.types.is_integer(table.schema.field(keys[0]).type):
-        found = np.isin(table[keys[0]].to_numpy(), wanted[keys[0]].to_numpy())
-        return table.filter(pa.array(found))
     if len(keys) == 1:
         return table.filter(pc.is_in(table[keys[0]], value_set=wanted[keys[0]].combine_chunks()))
-    return table.join(wanted.select(list(keys)), keys=list(keys), join_type="left semi")
+    # Join the key columns only (with row numbers), then take the rows: the other columns may be
+    # dictionaries that differ between chunks, which a join cannot carry.
+    numbered = table.select(list(keys)).append_column(
+        "__row__", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    hits = numbered.join(wanted.select(list(keys)), keys=list(keys), join_type="left semi")["__row__"]
+    return table.take(pc.take(hits, pc.sort_indices(hits)))
 
 
 @dataclass(frozen=True)
@@ -250,9 +252,10 @@ class RecordIndex:
                 if files.base is not None:
                     tables.append(self._read_base(files.base.path, wanted, instants))
                 if files.logs:
-                    blocks = pa.concat_tables([read_block(self.storage, block.path, self.schema)
-                                               for block in files.logs])
-                    tables.append(matching(blocks, wanted, self.keys))
+                    # Match first, decode the dictionaries of what matched only.
+                    blocks = pa.concat_tables([read_block(self.storage, block.path, self.schema,
+                                                          decode=False) for block in files.logs])
+                    tables.append(matching(blocks, wanted, self.keys).cast(self.schema))
                 if len(tables) == 1 and files.base is not None:
                     return tables[0]  # a base holds one entry per key: nothing to merge
                 return merge_entries(tables, self.schema)
