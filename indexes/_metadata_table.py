@@ -109,7 +109,7 @@ class MetadataChanges:
     column_stats: pa.Table | None = None
     segments: Sequence[SegmentEntry] = ()
     deletes: pa.Table | None = None
-    #: Record-index log blocks the instant wrote during its write phase: shard -> bytes.
+    #: Record-index entries the instant wrote during its write phase: shard -> entries.
     record_index: Mapping[int, int] = field(default_factory=dict)
 
 
@@ -191,9 +191,8 @@ class MetadataTable:
             blocks[SEGMENTS] = segments_to_arrow(changes.segments)
         if changes.deletes is not None and changes.deletes.num_rows:
             blocks[DELETES] = changes.deletes
-        written = sum(changes.record_index.values())
-        sizes: dict[str, int] = {f"record_index/{shard:04d}": size
-                                 for shard, size in sorted(changes.record_index.items())}
+        written = 0
+        sizes: dict[str, int] = {}
         for partition, table in blocks.items():
             schema = self.schemas[partition]
             table = table.select(schema.names)
@@ -204,7 +203,9 @@ class MetadataTable:
             written += sizes[partition]
         # The deltacommit is bookkeeping (readers trust the data timeline), so it is recorded
         # straight as completed, after its blocks: one file, never a pending instant.
-        self.timeline.record_completed("deltacommit", instant_time, {"bytes": sizes}, lease=lease)
+        entries = {f"{shard:04d}": count for shard, count in sorted(changes.record_index.items())}
+        self.timeline.record_completed("deltacommit", instant_time,
+                                       {"bytes": sizes, "record_index_entries": entries}, lease=lease)
         return written
 
     def remove_instant(self, instant_time: str, *, lease: Lease) -> list[str]:

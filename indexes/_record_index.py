@@ -24,31 +24,24 @@ horizon, so nothing older can resurface.
 from __future__ import annotations
 
 import bisect
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from timeline import Storage
+from timeline import CorruptMetadataError, Storage
 
-from ._blocks import read_block, write_block
+from ._blocks import read_block
 from ._keys import shard_of
-from ._layout import (
-    METADATA_FOLDER,
-    RECORD_INDEX,
-    BaseFile,
-    LogBlock,
-    base_path,
-    log_path,
-    parse_listing,
-    shard_folder,
-)
+from ._layout import METADATA_FOLDER, RECORD_INDEX, BaseFile, base_path, parse_listing, shard_folder
 
 INDEX_FOLDER: Final = f"{METADATA_FOLDER}/{RECORD_INDEX}"
 ENTRY_FIELDS: Final = (
@@ -62,6 +55,11 @@ ENTRY_FIELDS: Final = (
 _REPEATED: Final = ["segment", "file", "instant"]
 #: Schema metadata of a base: the first key column's range per batch (an Arrow IPC stream).
 _RANGES: Final = b"metatxn.batch_key_ranges"
+#: Schema metadata of a log file: the shard of each batch (a JSON list).
+_SHARDS: Final = b"metatxn.batch_shards"
+#: Largest batch of a log file (a shard with more entries in one instant gets several).
+_LOG_BATCH_ROWS: Final = 65536
+_INDEX_LOG = re.compile(r"^(?P<time>\d{17})(?:\.(?P<part>\d+))?\.log\.arrow$", re.ASCII)
 
 
 def key_names(count: int) -> list[str]:
@@ -112,12 +110,32 @@ def matching(table: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> pa.Table
 
 
 @dataclass(frozen=True)
-class ShardFiles:
-    """What resolves one shard at a completion time: a base and the blocks after it."""
+class IndexLog:
+    """One log file of a data instant: entries of several shards, one shard per batch."""
 
-    shard: int
-    base: BaseFile | None
-    logs: tuple[LogBlock, ...]
+    path: str
+    instant_time: str
+
+
+@dataclass(frozen=True)
+class IndexFiles:
+    """A listing of the index: usable bases per shard and the log files, as of one bound."""
+
+    #: shard -> the newest usable base at or before the bound (absent: no base).
+    bases: dict[int, BaseFile]
+    #: log files of instants completed at or before the bound, in completion order, each with
+    #: its completion time.
+    logs: list[tuple[IndexLog, str]]
+
+    def floor(self, shard: int) -> str:
+        """Completion time up to which ``shard``'s base holds everything ("" without a base)."""
+        base = self.bases.get(shard)
+        return base.horizon if base is not None else ""
+
+
+def parse_index_log(key: str) -> IndexLog | None:
+    match = _INDEX_LOG.match(key.rsplit("/", 1)[-1])
+    return IndexLog(key, match.group("time")) if match else None
 
 
 class RecordIndex:
@@ -133,6 +151,7 @@ class RecordIndex:
         provider = getattr(storage, "arrow_filesystem", None)
         self._filesystem = provider() if provider is not None else None
         self._footers: dict[str, _Footer] = {}
+        self._log_shards: dict[str, list[int]] = {}
 
     # -- building entries ----------------------------------------------------------------------
 
@@ -170,99 +189,161 @@ class RecordIndex:
 
     # -- writing and undoing -------------------------------------------------------------------
 
-    def write(self, instant_time: str, entries: pa.Table) -> dict[int, int]:
-        """Write the log blocks of ``instant_time``; return bytes written per shard."""
-        return {shard: write_block(self.storage, log_path(shard_folder(shard), instant_time),
-                                   _dictionary_encoded(part))
-                for shard, part in self.split(entries).items()}
+    def write(self, instant_time: str, entries: pa.Table, *, part: int | None = None) -> dict[int, int]:
+        """Write ``entries`` as one log file of ``instant_time``; return entries per shard.
 
-    def write_shard(self, instant_time: str, shard: int, entries: pa.Table) -> int:
-        """Write one shard's log block of ``instant_time`` (entries already of that shard)."""
-        part = entries.select(self.schema.names).cast(self.schema)
-        return write_block(self.storage, log_path(shard_folder(shard), instant_time),
-                           _dictionary_encoded(part.sort_by([(k, "ascending") for k in self.keys])))
+        A writer that produces its entries in pieces (Spark tasks) writes one file per piece,
+        each with its own ``part`` number.
+        """
+        by_shard = self.split(entries.select(self.schema.names).cast(self.schema))
+        if not by_shard:
+            return {}
+        shards = sorted(by_shard)
+        table = _dictionary_encoded(pa.concat_tables([by_shard[s] for s in shards]))
+        batches: list[pa.RecordBatch] = []
+        batch_shards: list[int] = []
+        offset = 0
+        for shard in shards:
+            rows = by_shard[shard].num_rows
+            for start in range(0, rows, _LOG_BATCH_ROWS):
+                length = min(_LOG_BATCH_ROWS, rows - start)
+                batches.extend(table.slice(offset + start, length).to_batches())
+                batch_shards.append(shard)
+            offset += rows
+        schema = table.schema.with_metadata({_SHARDS: msgspec.json.encode(batch_shards)})
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch.replace_schema_metadata(schema.metadata))
+        name = f"{instant_time}.log.arrow" if part is None else f"{instant_time}.{part}.log.arrow"
+        self.storage.put_if_absent(f"{INDEX_FOLDER}/{name}", bytes(sink.getvalue()))
+        return {shard: by_shard[shard].num_rows for shard in shards}
 
     def remove(self, instant_time: str) -> list[str]:
-        """Delete every block of ``instant_time`` (it is being rolled back)."""
-        name = f"{instant_time}.log.arrow"
+        """Delete every log file of ``instant_time`` (it is being rolled back)."""
         removed = []
-        for key in self.storage.list(INDEX_FOLDER, recursive=True):
-            if key.rsplit("/", 1)[-1] == name:
-                self.storage.delete(key)
-                removed.append(key)
+        for log in self._logs(self.storage.list(INDEX_FOLDER)):
+            if log.instant_time == instant_time:
+                self.storage.delete(log.path)
+                removed.append(log.path)
         return removed
 
     def instant_entries(self, instant_time: str, shards: Iterable[int]) -> pa.Table:
         """The entries ``instant_time`` wrote into ``shards`` (for conflict checks).
 
         Raises:
-            FileNotFoundError: a block is gone (cleaning folded it into a base); the caller must
-                find the instant's entries another way.
+            FileNotFoundError: its log files are gone (cleaning folded them into bases); the
+                caller must find the instant's entries another way.
         """
-        parts = [read_block(self.storage, log_path(shard_folder(shard), instant_time), self.schema)
-                 for shard in shards]
-        return pa.concat_tables(parts) if parts else self.schema.empty_table()
+        wanted = set(shards)
+        logs = [log for log in self._logs(self.storage.list(INDEX_FOLDER))
+                if log.instant_time == instant_time]
+        if wanted and not logs:
+            raise FileNotFoundError(f"{INDEX_FOLDER}/{instant_time}.log.arrow")
+        parts = [self._read_log(log.path, dict.fromkeys(wanted, ""), "~") for log in logs]
+        return pa.concat_tables(parts).cast(self.schema) if parts else self.schema.empty_table()
 
     # -- reading -------------------------------------------------------------------------------
 
-    def plan(self, shard: int, completed: Mapping[str, str], bound: str, done: set[str],
-             listing: list[str] | None = None) -> ShardFiles:
-        """The base and blocks that resolve ``shard`` at completion time ``bound``.
-
-        ``done`` holds the completed metadata compactions: a base counts only once its
-        compaction completed.
-        """
-        if listing is None:
-            listing = self.storage.list(shard_folder(shard))
-        bases, logs = parse_listing(listing)
-        usable = [b for b in bases if b.compaction_time in done and b.horizon <= bound]
-        base = max(usable, key=lambda b: (b.horizon, b.compaction_time), default=None)
-        floor = base.horizon if base is not None else ""
-        chosen = sorted((b for b in logs if floor < completed.get(b.instant_time, "") <= bound),
-                        key=lambda b: completed[b.instant_time])
-        return ShardFiles(shard, base, tuple(chosen))
+    def files(self, completed: Mapping[str, str], bound: str, done: set[str],
+              shards: Iterable[int] | None = None) -> IndexFiles:
+        """What resolves the index at completion time ``bound``: the bases of ``shards`` (all
+        when None) and the log files. ``done`` holds the completed metadata compactions: a base
+        counts only once its compaction completed."""
+        if shards is None:
+            listing = self.storage.list(INDEX_FOLDER, recursive=True)
+        else:
+            listing = self.storage.list(INDEX_FOLDER)
+            for wanted in sorted(set(shards)):
+                listing += self.storage.list(shard_folder(wanted))
+        bases: dict[int, BaseFile] = {}
+        for key in listing:
+            shard = _shard_of_path(key)
+            if shard is None:
+                continue
+            found, _ = parse_listing([key])
+            for base in found:
+                if base.compaction_time in done and base.horizon <= bound and (
+                        shard not in bases or (base.horizon, base.compaction_time)
+                        > (bases[shard].horizon, bases[shard].compaction_time)):
+                    bases[shard] = base
+        logs = [(log, completed[log.instant_time]) for log in self._logs(listing)
+                if "" < completed.get(log.instant_time, "") <= bound]
+        logs.sort(key=lambda item: item[1])
+        return IndexFiles(bases, logs)
 
     def lookup(self, keys: pa.Table, completed: Mapping[str, str], bound: str,
                done: set[str], *, instants: bool = False) -> pa.Table:
         """The merged entries of ``keys`` (columns ``key_0``...), tombstones included.
 
-        Only the shards the keys hash to are read, in parallel (storage latency dominates).
-        Entries read from a base carry no ``instant`` (they are older than any block) unless
-        ``instants`` asks for it. The caller must check the snapshot is still retained
-        (``MetadataTable.lookup_keys`` does).
+        Only the shards the keys hash to are read: their bases (in parallel: storage latency
+        dominates), and their batches of the log files. Entries read from a base carry no
+        ``instant`` (they are older than any log entry) unless ``instants`` asks for it. The
+        caller must check the snapshot is still retained (``MetadataTable.lookup_keys`` does).
         """
         if keys.num_rows == 0:
             return self.schema.empty_table()
-        wanted_by_shard = self.split(keys.select(self.keys))
-        if len(wanted_by_shard) == 1:
-            parts = [self._lookup_shard(shard, wanted, completed, bound, done, instants)
-                     for shard, wanted in wanted_by_shard.items()]
-        else:
-            parts = list(_pool().map(lambda item: self._lookup_shard(item[0], item[1], completed,
-                                                                     bound, done, instants),
-                                     wanted_by_shard.items()))
-        return pa.concat_tables(parts) if parts else self.schema.empty_table()
-
-    def _lookup_shard(self, shard: int, wanted: pa.Table, completed: Mapping[str, str], bound: str,
-                      done: set[str], instants: bool) -> pa.Table:
+        wanted = keys.select(self.keys)
+        by_shard = self.split(wanted)
         for attempt in range(3):
-            files = self.plan(shard, completed, bound, done)
             try:
-                tables = []
-                if files.base is not None:
-                    tables.append(self._read_base(files.base.path, wanted, instants))
-                if files.logs:
-                    # Match first, decode the dictionaries of what matched only.
-                    blocks = pa.concat_tables([read_block(self.storage, block.path, self.schema,
-                                                          decode=False) for block in files.logs])
-                    tables.append(matching(blocks, wanted, self.keys).cast(self.schema))
-                if len(tables) == 1 and files.base is not None:
-                    return tables[0]  # a base holds one entry per key: nothing to merge
-                return merge_entries(tables, self.schema)
+                return self._lookup(wanted, by_shard, completed, bound, done, instants)
             except FileNotFoundError:  # cleaned between listing and reading: list again
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _lookup(self, wanted: pa.Table, by_shard: dict[int, pa.Table], completed: Mapping[str, str],
+                bound: str, done: set[str], instants: bool) -> pa.Table:
+        files = self.files(completed, bound, done, by_shard)
+        with_base = [s for s in by_shard if s in files.bases]
+
+        def read_base(shard: int) -> pa.Table:
+            return self._read_base(files.bases[shard].path, by_shard[shard], instants)
+
+        if len(with_base) <= 1:
+            tables = [read_base(shard) for shard in with_base]
+        else:
+            tables = list(_pool().map(read_base, with_base))
+        floors = {shard: files.floor(shard) for shard in by_shard}
+        logged = [self._read_log(log.path, floors, done_at) for log, done_at in files.logs
+                  if done_at > min(floors.values())]
+        if logged:
+            # Match before decoding: only the matched entries' dictionaries are cast.
+            tables.append(matching(pa.concat_tables(logged), wanted, self.keys).cast(self.schema))
+        if len(tables) == 1 and not logged:
+            return tables[0]  # bases hold one entry per key: nothing to merge
+        return merge_entries(tables, self.schema)
+
+    def _read_log(self, path: str, floors: Mapping[int, str], done_at: str) -> pa.Table:
+        """The batches of a log file for the shards in ``floors`` whose floor is below
+        ``done_at`` (the log's completion time), dictionaries still encoded."""
+        reader = ipc.open_file(pa.BufferReader(self.storage.read(path)))
+        shards = self._shards_of(path, reader.schema)
+        batches = [reader.get_batch(i) for i, shard in enumerate(shards)
+                   if shard in floors and floors[shard] < done_at]
+        if not batches:
+            return pa.Table.from_batches([], reader.schema).select(self.schema.names)
+        return pa.Table.from_batches(batches).select(self.schema.names)
+
+    def _shards_of(self, path: str, schema: pa.Schema) -> list[int]:
+        shards = self._log_shards.get(path)
+        if shards is None:
+            try:
+                shards = msgspec.json.decode((schema.metadata or {})[_SHARDS], type=list[int])
+            except (KeyError, msgspec.DecodeError) as exc:
+                raise CorruptMetadataError(path, "a record-index log with its batch shards",
+                                           str(exc)) from None
+            self._log_shards[path] = shards
+            while len(self._log_shards) > _FOOTERS_KEPT:
+                self._log_shards.pop(next(iter(self._log_shards)))
+        return shards
+
+    def _log_shard_set(self, path: str) -> set[int]:
+        """The shards a log file holds entries of (reads its footer once)."""
+        if path not in self._log_shards:
+            self._shards_of(path, ipc.open_file(pa.BufferReader(self.storage.read(path))).schema)
+        return set(self._log_shards[path])
 
     def _read_base(self, path: str, wanted: pa.Table, instants: bool) -> pa.Table:
         if self._filesystem is not None:
@@ -286,8 +367,8 @@ class RecordIndex:
         if not groups:
             return self.schema.empty_table()
         table = pa.Table.from_batches([reader.get_batch(group) for group in groups])
-        # A base holds no tombstones, and every entry in it is older than any block after it,
-        # so ``instant`` need not be decoded for a lookup: its entries count as the oldest.
+        # A base holds no tombstones, and every entry in it is older than any log entry after
+        # it, so ``instant`` need not be decoded for a lookup: its entries count as the oldest.
         columns = [*self.keys, "segment", "file", "position"] + (["instant"] if instants else [])
         # Match while the repeated strings are still dictionary-encoded (one dictionary per
         # base): decoding every file path of the batches read would cost more than the lookup.
@@ -297,34 +378,49 @@ class RecordIndex:
         found = found.append_column("deleted", pa.array([False] * found.num_rows, pa.bool_()))
         return found.cast(self.schema)
 
+    def _merged(self, files: IndexFiles, shards: Iterable[int]) -> dict[int, pa.Table]:
+        """The full merged state of ``shards`` (bases and log batches), tombstones included."""
+        wanted = set(shards)
+        floors = {shard: files.floor(shard) for shard in wanted}
+        parts: dict[int, list[pa.Table]] = {shard: [] for shard in wanted}
+        for shard in wanted:
+            if shard in files.bases:
+                parts[shard].append(read_block(self.storage, files.bases[shard].path, self.schema))
+        for log, done_at in files.logs:
+            reader = ipc.open_file(pa.BufferReader(self.storage.read(log.path)))
+            for i, shard in enumerate(self._shards_of(log.path, reader.schema)):
+                if shard in wanted and floors[shard] < done_at:
+                    parts[shard].append(pa.Table.from_batches([reader.get_batch(i)])
+                                        .select(self.schema.names).cast(self.schema))
+        return {shard: merge_entries(tables, self.schema) for shard, tables in parts.items() if tables}
+
+    def _shards_in(self, files: IndexFiles) -> set[int]:
+        shards = set(files.bases)
+        for log, _ in files.logs:
+            shards |= self._log_shard_set(log.path)
+        return shards
+
     def read_all(self, completed: Mapping[str, str], bound: str, done: set[str]) -> pa.Table:
         """Every merged entry at ``bound`` (for validation), tombstones included."""
-        listing = self.storage.list(INDEX_FOLDER, recursive=True)
-        parts = []
-        for shard, names in _by_shard(listing).items():
-            files = self.plan(shard, completed, bound, done, names)
-            tables = [read_block(self.storage, files.base.path, self.schema)] if files.base else []
-            tables += [read_block(self.storage, b.path, self.schema) for b in files.logs]
-            parts.append(merge_entries(tables, self.schema))
-        return pa.concat_tables(parts) if parts else self.schema.empty_table()
+        files = self.files(completed, bound, done)
+        merged = self._merged(files, self._shards_in(files))
+        return pa.concat_tables(merged.values()) if merged else self.schema.empty_table()
 
     # -- maintenance ---------------------------------------------------------------------------
 
     def compact(self, compaction_time: str, horizon: str, completed: Mapping[str, str],
                 done: set[str], live_files: pa.Array) -> list[str]:
-        """Fold, in every shard with blocks completed at or before ``horizon``, base and blocks
-        into a new base ``<compaction_time>_<horizon>``; return the bases written.
+        """Fold, in every shard with log entries completed at or before ``horizon``, base and
+        entries into a new base ``<compaction_time>_<horizon>``; return the bases written.
 
-        Shards with no such block keep their base: it is still exact at ``horizon``.
+        Shards with no such entries keep their base: it is still exact at ``horizon``.
         """
+        files = self.files(completed, horizon, done)
+        changed = set()
+        for log, done_at in files.logs:
+            changed |= {s for s in self._log_shard_set(log.path) if files.floor(s) < done_at}
         written = []
-        for shard, names in _by_shard(self.storage.list(INDEX_FOLDER, recursive=True)).items():
-            files = self.plan(shard, completed, horizon, done, names)
-            if not files.logs:
-                continue
-            tables = [read_block(self.storage, files.base.path, self.schema)] if files.base else []
-            tables += [read_block(self.storage, b.path, self.schema) for b in files.logs]
-            merged = merge_entries(tables, self.schema)
+        for shard, merged in sorted(self._merged(files, changed).items()):
             keep = pc.and_(pc.invert(merged["deleted"]), pc.is_in(merged["file"], value_set=live_files))
             path = base_path(shard_folder(shard), compaction_time, horizon, "arrow")
             self.storage.put_if_absent(path, self._encode_base(merged.filter(keep)))
@@ -358,28 +454,38 @@ class RecordIndex:
 
     def doomed(self, oldest_needed: str, completed: Mapping[str, str],
                done: set[str]) -> tuple[list[str], str | None]:
-        """Bases and blocks no retained snapshot needs: in each shard, what is older than the
-        newest usable base with horizon at or before ``oldest_needed`` (the shard's floor).
+        """Bases and log files no retained snapshot needs.
 
-        Returns them and the largest floor horizon (None if no shard has a floor).
+        Each shard's floor is its newest usable base with horizon at or before
+        ``oldest_needed``; older bases of the shard go, and so does a log file once every
+        shard it holds entries of has a floor at or after the log's completion. Returns them
+        and the largest floor horizon (None if no shard has a floor).
         """
+        listing = self.storage.list(INDEX_FOLDER, recursive=True)
+        by_shard: dict[int, list[BaseFile]] = {}
+        for key in listing:
+            shard = _shard_of_path(key)
+            if shard is not None:
+                by_shard.setdefault(shard, []).extend(
+                    b for b in parse_listing([key])[0] if b.compaction_time in done)
         doomed: list[str] = []
-        highest: str | None = None
-        for names in _by_shard(self.storage.list(INDEX_FOLDER, recursive=True)).values():
-            bases, logs = parse_listing(names)
-            valid = sorted((b for b in bases if b.compaction_time in done),
-                           key=lambda b: (b.horizon, b.compaction_time))
-            serving = [b for b in valid if b.horizon <= oldest_needed]
+        floors: dict[int, str] = {}
+        for shard, bases in by_shard.items():
+            ordered = sorted(bases, key=lambda b: (b.horizon, b.compaction_time))
+            serving = [b for b in ordered if b.horizon <= oldest_needed]
             if not serving:
                 continue
             floor = serving[-1]
-            highest = max(filter(None, (highest, floor.horizon)))
-            doomed += [b.path for b in valid
+            floors[shard] = floor.horizon
+            doomed += [b.path for b in ordered
                        if (b.horizon, b.compaction_time) < (floor.horizon, floor.compaction_time)]
-            doomed += [b.path for b in logs
-                       if completed.get(b.instant_time) is not None
-                       and completed[b.instant_time] <= floor.horizon]
-        return doomed, highest
+        for log in self._logs(listing):
+            done_at = completed.get(log.instant_time)
+            if done_at is not None and all(floors.get(s, "") >= done_at
+                                           for s in self._log_shard_set(log.path)):
+                doomed.append(log.path)
+                self._log_shards.pop(log.path, None)
+        return doomed, max(floors.values(), default=None)
 
     def oldest_base_compaction(self, done: set[str]) -> str | None:
         """The oldest completed compaction among the bases on storage (they must stay usable)."""
@@ -393,6 +499,11 @@ class RecordIndex:
         for path in doomed:
             self.storage.delete(path)
         return doomed
+
+    @staticmethod
+    def _logs(listing: Iterable[str]) -> list[IndexLog]:
+        return [log for key in listing if _shard_of_path(key) is None
+                and (log := parse_index_log(key)) is not None]
 
 
 _FOOTERS_KEPT: Final = 4096
@@ -440,10 +551,9 @@ def _dictionary_encoded(entries: pa.Table) -> pa.Table:
     return entries
 
 
-def _by_shard(listing: list[str]) -> dict[int, list[str]]:
-    shards: dict[int, list[str]] = {}
-    for key in listing:
-        folder = key.rsplit("/", 2)
-        if len(folder) == 3 and folder[1].isdigit():
-            shards.setdefault(int(folder[1]), []).append(key)
-    return shards
+def _shard_of_path(key: str) -> int | None:
+    """The shard of a file in a shard folder (``.../record_index/<shard>/<name>``), else None."""
+    parts = key.rsplit("/", 3)
+    if len(parts) == 4 and parts[1] == RECORD_INDEX and parts[2].isdigit():
+        return int(parts[2])
+    return None
