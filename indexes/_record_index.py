@@ -306,19 +306,62 @@ class RecordIndex:
         else:
             tables = list(_pool().map(read_base, with_base))
         floors = {shard: files.floor(shard) for shard in by_shard}
-        logged = [self._read_log(log.path, floors, done_at) for log, done_at in files.logs
-                  if done_at > min(floors.values())]
+        sorted_wanted = {shard: self._sorted_keys(keys) for shard, keys in by_shard.items()}
+        logged = [self._match_log(log.path, floors, done_at, by_shard, sorted_wanted)
+                  for log, done_at in files.logs if done_at > min(floors.values())]
         if logged:
-            # Match before decoding: only the matched entries' dictionaries are cast.
-            tables.append(matching(pa.concat_tables(logged), wanted, self.keys).cast(self.schema))
+            # Matched while still dictionary-encoded: only the matches' strings are decoded.
+            tables.append(pa.concat_tables(logged).cast(self.schema))
         if len(tables) == 1 and not logged:
             return tables[0]  # bases hold one entry per key: nothing to merge
         return merge_entries(tables, self.schema)
 
+    def _sorted_keys(self, keys: pa.Table) -> np.ndarray[Any, Any] | None:
+        """A one-column integer key as a sorted numpy array (for binary search), else None."""
+        if len(self.keys) != 1 or not pa.types.is_integer(self.schema.field(self.keys[0]).type):
+            return None
+        return np.unique(keys[self.keys[0]].to_numpy())
+
+    def _match_log(self, path: str, floors: Mapping[int, str], done_at: str,
+                   by_shard: Mapping[int, pa.Table],
+                   sorted_wanted: Mapping[int, np.ndarray[Any, Any] | None]) -> pa.Table:
+        """The entries of a log file whose key is wanted, from the batches of the wanted shards
+        whose floor is below ``done_at`` (the log's completion time); dictionaries still
+        encoded. Batches are sorted by key, so an integer key is found by binary search."""
+        reader = ipc.open_file(self._open(path))
+        shards = self._shards_of(path, reader.schema)
+        parts = []
+        for i, shard in enumerate(shards):
+            if shard not in by_shard or floors[shard] >= done_at:
+                continue
+            batch = reader.get_batch(i)
+            search = sorted_wanted[shard]
+            if search is None:
+                parts.append(matching(pa.Table.from_batches([batch]), by_shard[shard], self.keys))
+                continue
+            keys = batch.column(0).to_numpy()
+            at = np.searchsorted(keys, search)
+            inside = at < len(keys)
+            rows = at[inside][keys[at[inside]] == search[inside]]
+            parts.append(pa.Table.from_batches([batch.take(pa.array(rows))]))
+        if not parts:
+            return pa.Table.from_batches([], reader.schema).select(self.schema.names)
+        return pa.concat_tables(parts).select(self.schema.names)
+
+    def _open(self, path: str) -> Any:
+        """A random-access source for an index file: memory-mapped on local disk."""
+        if self._filesystem is not None:
+            filesystem, root = self._filesystem
+            full = f"{root.rstrip('/')}/{path}"
+            if isinstance(filesystem, pa.fs.LocalFileSystem):
+                return pa.memory_map(full)
+            return filesystem.open_input_file(full)
+        return pa.BufferReader(self.storage.read(path))
+
     def _read_log(self, path: str, floors: Mapping[int, str], done_at: str) -> pa.Table:
         """The batches of a log file for the shards in ``floors`` whose floor is below
         ``done_at`` (the log's completion time), dictionaries still encoded."""
-        reader = ipc.open_file(pa.BufferReader(self.storage.read(path)))
+        reader = ipc.open_file(self._open(path))
         shards = self._shards_of(path, reader.schema)
         batches = [reader.get_batch(i) for i, shard in enumerate(shards)
                    if shard in floors and floors[shard] < done_at]
@@ -346,11 +389,7 @@ class RecordIndex:
         return set(self._log_shards[path])
 
     def _read_base(self, path: str, wanted: pa.Table, instants: bool) -> pa.Table:
-        if self._filesystem is not None:
-            filesystem, root = self._filesystem
-            with filesystem.open_input_file(f"{root.rstrip('/')}/{path}") as handle:
-                return self._read_batches(path, handle, wanted, instants)
-        return self._read_batches(path, pa.BufferReader(self.storage.read(path)), wanted, instants)
+        return self._read_batches(path, self._open(path), wanted, instants)
 
     def _read_batches(self, path: str, source: Any, wanted: pa.Table, instants: bool) -> pa.Table:
         """Read only the batches whose range of the first key column can hold a wanted key.
