@@ -37,10 +37,12 @@ typecheck: install-dev ## mypy --strict over the packages
 bench: install ## Benchmarks against deltalake and pyiceberg (long: builds 10,000-commit tables)
 	$(BIN)/pip install -q -r bench/requirements.txt
 	$(BIN)/python -m bench.bench_commits --build-budget 3600 --out bench/out/commits.json
+	$(BIN)/python -m bench.bench_mutations --out bench/out/mutations.json
 
 bench-quick: install ## A smoke run of the benchmarks (about a minute)
 	$(BIN)/pip install -q -r bench/requirements.txt
 	$(BIN)/python -m bench.bench_commits --quick
+	$(BIN)/python -m bench.bench_mutations --quick
 
 clean: ## Remove .venv, caches and the demo warehouse
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis .mypy_cache .ruff_cache *.egg-info
