@@ -219,6 +219,11 @@ class RecordIndex:
         self.storage.put_if_absent(f"{INDEX_FOLDER}/{name}", bytes(sink.getvalue()))
         return {shard: by_shard[shard].num_rows for shard in shards}
 
+    def logs_of(self, instant_time: str) -> list[str]:
+        """The log files of ``instant_time`` (one, or one per part)."""
+        return [log.path for log in self._logs(self.storage.list(INDEX_FOLDER))
+                if log.instant_time == instant_time]
+
     def remove(self, instant_time: str) -> list[str]:
         """Delete every log file of ``instant_time`` (it is being rolled back)."""
         removed = []

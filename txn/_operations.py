@@ -14,7 +14,7 @@ data files (delete deltas), or both. How a change is found differs per operation
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -70,17 +70,21 @@ class Change:
 
 
 @dataclass
-class _Written:
+class Written:
+    """What the write phase of an instant produced (locally, or by Spark executors)."""
+
     statuses: list[FileStatus] = field(default_factory=list)
     deltas: list[DeltaStatus] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
     index_sizes: dict[int, int] = field(default_factory=dict)
-    #: Index keys of every entry written (new rows and tombstones), for conflict checks.
+    #: Index keys of every entry written (new rows and tombstones), for conflict checks. None
+    #: with ``index_sizes`` set: the keys are only in the instant's index log files (written by
+    #: executors), read back only if a concurrent commit needs checking.
     keys: pa.Table | None = None
 
 
-def _write(table: Table, pending: Pending, change: Change) -> _Written:
-    written = _Written()
+def _write(table: Table, pending: Pending, change: Change) -> Written:
+    written = Written()
     index = table._metadata.record_index
     entries: list[pa.Table] = []
     if change.rows is not None:
@@ -184,16 +188,31 @@ def _replacement(table: Table, view: TimelineView, pending: Pending,
     return removed_files, removed_deltas, segments, rows
 
 
-def commit_change(table: Table, change: Change, extra: dict[str, str] | None) -> Commit:
-    """Write and commit ``change`` as one instant (rolled back on any failure)."""
-    new_segment = change.rows is not None
+def _written_keys(table: Table, view: TimelineView, change: Change, pending: Pending,
+                  written: Written) -> pa.Table | None:
+    index = table._metadata.record_index
+    if written.keys is not None or index is None or not written.index_sizes:
+        return written.keys
+    if not view.completed_after(change.read_at or ""):
+        return None  # nothing committed meanwhile: no key can overlap
+    return index.instant_entries(pending.instant.time, sorted(written.index_sizes)).select(index.keys)
 
-    def build(pending: Pending, written: _Written) -> Builder:
+
+def commit_change(table: Table, change: Change, extra: dict[str, str] | None, *,
+                  write: Callable[[Pending], Written] | None = None) -> Commit:
+    """Write and commit ``change`` as one instant (rolled back on any failure).
+
+    ``write`` replaces the local write phase (Spark's executors write the files).
+    """
+    new_segment = change.rows is not None or write is not None
+
+    def build(pending: Pending, written: Written) -> Builder:
         def under_lock(lease: Lease, view: TimelineView) -> tuple[MetadataChanges, CommitMetadata]:
             if not change.replace:
                 _conflicts.check(table, view, operation=change.operation,
                                  instant_time=pending.instant.time, read_at=change.read_at,
-                                 keys=written.keys, files=set(change.deleted))
+                                 keys=_written_keys(table, view, change, pending, written),
+                                 files=set(change.deleted))
             statuses = written.statuses
             files = _file_rows(statuses, pending.segment or "", pending.instant.time)
             stats = _stats_rows(statuses, table._schema)
@@ -226,7 +245,7 @@ def commit_change(table: Table, change: Change, extra: dict[str, str] | None) ->
 
     completed, metadata = table._protocol.run(
         change.operation, ACTION_OF[change.operation], new_segment=new_segment,
-        write=lambda pending: _write(table, pending, change), build=build, extra=extra,
+        write=write or (lambda pending: _write(table, pending, change)), build=build, extra=extra,
     )
     return _to_commit(completed.time, completed.completed_at or "", metadata)
 

@@ -84,8 +84,11 @@ class Table:
     _LATEST_PARTITIONS = (FILES, SEGMENTS, DELETES)
 
     def __init__(self, uri: str, storage: Storage, config: TableConfig, *,
-                 clock: Clock = system_clock, ids: IdFactory = random_id) -> None:
+                 clock: Clock = system_clock, ids: IdFactory = random_id,
+                 storage_options: dict[str, Any] | None = None) -> None:
         self._uri = uri
+        #: As given when opening: Spark executors open the table's storage with them.
+        self._storage_options = storage_options
         self._storage = storage
         self._config = config
         self._clock = clock
@@ -432,7 +435,7 @@ def create_table(
         storage.put_if_absent(TABLE_CONFIG_PATH, encode_config(config))
     except ObjectExistsError:
         raise TableExistsError(text) from None
-    return Table(text, storage, config, clock=clock, ids=ids)
+    return Table(text, storage, config, clock=clock, ids=ids, storage_options=storage_options)
 
 
 def open_table(
@@ -458,4 +461,5 @@ def open_table(
         config = decode_config(data)
     except CorruptMetadataError as exc:
         raise CorruptMetadataError(f"{text.rstrip('/')}/{exc.path}", exc.expected, exc.found) from None
-    return Table(text, storage, config, clock=clock or system_clock, ids=ids or random_id)
+    return Table(text, storage, config, clock=clock or system_clock, ids=ids or random_id,
+                 storage_options=storage_options)

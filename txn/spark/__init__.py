@@ -1,0 +1,14 @@
+"""metatxn on Spark: executors write the data files, the caller's process commits.
+
+``import txn.spark`` needs pyspark (the ``spark`` extra). Executors must be able to import
+metatxn: install it into the executors' Python (in local mode, point ``PYSPARK_PYTHON`` at the
+interpreter that has it).
+"""
+
+from ._write import MODES, write
+
+__all__ = ["MODES", "write"]
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

@@ -1,0 +1,264 @@
+"""``txn.spark.write``: Spark's executors write the data files, this process commits once.
+
+The driver (the caller's process) runs the commit protocol: it begins instant ``T`` (segment
+allocated, heartbeat beating) and runs one Spark job, ``mapInArrow`` over the DataFrame. Each
+task writes its rows with the same :class:`~txn._writer.DataFileWriter` the local path uses
+(partition folders, sort, target file size, exact statistics, a marker before each file), and,
+on a keyed table, one record-index log file of its own (``<T>.<part>.log.arrow``). It returns
+one small row per file and one per index file: record keys never reach the driver. The driver
+then deletes what failed or retried task attempts left (files whose markers name ``T`` but that
+no successful attempt reported), checks conflicts and commits, like any write. A failed job
+rolls ``T`` back.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from indexes import RecordIndex
+from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError, open_storage
+
+from .._deltas import LiveDeltas, Positions, stage_deletes
+from .._keys import SHOWN, describe, index_keys
+from .._mutations import State, latest
+from .._operations import Change, Written, commit_change
+from .._options import delete_compaction_threshold, target_file_bytes
+from .._protocol import Pending
+from .._records import Commit
+from .._scan import scan_file
+from .._storage_io import DataStore
+from .._table import Table, open_table
+from .._writer import DataFileWriter, FileStatus, markers_of
+from ._types import check_dataframe, conform
+
+MODES = ("append", "overwrite", "upsert")
+_RESULT = pa.schema([("kind", pa.string()), ("payload", pa.string())])
+_FOUND = pa.schema([("file", pa.string()), ("position", pa.int64())])
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every task needs to write its part of instant ``instant`` (pickled to executors)."""
+
+    uri: str
+    storage_options: dict[str, Any] | None
+    schema: bytes
+    instant: str
+    segment: str
+    partition_by: list[str]
+    sort_by: list[str]
+    key_columns: list[str]
+    shards: int
+    target_file_bytes: int
+
+
+def _task_identity() -> tuple[int, int]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return (context.partitionId(), context.attemptNumber()) if context is not None else (0, 0)
+
+
+def _write_task(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One task: write its rows as data files (and an index log file); report them."""
+    partition, attempt = _task_identity()
+    schema = pa.ipc.read_schema(pa.py_buffer(job.schema))
+    storage = open_storage(job.uri, job.storage_options)
+    writer = DataFileWriter(
+        DataStore(storage), schema, instant_time=job.instant, segment=job.segment,
+        partition_by=job.partition_by, sort_by=job.sort_by, target_file_bytes=job.target_file_bytes,
+        new_token=lambda: f"{partition:05d}a{attempt}{secrets.token_hex(4)}", key_columns=job.key_columns,
+    )
+    statuses = writer.write(conform(batch, schema) for batch in batches)
+    rows = [{"kind": "file", "payload": msgspec.json.encode(s).decode()} for s in statuses]
+    if job.key_columns and writer.keys:
+        index = RecordIndex(storage, [schema.field(k).type for k in job.key_columns], job.shards)
+        entries = pa.concat_tables([
+            index.entries(index_keys(keys, job.key_columns), segment=job.segment,
+                          file=pa.array([path] * keys.num_rows, pa.string()),
+                          position=pa.array(range(keys.num_rows), pa.int64()), instant=job.instant)
+            for path, keys in writer.keys])
+        part = partition * 1000 + attempt
+        counts = index.write(job.instant, entries, part=part)
+        report = msgspec.json.encode({"part": part, "shards": counts}).decode()
+        rows.append({"kind": "index", "payload": report})
+    yield pa.RecordBatch.from_pylist(rows, schema=_RESULT)
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    """What a task needs to find existing rows of its keys in the record index."""
+
+    uri: str
+    storage_options: dict[str, Any] | None
+    key_types: bytes
+    key_columns: list[str]
+    shards: int
+    completed: dict[str, str]
+    bound: str
+    done: frozenset[str]
+    live_files: list[str]
+
+
+def _find_task(job: _Lookup, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One task: the (file, position) of every live row whose key is among its rows'."""
+    types = pa.ipc.read_schema(pa.py_buffer(job.key_types))
+    index = RecordIndex(open_storage(job.uri, job.storage_options), list(types.types), job.shards)
+    live = pa.array(job.live_files, pa.string())
+    for batch in batches:
+        keys = index_keys(pa.Table.from_batches([batch]), job.key_columns)
+        entries = index.lookup(keys, job.completed, job.bound, set(job.done))
+        alive = entries.filter(pc.and_(pc.invert(entries["deleted"]),
+                                       pc.is_in(entries["file"], value_set=live)))
+        yield pa.RecordBatch.from_pydict({"file": alive["file"].combine_chunks(),
+                                          "position": alive["position"].combine_chunks()}, schema=_FOUND)
+
+
+def _spark_path(table: Table, path: str) -> str:
+    return table._store.location(path)
+
+
+def _check_keys(df: Any, columns: list[str]) -> None:
+    """Keys must be set and unique within the DataFrame (two small Spark jobs)."""
+    if df.where(" OR ".join(f"`{c}` IS NULL" for c in columns)).limit(1).count():
+        raise SchemaMismatchError(
+            f"record key column(s) {columns} hold nulls in the DataFrame; every row of a keyed "
+            "table needs a key")
+    repeated = df.groupBy(*columns).count().where("count > 1").limit(5).collect()
+    if repeated:
+        shown = [tuple(r[c] for c in columns) if len(columns) > 1 else r[columns[0]] for r in repeated]
+        raise DuplicateKeyError(
+            f"record key {columns} repeats within the DataFrame: {shown} appear more than once; "
+            "nothing was written\nHelp: de-duplicate the DataFrame (a Spark DataFrame has no row "
+            "order, so metatxn does not pick a winner)")
+
+
+def _existing(table: Table, df: Any, state: State) -> pa.Table:
+    """The live rows whose keys the DataFrame holds, found by the executors."""
+    index = table._metadata.record_index
+    assert index is not None
+    columns = table.record_key_columns
+    if state.read_at is None:
+        return _FOUND.empty_table()
+    job = _Lookup(
+        uri=table.uri, storage_options=table._storage_options, key_columns=columns,
+        key_types=pa.schema([table._schema.field(c) for c in columns]).serialize().to_pybytes(),
+        shards=index.shards, completed={i.time: i.completed_at or "" for i in state.view.completed()},
+        bound=state.read_at, done=frozenset(table._metadata.done_compactions()),
+        live_files=state.live_files["path"].to_pylist())
+    found = df.select(*columns).mapInArrow(functools.partial(_find_task, job), "file string, position long")
+    return found.toArrow()
+
+
+def _run_job(table: Table, df: Any, pending: Pending, deleted: dict[str, Positions],
+             current: LiveDeltas) -> Written:
+    assert pending.segment is not None
+    index = table._metadata.record_index
+    job = _Job(
+        uri=table.uri, storage_options=table._storage_options,
+        schema=table._schema.serialize().to_pybytes(), instant=pending.instant.time,
+        segment=pending.segment, partition_by=table.partition_by, sort_by=table.sort_by,
+        key_columns=table.record_key_columns, shards=index.shards if index is not None else 0,
+        target_file_bytes=target_file_bytes(table._config.properties),
+    )
+    results = df.mapInArrow(functools.partial(_write_task, job), "kind string, payload string").toArrow()
+    statuses: list[FileStatus] = []
+    parts: set[int] = set()
+    shards: dict[int, int] = {}
+    for kind, payload in zip(results["kind"].to_pylist(), results["payload"].to_pylist(), strict=True):
+        if kind == "file":
+            statuses.append(msgspec.json.decode(payload, type=FileStatus))
+        else:
+            report = msgspec.json.decode(payload, type=dict[str, Any])
+            parts.add(int(report["part"]))
+            for shard, count in report["shards"].items():
+                shards[int(shard)] = shards.get(int(shard), 0) + int(count)
+    _remove_unreported(table, pending.instant.time, {s.path for s in statuses}, parts)
+    deltas, replaced = stage_deletes(table._store, pending.instant.time, deleted, current,
+                                     delete_compaction_threshold(table._config.properties))
+    return Written(statuses=statuses, deltas=deltas, replaced=replaced, index_sizes=shards)
+
+
+def _remove_unreported(table: Table, instant_time: str, files: set[str], parts: set[int]) -> None:
+    """Delete what task attempts that failed or were retried wrote for ``instant_time``."""
+    storage = table._storage
+    for marker in markers_of(storage, instant_time):
+        path = storage.read(marker).decode()
+        if path.endswith(".parquet") and path not in files:
+            storage.delete(path)
+            storage.delete(marker)
+    index = table._metadata.record_index
+    if index is not None:
+        reported = {f"{instant_time}.{part}.log.arrow" for part in parts}
+        for log in index.logs_of(instant_time):
+            if log.rsplit("/", 1)[-1] not in reported:
+                storage.delete(log)
+
+
+def write(df: Any, uri: str, mode: str = "append", *, storage_options: dict[str, Any] | None = None,
+          extra: dict[str, str] | None = None) -> Commit | None:
+    """Write a Spark DataFrame into the table at ``uri`` in one commit.
+
+    ``mode``: ``"append"`` (a new segment), ``"overwrite"`` (replace the whole content) or, for
+    keyed tables, ``"upsert"`` (rows whose key exists replace it through delete deltas). The
+    DataFrame's columns and Spark types must be the table's (checked before any task runs).
+    A keyed write refuses a key that repeats within the DataFrame (``DuplicateKeyError``); a
+    keyed append also refuses keys already in the table. Returns the commit (None for an
+    upsert of no rows).
+    """
+    if mode not in MODES:
+        raise InvalidOptionError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    table = open_table(uri, storage_options)
+    check_dataframe(df.schema, table.schema)
+    columns = table.record_key_columns
+    if mode == "upsert" and not columns:
+        raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
+    if columns:
+        _check_keys(df, columns)
+
+    def plan(state: State) -> tuple[Change, dict[str, Positions]]:
+        deleted: dict[str, Positions] = {}
+        if columns and mode in ("append", "upsert"):
+            found = _existing(table, df, state)
+            if mode == "append" and found.num_rows:
+                sample = _sample_keys(table, found)
+                raise DuplicateKeyError(
+                    f"append: {found.num_rows} record key(s) of the DataFrame already exist in the "
+                    f"table, e.g. {describe(sample, columns)}; nothing was written\n"
+                    "Help: use mode='upsert' to replace existing keys")
+            deleted = _positions_by_file(found)
+        change = Change(mode, None, state.read_at if mode != "overwrite" else None,
+                        state.deltas, deleted=deleted, replace=mode == "overwrite")
+        return change, deleted
+
+    change, deleted = latest(table, plan)
+    return commit_change(table, change, extra,
+                         write=lambda pending: _run_job(table, df, pending, deleted, change.current))
+
+
+def _positions_by_file(found: pa.Table) -> dict[str, Positions]:
+    grouped: dict[str, list[int]] = {}
+    for file, position in zip(found["file"].to_pylist(), found["position"].to_pylist(), strict=True):
+        grouped.setdefault(file, []).append(position)
+    return {file: np.array(sorted(p), dtype=np.int64) for file, p in grouped.items()}
+
+
+def _sample_keys(table: Table, found: pa.Table) -> pa.Table:
+    """Keys of a few of ``found``'s rows (read back from their data files), for a message."""
+    parts = []
+    for file, position in zip(found["file"].to_pylist()[:SHOWN], found["position"].to_pylist()[:SHOWN],
+                              strict=True):
+        rows, positions = scan_file(table._store, file, table._schema, filter=None,
+                                    columns=table.record_key_columns)
+        at = int(np.searchsorted(positions, position))
+        parts.append(index_keys(rows.slice(at, 1), table.record_key_columns))
+    return pa.concat_tables(parts)
