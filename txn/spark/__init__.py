@@ -5,9 +5,10 @@ metatxn: install it into the executors' Python (in local mode, point ``PYSPARK_P
 interpreter that has it).
 """
 
+from ._read import read
 from ._write import MODES, write
 
-__all__ = ["MODES", "write"]
+__all__ = ["MODES", "read", "write"]
 
 
 def __dir__() -> list[str]:
