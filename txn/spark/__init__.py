@@ -6,9 +6,10 @@ interpreter that has it).
 """
 
 from ._read import read
+from ._stream import write_stream
 from ._write import MODES, write
 
-__all__ = ["MODES", "read", "write"]
+__all__ = ["MODES", "read", "write", "write_stream"]
 
 
 def __dir__() -> list[str]:

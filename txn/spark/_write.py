@@ -14,12 +14,12 @@ rolls ``T`` back.
 from __future__ import annotations
 
 import functools
+import pickle
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,7 +41,9 @@ from .._writer import DataFileWriter, FileStatus, markers_of
 from ._types import check_dataframe, conform
 
 MODES = ("append", "overwrite", "upsert")
-_RESULT = pa.schema([("kind", pa.string()), ("payload", pa.string())])
+#: A task's report: one row per file or index file. The payload is pickled (same code on both
+#: ends, never stored): statistics keep their exact Python types (dates, decimals, bytes).
+_RESULT = pa.schema([("kind", pa.string()), ("payload", pa.binary())])
 _FOUND = pa.schema([("file", pa.string()), ("position", pa.int64())])
 
 
@@ -79,7 +81,7 @@ def _write_task(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
         new_token=lambda: f"{partition:05d}a{attempt}{secrets.token_hex(4)}", key_columns=job.key_columns,
     )
     statuses = writer.write(conform(batch, schema) for batch in batches)
-    rows = [{"kind": "file", "payload": msgspec.json.encode(s).decode()} for s in statuses]
+    rows = [{"kind": "file", "payload": pickle.dumps(s)} for s in statuses]
     if job.key_columns and writer.keys:
         index = RecordIndex(storage, [schema.field(k).type for k in job.key_columns], job.shards)
         entries = pa.concat_tables([
@@ -89,8 +91,7 @@ def _write_task(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
             for path, keys in writer.keys])
         part = partition * 1000 + attempt
         counts = index.write(job.instant, entries, part=part)
-        report = msgspec.json.encode({"part": part, "shards": counts}).decode()
-        rows.append({"kind": "index", "payload": report})
+        rows.append({"kind": "index", "payload": pickle.dumps({"part": part, "shards": counts})})
     yield pa.RecordBatch.from_pylist(rows, schema=_RESULT)
 
 
@@ -170,15 +171,15 @@ def _run_job(table: Table, df: Any, pending: Pending, deleted: dict[str, Positio
         key_columns=table.record_key_columns, shards=index.shards if index is not None else 0,
         target_file_bytes=target_file_bytes(table._config.properties),
     )
-    results = df.mapInArrow(functools.partial(_write_task, job), "kind string, payload string").toArrow()
+    results = df.mapInArrow(functools.partial(_write_task, job), "kind string, payload binary").toArrow()
     statuses: list[FileStatus] = []
     parts: set[int] = set()
     shards: dict[int, int] = {}
     for kind, payload in zip(results["kind"].to_pylist(), results["payload"].to_pylist(), strict=True):
         if kind == "file":
-            statuses.append(msgspec.json.decode(payload, type=FileStatus))
+            statuses.append(pickle.loads(payload))
         else:
-            report = msgspec.json.decode(payload, type=dict[str, Any])
+            report = pickle.loads(payload)
             parts.add(int(report["part"]))
             for shard, count in report["shards"].items():
                 shards[int(shard)] = shards.get(int(shard), 0) + int(count)
