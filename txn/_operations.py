@@ -205,6 +205,26 @@ def commit_change(table: Table, change: Change, extra: dict[str, str] | None, *,
     ``write`` replaces the local write phase (Spark's executors write the files).
     """
     new_segment = change.rows is not None or write is not None
+    completed, metadata = table._protocol.run(
+        change.operation, ACTION_OF[change.operation], new_segment=new_segment,
+        write=write or (lambda pending: _write(table, pending, change)),
+        build=builder(table, change, extra), extra=extra,
+    )
+    return _to_commit(completed.time, completed.completed_at or "", metadata)
+
+
+def commit_begun(table: Table, change: Change, extra: dict[str, str] | None, pending: Pending,
+                 written: Written) -> Commit:
+    """Commit an instant begun earlier whose files were written elsewhere (rolled back on
+    failure)."""
+    completed, metadata = table._protocol.finish(pending, lambda _: written,
+                                                 builder(table, change, extra))
+    return _to_commit(completed.time, completed.completed_at or "", metadata)
+
+
+def builder(table: Table, change: Change,
+            extra: dict[str, str] | None) -> Callable[[Pending, Written], Builder]:
+    """How ``change`` becomes metadata-table changes and commit metadata, under the lock."""
 
     def build(pending: Pending, written: Written) -> Builder:
         def under_lock(lease: Lease, view: TimelineView) -> tuple[MetadataChanges, CommitMetadata]:
@@ -216,7 +236,7 @@ def commit_change(table: Table, change: Change, extra: dict[str, str] | None, *,
             statuses = written.statuses
             files = _file_rows(statuses, pending.segment or "", pending.instant.time)
             stats = _stats_rows(statuses, table._schema)
-            segments = [_new_segment(table, pending, statuses, stats)] if new_segment else []
+            segments = [_new_segment(table, pending, statuses, stats)] if pending.segment is not None else []
             deletes = delete_rows(written.deltas, pending.instant.time)
             removed_files: list[str] = []
             removed_deltas = list(written.replaced)
@@ -243,9 +263,5 @@ def commit_change(table: Table, change: Change, extra: dict[str, str] | None, *,
 
         return under_lock
 
-    completed, metadata = table._protocol.run(
-        change.operation, ACTION_OF[change.operation], new_segment=new_segment,
-        write=write or (lambda pending: _write(table, pending, change)), build=build, extra=extra,
-    )
-    return _to_commit(completed.time, completed.completed_at or "", metadata)
+    return build
 

@@ -130,6 +130,15 @@ class Protocol:
             extra: dict[str, str] | None = None) -> tuple[Instant, CommitMetadata]:
         """begin, write, commit; roll back on any failure before the commit point."""
         pending = self.begin(operation, action, new_segment=new_segment, extra=extra)
+        return self.finish(pending, write, build)
+
+    def finish(self, pending: Pending, write: Callable[[Pending], Any],
+               build: Callable[[Pending, Any], Builder]) -> tuple[Instant, CommitMetadata]:
+        """Write and commit a begun instant (``run`` after ``begin``); roll back on failure.
+
+        Used directly when the write phase ran elsewhere (a Spark data source's tasks): then
+        ``write`` only gathers what they reported.
+        """
         try:
             written = write(pending)
             result = self.commit(pending, build(pending, written))
