@@ -5,11 +5,20 @@ metatxn: install it into the executors' Python (in local mode, point ``PYSPARK_P
 interpreter that has it).
 """
 
-from ._read import read
+from ._read import create_view, read
+from ._source import MetatxnDataSource, register
 from ._stream import write_stream
 from ._write import MODES, write
 
-__all__ = ["MODES", "read", "write", "write_stream"]
+__all__ = [
+    "MODES",
+    "MetatxnDataSource",
+    "create_view",
+    "read",
+    "register",
+    "write",
+    "write_stream",
+]
 
 
 def __dir__() -> list[str]:

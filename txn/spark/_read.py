@@ -94,3 +94,15 @@ def _without_deleted(spark: Any, frame: Any, snapshot: Any, table: Any, files: S
     condition = (F.col("_metadata.file_name") == deletes["__file"]) & (
         F.col("_metadata.row_index") == deletes["__row"])
     return frame.join(F.broadcast(deletes), condition, "left_anti")
+
+
+def create_view(spark: Any, name: str, uri: str, *, as_of: str | datetime | None = None,
+                storage_options: dict[str, Any] | None = None) -> Any:
+    """A temporary view ``name`` over the table, for SQL (``SELECT ... FROM name``).
+
+    The view is pinned to the snapshot it was created at (its file list), which is snapshot
+    isolation: create it again to see later commits. Returns the view's DataFrame.
+    """
+    frame = read(spark, uri, as_of=as_of, storage_options=storage_options)
+    frame.createOrReplaceTempView(name)
+    return frame

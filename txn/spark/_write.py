@@ -172,10 +172,20 @@ def _run_job(table: Table, df: Any, pending: Pending, deleted: dict[str, Positio
         target_file_bytes=target_file_bytes(table._config.properties),
     )
     results = df.mapInArrow(functools.partial(_write_task, job), "kind string, payload binary").toArrow()
+    statuses, parts, shards = collect_reports(results["kind"].to_pylist(), results["payload"].to_pylist())
+    _remove_unreported(table, pending.instant.time, {s.path for s in statuses}, parts)
+    deltas, replaced = stage_deletes(table._store, pending.instant.time, deleted, current,
+                                     delete_compaction_threshold(table._config.properties))
+    return Written(statuses=statuses, deltas=deltas, replaced=replaced, index_sizes=shards)
+
+
+def collect_reports(kinds: list[str],
+                    payloads: list[bytes]) -> tuple[list[FileStatus], set[int], dict[int, int]]:
+    """The tasks' reports: file statuses, index log parts, index entries per shard."""
     statuses: list[FileStatus] = []
     parts: set[int] = set()
     shards: dict[int, int] = {}
-    for kind, payload in zip(results["kind"].to_pylist(), results["payload"].to_pylist(), strict=True):
+    for kind, payload in zip(kinds, payloads, strict=True):
         if kind == "file":
             statuses.append(pickle.loads(payload))
         else:
@@ -183,10 +193,7 @@ def _run_job(table: Table, df: Any, pending: Pending, deleted: dict[str, Positio
             parts.add(int(report["part"]))
             for shard, count in report["shards"].items():
                 shards[int(shard)] = shards.get(int(shard), 0) + int(count)
-    _remove_unreported(table, pending.instant.time, {s.path for s in statuses}, parts)
-    deltas, replaced = stage_deletes(table._store, pending.instant.time, deleted, current,
-                                     delete_compaction_threshold(table._config.properties))
-    return Written(statuses=statuses, deltas=deltas, replaced=replaced, index_sizes=shards)
+    return statuses, parts, shards
 
 
 def _remove_unreported(table: Table, instant_time: str, files: set[str], parts: set[int]) -> None:

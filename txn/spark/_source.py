@@ -1,0 +1,181 @@
+"""The ``metatxn`` Spark data source: ``df.write.format("metatxn")`` and ``spark.read.format("metatxn")``.
+
+A thin layer over the same paths as ``txn.spark.write`` and ``txn.spark.read``, through PySpark's
+Python Data Source API, whose hooks run in Spark's own Python workers, not in the caller's
+process (see design/spark.md):
+
+* ``writer()`` (a planning worker) begins the instant; each task writes its files exactly as
+  ``txn.spark.write``'s tasks do and beats the instant's heartbeat; ``commit()`` (another
+  worker, without Spark) commits once; ``abort()`` rolls the instant back unless it completed.
+* ``reader()`` resolves the snapshot (option ``asOf``) on the planning worker, one partition per
+  data file; tasks read their file with pyarrow and drop deleted positions.
+
+What it does not do, and why: modes other than ``append`` and ``overwrite`` raise (Spark offers
+no others to Python sources); keyed tables are refused for writing, because duplicate keys
+across tasks can only be checked with Spark jobs, which ``commit()`` cannot run (use
+``txn.spark.write``); reads have no column pruning or filter pushdown (use ``txn.spark.read``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from timeline import InvalidOptionError, Timeline, open_storage
+
+from .._deltas import LiveDeltas, read_positions
+from .._operations import Change, Written, commit_begun
+from .._options import target_file_bytes
+from .._protocol import Pending
+from .._records import ACTION_OF
+from .._scan import scan_file
+from .._storage_io import DataStore
+from .._table import open_table
+from ._types import spark_schema
+from ._write import _Job, _remove_unreported, _write_task, collect_reports
+
+
+def _path(options: Mapping[str, str]) -> str:
+    path = options.get("path")
+    if not path:
+        raise InvalidOptionError("format('metatxn') needs the table location: .load(uri) or .save(uri)")
+    if path.startswith("file:/") and not path.startswith("file://"):
+        return path.removeprefix("file:")  # Spark's form of a local path
+    return path
+
+
+class MetatxnDataSource(DataSource):
+    """``format("metatxn")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "metatxn"
+
+    def schema(self) -> Any:
+        return spark_schema(open_table(_path(self.options)).schema)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _Reader(_path(self.options), self.options.get("asof"))
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
+        return _Writer(_path(self.options), overwrite)
+
+
+class _File(InputPartition):
+    def __init__(self, path: str | None, deltas: list[str]) -> None:
+        super().__init__((path, deltas))
+        self.path = path
+        self.deltas = deltas
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, uri: str, as_of: str | None) -> None:
+        table = open_table(uri)
+        snapshot = table.snapshot(as_of)
+        prefix = table._store.location("")
+        self._uri = uri
+        self._schema = table.schema.serialize().to_pybytes()
+        self._files = [(f.path.removeprefix(prefix), [d.removeprefix(prefix) for d in f.delete_files])
+                       for f in snapshot.files()]
+
+    def partitions(self) -> list[InputPartition]:
+        return [_File(path, deltas) for path, deltas in self._files] or [_File(None, [])]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _File)
+        if partition.path is None:
+            return
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        schema = pa.ipc.read_schema(pa.py_buffer(self._schema))
+        target = to_arrow_schema(spark_schema(schema), timezone="UTC")
+        store = DataStore(open_storage(self._uri))
+        deleted = [read_positions(store, path) for path in partition.deltas]
+        rows, _ = scan_file(store, partition.path, schema, filter=None, columns=schema.names,
+                            deleted=np.sort(np.concatenate(deleted)) if deleted else None)
+        yield from rows.cast(target).to_batches()
+
+
+@dataclass
+class _Reports(WriterCommitMessage):
+    kinds: list[str]
+    payloads: list[bytes]
+
+
+class _Writer(DataSourceArrowWriter):
+    def __init__(self, uri: str, overwrite: bool) -> None:
+        table = open_table(uri)
+        if table.record_key_columns:
+            raise InvalidOptionError(
+                f"format('metatxn') does not write keyed tables ({uri} has record_key "
+                f"{table.record_key_columns}): duplicate keys across tasks need Spark jobs a "
+                "data source commit cannot run\nHelp: use txn.spark.write(df, uri, mode=...)")
+        self._uri = uri
+        self._mode = "overwrite" if overwrite else "append"
+        pending = table._protocol.begin(self._mode, ACTION_OF[self._mode], new_segment=True)
+        # The heartbeat thread cannot follow this writer into the tasks: they beat instead.
+        pending.heartbeat.stop(delete=False)
+        assert pending.segment is not None
+        self._instant = pending.instant.time
+        self._segment = pending.segment
+        self._job = _Job(
+            uri=uri, storage_options=None, schema=table.schema.serialize().to_pybytes(),
+            instant=self._instant, segment=pending.segment, partition_by=table.partition_by,
+            sort_by=table.sort_by, key_columns=[], shards=0,
+            target_file_bytes=target_file_bytes(table._config.properties))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Reports:
+        timeline = Timeline(open_storage(self._uri))
+        timeline.heartbeat(timeline.load().get(self._instant) or _missing(self._instant)).beat()
+        kinds: list[str] = []
+        payloads: list[bytes] = []
+        for report in _write_task(self._job, iterator):
+            kinds += report.column("kind").to_pylist()
+            payloads += report.column("payload").to_pylist()
+        return _Reports(kinds, payloads)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        table = open_table(self._uri)
+        instant = table._timeline.load().get(self._instant) or _missing(self._instant)
+        pending = Pending(instant, self._segment, table._timeline.heartbeat(instant))
+        try:
+            reports = [m for m in messages if isinstance(m, _Reports)]
+            kinds = [k for m in reports for k in m.kinds]
+            payloads = [p for m in reports for p in m.payloads]
+            statuses, parts, shards = collect_reports(kinds, payloads)
+            _remove_unreported(table, self._instant, {s.path for s in statuses}, parts)
+        except BaseException:
+            table._protocol.roll_back(instant)
+            raise
+        change = Change(self._mode, None, None, LiveDeltas(table._store, {}),
+                        replace=self._mode == "overwrite")
+        commit_begun(table, change, None, pending, Written(statuses=statuses, index_sizes=shards))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Spark may call abort after a commit that raised: only a pending instant is rolled back.
+        table = open_table(self._uri)
+        instant = table._timeline.load().get(self._instant)
+        if instant is not None and instant.is_pending:
+            table._protocol.roll_back(instant)
+
+
+def _missing(instant_time: str) -> Any:
+    raise InvalidOptionError(
+        f"instant {instant_time} of this write is no longer pending on the timeline (rolled back "
+        "after its heartbeat expired?); nothing was written")
+
+
+def register(spark: Any) -> None:
+    """Register the ``metatxn`` format with ``spark`` (once per session)."""
+    spark.dataSource.register(MetatxnDataSource)
