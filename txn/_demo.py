@@ -1,20 +1,25 @@
-"""The demonstration job behind ``make demo``.
+"""The demonstration job behind ``make demo``: a pipeline on local Spark.
 
-It generates a TPC-H-like ``orders`` dataset, loads it into ``<warehouse>/orders`` in four loads
-(four segments), reads it back with a selective filter (showing how many files were pruned),
-upserts and deletes orders through the record-level index, time-travels to the second load,
-overwrites the table with its open orders, and prints SHOW SEGMENTS, the timeline and a
-validation report. The Spark pipeline replaces the generator and the
-loads as the Spark integration lands.
+It starts a local SparkSession (``local[2]``), generates a TPC-H-like ``orders`` dataset in Spark
+and loads it into ``<warehouse>/orders`` in four loads with :func:`txn.spark.write` (four
+segments: Spark's executors write the data files, this process commits each load once). It then
+upserts a Spark DataFrame of repriced existing orders and new ones, deletes some orders by a
+predicate (both through the record-level index and delete deltas: no data file is rewritten),
+reads one week of orders with :func:`txn.spark.read` (showing how many files the snapshot skips)
+and aggregates it in Spark, reads the same week as of the last load (time travel), and prints
+SHOW SEGMENTS, the timeline and a validation report.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
+import tempfile
 import time
+import warnings
 from datetime import date, timedelta
-from decimal import Decimal
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +27,9 @@ import pyarrow.compute as pc
 from ._records import Segment
 from ._render import render, render_timeline
 from ._table import Table, create_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 ORDERS = pa.schema([
     ("o_orderkey", pa.int64(), False),
@@ -33,25 +41,68 @@ ORDERS = pa.schema([
     ("o_comment", pa.string()),
 ])
 
-_PRIORITIES = ["1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW"]
+FIRST_DAY = date(2026, 1, 1)
+#: Load ``n`` holds the orders of the 30 days from ``FIRST_DAY + 30 n``, dated in key order.
+DAYS_PER_LOAD = 30
+#: The week the selective read and the time travel look at (inside the third load).
+WEEK = (date(2026, 3, 9), date(2026, 3, 15))
 
 
-def generate_orders(first_key: int, count: int, start: date) -> pa.Table:
-    """Deterministic TPC-H-like orders: keys ``first_key..``, dates spread over 90 days."""
-    keys = pa.array(range(first_key, first_key + count), pa.int64())
-    days = pc.remainder(keys, 90)
-    dates = [start + timedelta(days=int(d)) for d in days.to_pylist()]
-    status = ["F" if d < 60 else ("O" if d >= 75 else "P") for d in days.to_pylist()]
-    prices = [Decimal(k % 100_000) / 10 + Decimal("0.99") for k in keys.to_pylist()]
-    return pa.table({
-        "o_orderkey": keys,
-        "o_custkey": pc.add(pc.remainder(pc.multiply(keys, 7919), 15_000), 1),
-        "o_orderstatus": status,
-        "o_totalprice": pa.array(prices, pa.decimal128(15, 2)),
-        "o_orderdate": pa.array(dates, pa.date32()),
-        "o_orderpriority": [_PRIORITIES[k % 5] for k in keys.to_pylist()],
-        "o_comment": [f"order {k} of the demo" for k in keys.to_pylist()],
-    }, schema=ORDERS)
+#: Spark's console logging at ERROR from the JVM's start (``setLogLevel`` only takes effect once
+#: the session runs, after the start-up warnings). The gateway's level is the one pyspark's shell
+#: mode would otherwise announce, and reset to WARN, when it differs from the root's.
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+"""
+
+
+def local_spark() -> SparkSession:
+    """The demo's local SparkSession: two cores, 1 GB, no UI, UTC, errors-only logs.
+
+    ``getOrCreate`` returns the session already running in this process, if there is one.
+    """
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors must import metatxn, as this process does
+    from pyspark.sql import SparkSession
+
+    with tempfile.TemporaryDirectory(prefix="metatxn-demo-") as folder:
+        config = os.path.join(folder, "log4j2.properties")
+        with open(config, "w") as file:
+            file.write(_LOG4J2)
+        spark = (SparkSession.builder.master("local[2]").appName("metatxn-demo")
+                 .config("spark.driver.memory", "1g")
+                 .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{config}")
+                 .config("spark.sql.shuffle.partitions", "4")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.session.timeZone", "UTC")
+                 .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def orders_frame(spark: SparkSession, first_key: int, count: int, start: date, days: int,
+                 comment: str) -> DataFrame:
+    """``count`` TPC-H-like orders with keys ``first_key..``, dated over ``days`` days from
+    ``start`` in key order (so each Spark task writes files of a narrow date range)."""
+    return spark.range(first_key, first_key + count, numPartitions=2).selectExpr(
+        "id AS o_orderkey",
+        "pmod(id * 7919, 150000) + 1 AS o_custkey",
+        "CASE WHEN pmod(xxhash64(id), 100) < 49 THEN 'F' "
+        "WHEN pmod(xxhash64(id), 100) < 97 THEN 'O' ELSE 'P' END AS o_orderstatus",
+        "CAST(900 + pmod(xxhash64(id, 'price'), 45000000) / 100 AS DECIMAL(15, 2)) AS o_totalprice",
+        f"date_add(DATE '{start}', CAST((id - {first_key}) * {days} DIV {count} AS INT)) AS o_orderdate",
+        "element_at(array('1-URGENT', '2-HIGH', '3-MEDIUM', '4-NOT SPECIFIED', '5-LOW'), "
+        "CAST(pmod(id, 5) + 1 AS INT)) AS o_orderpriority",
+        f"concat('order ', id, ' {comment}') AS o_comment",
+    )
 
 
 def _show_segments(segments: list[Segment]) -> str:
@@ -62,77 +113,126 @@ def _show_segments(segments: list[Segment]) -> str:
     )
 
 
+def _by_priority(frame: DataFrame) -> str:
+    """Orders, revenue and average price per priority, computed by Spark."""
+    from pyspark.sql import functions as F
+
+    rows = (frame.groupBy("o_orderpriority")
+            .agg(F.count("*").alias("orders"), F.sum("o_totalprice").alias("revenue"),
+                 F.avg("o_totalprice").cast("decimal(15,2)").alias("avg_price"))
+            .orderBy("o_orderpriority").collect())
+    return render(("o_orderpriority", "orders", "revenue", "avg_price"),
+                  ((r["o_orderpriority"], r["orders"], f"{r['revenue']:,}", f"{r['avg_price']:,}")
+                   for r in rows))
+
+
 def _step(title: str) -> float:
-    print(f"\n== {title}")
+    print(f"\n== {title}", flush=True)
     return time.perf_counter()
 
 
-def run(warehouse: str, *, rows_per_load: int = 50_000) -> Table:
+def _ms(started: float) -> str:
+    return f"{(time.perf_counter() - started) * 1000:,.0f} ms"
+
+
+def run(warehouse: str, *, rows_per_load: int = 100_000, spark: SparkSession | None = None) -> Table:
+    """Run the demo on ``<warehouse>/orders`` (recreated); returns the table.
+
+    ``spark``: a session to use (left running); by default the demo starts a local one
+    (:func:`local_spark`) and stops it at the end.
+    """
+    began = _step("start Spark: local[2], driver memory 1g, 4 shuffle partitions, UTC" if spark is None
+                  else "Spark: the session given")
+    with warnings.catch_warnings():
+        # pyspark warns on every Arrow exchange under pandas 3; the demo passes Arrow only.
+        warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
+        session = local_spark() if spark is None else spark
+        print(f"Spark {session.version}, master {session.sparkContext.master} ({_ms(began)})")
+        try:
+            return _pipeline(session, warehouse, rows_per_load, began)
+        finally:
+            if spark is None:
+                session.stop()
+
+
+def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: float) -> Table:
+    from . import spark as txn_spark
+    from .spark._filters import to_expression
+
     uri = os.path.join(warehouse, "orders")
     shutil.rmtree(uri, ignore_errors=True)  # the demo starts from an empty table every run
-    began = _step(f"create {uri}: partitioned by o_orderstatus, sorted by o_orderdate")
+    _step(f"create {uri}: partitioned by o_orderstatus, keyed by o_orderkey, sorted by o_orderdate")
     table = create_table(uri, ORDERS, partition_by=["o_orderstatus"], record_key="o_orderkey",
                          sort_by=["o_orderdate"])
+    print(f"table {table.table_id}: {len(table.schema)} columns, a record index of "
+          f"{table.record_index_shards} shards")
 
+    _step(f"load: four loads of {rows_per_load:,} orders generated in Spark, each a segment")
     commits = []
     for load in range(4):
-        start = date(2026, 1, 1) + timedelta(days=30 * load)
-        data = generate_orders(load * rows_per_load, rows_per_load, start)
+        start = FIRST_DAY + timedelta(days=DAYS_PER_LOAD * load)
+        orders = orders_frame(spark, load * rows_per_load, rows_per_load, start, DAYS_PER_LOAD,
+                              f"of load {load}")
         started = time.perf_counter()
-        commit = table.append(data)
+        commit = txn_spark.write(orders, uri, mode="append")
+        assert commit is not None
         commits.append(commit)
-        print(f"load {load}: segment {commit.segment}, {commit.rows_added} rows in "
-              f"{commit.files_added} files, instant {commit.instant} "
-              f"({(time.perf_counter() - started) * 1000:.0f} ms)")
+        print(f"load {load}: orders of {start} .. {start + timedelta(days=DAYS_PER_LOAD - 1)}: "
+              f"segment {commit.segment}, {commit.rows_added:,} rows in {commit.files_added} files, "
+              f"instant {commit.instant} ({_ms(started)})", flush=True)
 
-    _step("selective read: o_orderdate in the first week of March 2026")
-    snapshot = table.snapshot()
-    march = (pc.field("o_orderdate") >= date(2026, 3, 1)) & (pc.field("o_orderdate") < date(2026, 3, 8))
-    matching = snapshot.files(march)
-    print(f"{len(matching)} of {len(snapshot.files())} files can match; "
-          f"{len(snapshot.files()) - len(matching)} skipped without being opened")
-    rows = snapshot.to_arrow(march, columns=["o_orderkey", "o_orderdate", "o_totalprice"])
-    total = pc.sum(rows["o_totalprice"]).as_py()
-    print(f"{rows.num_rows} orders, total price {total}")
-
-    _step("upsert: 1,000 repriced orders and 1,000 new ones, by o_orderkey")
-    repriced = generate_orders(rows_per_load // 2, 1_000, date(2026, 1, 1))
-    repriced = repriced.set_column(3, "o_totalprice", pc.multiply(
-        repriced["o_totalprice"], pa.scalar(2, pa.decimal128(15, 2))).cast(pa.decimal128(15, 2)))
-    fresh = generate_orders(4 * rows_per_load, 1_000, date(2026, 4, 1))
+    _step(f"upsert: the urgent orders of {WEEK[0]} repriced +10%, and new orders of May, by o_orderkey")
+    urgent = txn_spark.read(spark, uri, filter=f"o_orderdate = DATE '{WEEK[0]}' AND "
+                                               "o_orderpriority = '1-URGENT'")
+    repriced = urgent.selectExpr(
+        *[c for c in ORDERS.names if c not in ("o_totalprice", "o_comment")],
+        "CAST(o_totalprice * 1.10 AS DECIMAL(15, 2)) AS o_totalprice",
+        "concat(o_comment, ', repriced') AS o_comment",
+    ).select(*ORDERS.names)
+    fresh = orders_frame(spark, 4 * rows_per_load, rows_per_load // 100, date(2026, 5, 1), 10,
+                         "added by upsert")
+    first_repriced = repriced.select("o_orderkey").orderBy("o_orderkey").first()
+    assert first_repriced is not None, f"no urgent order on {WEEK[0]}: rows_per_load is too small"
     started = time.perf_counter()
-    upserted = table.upsert(pa.concat_tables([repriced, fresh]))
+    upserted = txn_spark.write(repriced.unionByName(fresh), uri, mode="upsert")
     assert upserted is not None
-    print(f"upsert {upserted.instant}: {upserted.rows_deleted} rows replaced through delete deltas, "
-          f"{upserted.rows_added - upserted.rows_deleted} inserted, no existing file rewritten "
-          f"({(time.perf_counter() - started) * 1000:.0f} ms)")
-    where = table.lookup([rows_per_load // 2, 4 * rows_per_load])
-    for key, segment, position in zip(where["o_orderkey"].to_pylist(), where["segment"].to_pylist(),
-                                      where["position"].to_pylist(), strict=True):
-        print(f"  record index: order {key} is in segment {segment}, row {position}")
+    print(f"upsert {upserted.instant}: {upserted.rows_deleted:,} rows replaced through delete deltas, "
+          f"{upserted.rows_added - upserted.rows_deleted:,} inserted, segment {upserted.segment}, "
+          f"no existing file rewritten ({_ms(started)})")
+    where = table.lookup([first_repriced["o_orderkey"], 4 * rows_per_load])
+    for key, segment, file, position in zip(*(where[c].to_pylist() for c in
+                                              ("o_orderkey", "segment", "file", "position")), strict=True):
+        print(f"  record index: order {key} is in segment {segment}, {file}, row {position}")
 
-    low, high = rows_per_load // 50, rows_per_load // 25
-    _step(f"delete: orders {low:,}..{high - 1:,} of the first load")
-    deleted = table.delete(where=(pc.field("o_orderkey") >= low) & (pc.field("o_orderkey") < high))
+    cancelled = WEEK[0] + timedelta(days=1)
+    _step(f"delete: the low-priority orders of {cancelled} (pyarrow API, by predicate)")
+    started = time.perf_counter()
+    deleted = table.delete(where=(pc.field("o_orderdate") == cancelled)
+                           & (pc.field("o_orderpriority") == "5-LOW"))
     assert deleted is not None
     delta_bytes = sum(sum(os.path.getsize(p) for p in f.delete_files) for f in table.snapshot().files())
-    print(f"delete {deleted.instant}: {deleted.rows_deleted} rows; delete deltas hold "
-          f"{delta_bytes:,} bytes in all; {table.snapshot().count()} rows now")
+    print(f"delete {deleted.instant}: {deleted.rows_deleted:,} rows; delete deltas hold "
+          f"{delta_bytes:,} bytes in all; {table.snapshot().count():,} rows now ({_ms(started)})")
 
-    _step(f"time travel to instant {commits[1].instant} (after the second load)")
-    then = table.snapshot(as_of=commits[1].instant)
-    print(f"then: {then.count()} rows in {len(then.files())} files; now: {table.snapshot().count()} rows")
+    week = f"o_orderdate BETWEEN DATE '{WEEK[0]}' AND DATE '{WEEK[1]}'"
+    _step(f"selective read with Spark: {week}")
+    started = time.perf_counter()
+    snapshot = table.snapshot()
+    every, matching = snapshot.files(), snapshot.files(to_expression(week, table.schema))
+    print(f"{len(matching)} of {len(every)} files can match; {len(every) - len(matching)} skipped "
+          "without being opened (column ranges in the metadata table)")
+    print(_by_priority(txn_spark.read(spark, uri, filter=week)))
+    print(f"({_ms(started)})")
+
+    last_load = commits[-1].instant
+    _step(f"time travel: the same week as of instant {last_load} (the last load)")
+    started = time.perf_counter()
+    print(_by_priority(txn_spark.read(spark, uri, filter=week, as_of=last_load)))
+    print(f"then: {table.snapshot(as_of=last_load).count():,} rows; now: {snapshot.count():,} rows "
+          f"({_ms(started)})")
 
     _step("SHOW SEGMENTS")
     print(_show_segments(table.segments()))
-
-    _step("replace everything with the open orders (overwrite)")
-    open_orders = table.to_arrow(pc.field("o_orderstatus") == "O")
-    commit = table.overwrite(open_orders)
-    print(f"overwrite {commit.instant}: {commit.rows_added} rows kept, {commit.rows_deleted} replaced")
-    print(_show_segments(table.segments()))
-    print(f"time travel still sees {table.snapshot(as_of=commits[-1].instant).count()} rows "
-          f"at instant {commits[-1].instant}")
 
     _step("timeline")
     print(render_timeline(table.timeline()))

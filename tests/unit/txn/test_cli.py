@@ -11,7 +11,7 @@ import pytest
 import timeline
 import txn
 from txn._cli import main
-from txn._demo import run
+from txn._demo import local_spark, run
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,19 +56,29 @@ def test_a_missing_table_is_a_one_line_error_not_a_traceback(
     assert "Traceback" not in err
 
 
+@pytest.mark.spark
 def test_the_demo_loads_reads_time_travels_and_validates(
     tmp_path, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
 ) -> None:
-    table = run(str(tmp_path), rows_per_load=2_000)
-    rows = table.snapshot().count()
+    import txn.spark
+
+    spark = local_spark()  # the running session (the Spark tests' one) if there is one
+    table = run(str(tmp_path), rows_per_load=2_000, spark=spark)
     out = capsys.readouterr().out
-    # four loads and the upsert's segment, all replaced by the overwrite's
-    assert [s.status for s in table.segments()] == ["Success"] + ["Marked for Delete"] * 5
-    assert [i.action for i in table.timeline()] == ["commit"] * 6 + ["replacecommit"]
+    assert spark.sparkContext._jsc is not None, "a session passed in is left running"
+    # four loads and the upsert's segment; the delete writes delete deltas, no segment
+    assert [s.status for s in table.segments()] == ["Success"] * 5
+    assert [i.action for i in table.timeline()] == ["commit"] * 6
+    for step in ("== load", "== upsert", "== delete", "== selective read", "== time travel",
+                 "== SHOW SEGMENTS", "== timeline", "== validate"):
+        assert step in out
+    assert "rows replaced through delete deltas" in out and "record index: order" in out
     assert "skipped without being opened" in out and "ok: " in out
-    assert "1000 rows replaced through delete deltas" in out and "record index: order" in out
+    assert "then: 8,000 rows" in out
+    rows = table.snapshot().count()
+    assert txn.spark.read(spark, table.uri).count() == rows
     assert table.validate().ok
-    again = run(str(tmp_path), rows_per_load=2_000)
+    again = run(str(tmp_path), rows_per_load=2_000, spark=spark)
     assert again.snapshot().count() == rows, "the demo reruns from scratch"
     assert table.snapshot().count() == rows, "a stale Table object does not mix in the old table"
 
