@@ -153,6 +153,8 @@ class _Parser:
         kind, text = self._next()
         value: Any
         if kind == "string":
+            if "\\" in text:
+                raise _Unsupported("Spark decodes backslash escapes in literals")
             value = text[1:-1].replace("''", "'")
         elif kind == "number":
             value = Decimal(text) if pa.types.is_decimal(data_type) else (
@@ -165,6 +167,9 @@ class _Parser:
                 raise _Unsupported(raw)
             raw = raw[1:-1]
             value = dt.date.fromisoformat(raw) if text.upper() == "DATE" else dt.datetime.fromisoformat(raw)
+            if isinstance(value, dt.datetime) and value.tzinfo is None:
+                # Spark reads it in the session's time zone, which this translation does not know.
+                raise _Unsupported("a timestamp literal without a time zone")
         else:
             raise _Unsupported(text)
         try:

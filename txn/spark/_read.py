@@ -22,16 +22,27 @@ from timeline import InvalidOptionError
 
 from .._table import open_table
 from ._filters import to_expression
-from ._types import spark_schema
+from ._types import conform, spark_schema
 
 #: Spark lists explicitly given paths with a distributed job above this many (default 32);
 #: the snapshot already knows its files, so listing them is pure overhead.
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
-def _filter_batches(expression: ds.Expression, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _filter_batches(expression: ds.Expression, schema: bytes,
+                    batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Keep the rows matching ``expression``, evaluated on the table's own types (Spark's Arrow
+    types may differ: time zones, units), while the batches keep Spark's types."""
+    table_schema = pa.ipc.read_schema(pa.py_buffer(schema))
     for batch in batches:
-        yield from pa.Table.from_batches([batch]).filter(expression).to_batches()
+        typed = pa.Table.from_batches([conform(batch, table_schema)])
+        mask = ds.dataset(typed).to_table(columns={"keep": expression})["keep"]
+        yield from pa.Table.from_batches([batch]).filter(mask.fill_null(False)).to_batches()
+
+
+def _glob_escaped(path: str) -> str:
+    """Spark reads Parquet paths as glob patterns: a literal path escapes their characters."""
+    return "".join("\\" + c if c in "[]{}*?\\" else c for c in path)
 
 
 def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
@@ -62,12 +73,13 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
         current = int(spark.conf.get(_LISTING_THRESHOLD, "32"))
         if len(files) >= current:
             spark.conf.set(_LISTING_THRESHOLD, str(len(files) + 1))
-        frame = spark.read.schema(schema).parquet(*[f.path for f in files])
+        frame = spark.read.schema(schema).parquet(*[_glob_escaped(f.path) for f in files])
         frame = _without_deleted(spark, frame, snapshot, table, files)
     if isinstance(filter, str):
         frame = frame.where(filter)
     elif filter is not None:
-        frame = frame.mapInArrow(functools.partial(_filter_batches, filter), schema)
+        frame = frame.mapInArrow(functools.partial(
+            _filter_batches, filter, table.schema.serialize().to_pybytes()), schema)
     return frame.select(*columns) if columns is not None else frame
 
 

@@ -66,7 +66,7 @@ class MetatxnDataSource(DataSource):
         return spark_schema(open_table(_path(self.options)).schema)
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _Reader(_path(self.options), self.options.get("asof"))
+        return _Reader(_path(self.options), self.options.get("asof"), schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
         return _Writer(_path(self.options), overwrite)
@@ -80,8 +80,10 @@ class _File(InputPartition):
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, uri: str, as_of: str | None) -> None:
+    def __init__(self, uri: str, as_of: str | None, schema: Any) -> None:
         table = open_table(uri)
+        #: The schema Spark asks for (the table's, or one the user gave with ``.schema(...)``).
+        self._wanted = schema
         snapshot = table.snapshot(as_of)
         prefix = table._store.location("")
         self._uri = uri
@@ -99,10 +101,14 @@ class _Reader(DataSourceReader):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         schema = pa.ipc.read_schema(pa.py_buffer(self._schema))
-        target = to_arrow_schema(spark_schema(schema), timezone="UTC")
+        target = to_arrow_schema(self._wanted, timezone="UTC")
+        unknown = [name for name in target.names if schema.get_field_index(name) < 0]
+        if unknown:
+            raise InvalidOptionError(f"the schema given to read names column(s) {unknown} the table "
+                                     f"does not have; its columns: {schema.names}")
         store = DataStore(open_storage(self._uri))
         deleted = [read_positions(store, path) for path in partition.deltas]
-        rows, _ = scan_file(store, partition.path, schema, filter=None, columns=schema.names,
+        rows, _ = scan_file(store, partition.path, schema, filter=None, columns=target.names,
                             deleted=np.sort(np.concatenate(deleted)) if deleted else None)
         yield from rows.cast(target).to_batches()
 

@@ -80,6 +80,8 @@ def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "ap
         raise InvalidOptionError(f"a stream writes with mode {list(_STREAM_MODES)}, got {mode!r}")
     table = open_table(uri, storage_options)
     check_dataframe(df.schema, table.schema)
+    if mode == "upsert" and not table.record_key_columns:
+        raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
     stream = stream_id(checkpoint_location)
 
     def each(frame: Any, batch_id: int) -> None:

@@ -2,9 +2,10 @@
 
 Spark gets a table's schema through pyspark's own Arrow conversion (``from_arrow_schema``):
 integers, floats, decimals, strings (also large strings), binary, booleans, dates, timestamps
-(with time zone -> ``TimestampType``, without -> ``TimestampNTZType``), nulls, and lists, maps
-and structs of those. Refused, because Spark has no such type: unsigned integers, float16,
-durations, times of day, dictionary-encoded columns.
+(with time zone -> ``TimestampType``, without -> ``TimestampNTZType``), durations (day-time
+intervals), nulls, and lists, maps and structs of those. Refused, because Spark cannot hold or
+read them: unsigned integers, float16, times of day, and nanosecond timestamps (Spark's are
+microseconds; its Parquet reader refuses nanosecond columns).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ def spark_schema(schema: pa.Schema) -> Any:
     """
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    for field in schema:
+        data_type = field.type
+        if (pa.types.is_timestamp(data_type) and data_type.unit == "ns") or pa.types.is_time(data_type):
+            raise InvalidOptionError(
+                f"column {field.name!r} is {data_type}, which Spark cannot read\n"
+                "Help: store times as microsecond timestamps (pa.timestamp('us', tz))")
     try:
         return from_arrow_schema(schema)
     except Exception as exc:  # pyspark raises its own type errors
@@ -60,6 +67,9 @@ def check_dataframe(found: Any, schema: pa.Schema) -> None:
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """An Arrow batch from Spark, as the table's exact schema (column order, types, nullability)."""
+    for field in schema:
+        if not field.nullable and batch.column(field.name).null_count:
+            raise SchemaMismatchError(f"column {field.name!r} is not nullable, but a row holds null")
     try:
         return pa.RecordBatch.from_arrays([batch.column(f.name).cast(f.type) for f in schema], schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:

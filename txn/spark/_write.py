@@ -128,6 +128,12 @@ def _spark_path(table: Table, path: str) -> str:
     return table._store.location(path)
 
 
+def _check_not_null(df: Any, columns: list[str]) -> None:
+    if columns and df.where(" OR ".join(f"`{c}` IS NULL" for c in columns)).limit(1).count():
+        raise SchemaMismatchError(f"column(s) {columns} are not nullable, but the DataFrame holds "
+                                  "nulls in them; nothing was written")
+
+
 def _check_keys(df: Any, columns: list[str]) -> None:
     """Keys must be set and unique within the DataFrame (two small Spark jobs)."""
     if df.where(" OR ".join(f"`{c}` IS NULL" for c in columns)).limit(1).count():
@@ -231,7 +237,13 @@ def write(df: Any, uri: str, mode: str = "append", *, storage_options: dict[str,
     if mode == "upsert" and not columns:
         raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
     if columns:
+        # The checks and the write each run the DataFrame: pin its rows first, so the rows
+        # checked are the rows written even when the input is not deterministic.
+        df = df.localCheckpoint(eager=True)
         _check_keys(df, columns)
+        if mode == "upsert" and df.isEmpty():
+            return None
+    _check_not_null(df, [f.name for f in table.schema if not f.nullable and f.name not in columns])
 
     def plan(state: State) -> tuple[Change, dict[str, Positions]]:
         deleted: dict[str, Positions] = {}
