@@ -38,10 +38,12 @@ class DataStore:
         return f"{self.storage.uri.rstrip('/')}/{path}"  # "" gives the prefix of every file
 
     def write_parquet(self, path: str, table: pa.Table, *, row_group_rows: int,
-                      statistics: bool | list[str] = True) -> int:
+                      statistics: bool | list[str] = True,
+                      dictionary: bool | list[str] = True) -> int:
         """Write ``table`` to ``path``; return the file's size in bytes.
 
         ``statistics``: write Parquet statistics for every column, or only for those named.
+        ``dictionary``: dictionary-encode every column, or only those named.
         """
         full = self.full_path(path)
         folder = posixpath.dirname(full)
@@ -50,7 +52,7 @@ class DataStore:
             self._made_folders.add(folder)
         with self.filesystem.open_output_stream(full) as sink:
             pq.write_table(table, sink, row_group_size=row_group_rows,
-                           write_statistics=statistics)
+                           write_statistics=statistics, use_dictionary=dictionary)
             size: int = sink.tell()
         return size
 

@@ -109,6 +109,29 @@ def column_stats(table: pa.Table) -> dict[str, ColumnStats]:
     return stats
 
 
+def repeating_columns(table: pa.Table) -> list[str]:
+    """The columns worth dictionary-encoding: at most half their values are distinct.
+
+    pyarrow starts every column as a dictionary and falls back to plain encoding once the
+    dictionary page is full, keeping the full dictionary page and the pages already encoded: a
+    column of random doubles came out 25 % larger than plain. Deciding per file from the data
+    avoids that (Spark's writer decides from the first page, with the same effect).
+    """
+    chosen = []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_nested(column.type) or pa.types.is_dictionary(column.type):
+            chosen.append(name)
+            continue
+        try:
+            distinct = pc.count_distinct(column).as_py()
+        except pa.ArrowNotImplementedError:
+            chosen.append(name)
+            continue
+        if distinct * 2 <= len(column) - column.null_count:
+            chosen.append(name)
+    return chosen
+
+
 def _plain(scalar: pa.Scalar, *, round_up: bool) -> Any:
     """A bound as a plain Python value (it is stored in JSON commit metadata too).
 
@@ -244,7 +267,7 @@ class DataFileWriter:
         unordered = {n for n, s in stats.items() if s.min is None and s.nulls < s.count}
         statistics = [n for n in table.column_names if n not in unordered] if unordered else True
         size = self._store.write_parquet(path, table, row_group_rows=self._row_group_rows,
-                                         statistics=statistics)
+                                         statistics=statistics, dictionary=repeating_columns(table))
         if self._key_columns:
             self._keys.append((path, table.select(self._key_columns)))
         self._written.append(FileStatus(
