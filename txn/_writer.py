@@ -109,8 +109,12 @@ def column_stats(table: pa.Table) -> dict[str, ColumnStats]:
     return stats
 
 
+#: Rows of a file whose distinct values decide whether a column is dictionary-encoded.
+_DICTIONARY_SAMPLE = 16_384
+
+
 def repeating_columns(table: pa.Table) -> list[str]:
-    """The columns worth dictionary-encoding: at most half their values are distinct.
+    """The columns worth dictionary-encoding: at most half the values of a sample are distinct.
 
     pyarrow starts every column as a dictionary and falls back to plain encoding once the
     dictionary page is full, keeping the full dictionary page and the pages already encoded: a
@@ -122,12 +126,13 @@ def repeating_columns(table: pa.Table) -> list[str]:
         if pa.types.is_nested(column.type) or pa.types.is_dictionary(column.type):
             chosen.append(name)
             continue
+        sample = column.slice(0, _DICTIONARY_SAMPLE)  # counting all values costs as much as writing them
         try:
-            distinct = pc.count_distinct(column).as_py()
+            distinct = pc.count_distinct(sample).as_py()
         except pa.ArrowNotImplementedError:
             chosen.append(name)
             continue
-        if distinct * 2 <= len(column) - column.null_count:
+        if distinct * 2 <= len(sample) - sample.null_count:
             chosen.append(name)
     return chosen
 
