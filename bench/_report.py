@@ -10,8 +10,12 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -306,7 +310,11 @@ def _notes_section(report: Report) -> str:
 
 
 def _machine_section(report: Report) -> str:
-    m = report.machine
+    return machine_section(report.machine, report.config.workdir)
+
+
+def machine_section(m: Machine, workdir: str) -> str:
+    """The "Machine" section of a benchmark report (shared by every benchmark)."""
     return "\n".join([
         "### Machine",
         "",
@@ -314,8 +322,24 @@ def _machine_section(report: Report) -> str:
         f"- {m.python}; " + ", ".join(f"{k} {v}" for k, v in m.libraries.items()),
         f"- load average {m.load_at_start} at start, {m.load_at_end} at end"
         + (" (busy machine: figures are skewed)" if _busy(m) else ""),
-        f"- workdir: {report.config.workdir}",
+        f"- workdir: {workdir}",
     ])
+
+
+@contextmanager
+def run_folder(parent: Path | None, *, keep: bool, prefix: str,
+               log: Callable[[str], None] = print) -> Iterator[Path]:
+    """A fresh temporary folder (inside ``parent`` if given), removed afterwards unless ``keep``."""
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        yield folder
+    finally:
+        if keep:
+            log(f"kept {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _busy(machine: Machine) -> bool:

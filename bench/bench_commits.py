@@ -29,15 +29,12 @@ import datetime
 import decimal
 import multiprocessing
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -57,6 +54,7 @@ from bench._report import (
     machine_facts,
     median_and_p90,
     render_markdown,
+    run_folder,
     write_json,
 )
 from bench._systems import SYSTEMS, System, make_system, timed_open, unavailable_reason
@@ -369,24 +367,9 @@ def make_config(args: argparse.Namespace, workdir: Path) -> RunConfig:
     )
 
 
-@contextmanager
-def run_folder(parent: Path | None, *, keep: bool) -> Iterator[Path]:
-    """A fresh temporary folder (inside ``parent`` if given), removed afterwards unless ``keep``."""
-    if parent is not None:
-        parent.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="bench-commits-", dir=parent))
-    try:
-        yield folder
-    finally:
-        if keep:
-            log(f"kept {folder}")
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with run_folder(args.workdir, keep=args.keep) as folder:
+    with run_folder(args.workdir, keep=args.keep, prefix="bench-commits-", log=log) as folder:
         report = run(make_config(args, folder))
     print(render_markdown(report), end="")
     if args.out:

@@ -56,11 +56,9 @@ import json
 import random
 import shutil
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -72,7 +70,15 @@ if __package__ in (None, ""):  # run as a file (python bench/bench_mutations.py)
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench._report import Machine, _markdown_table, load_average, machine_facts, median_and_p90
+from bench._report import (
+    Machine,
+    _markdown_table,
+    load_average,
+    machine_facts,
+    machine_section,
+    median_and_p90,
+    run_folder,
+)
 from bench._systems import PEER_HINT, SystemUnavailableError
 
 SUBJECT = "metatxn"
@@ -911,22 +917,8 @@ def _notes_section(report: Report) -> str:
     return "\n".join(["### Notes", "", *lines])
 
 
-def _busy(machine: Machine) -> bool:
-    loads_seen = [x for x in (machine.load_at_start, machine.load_at_end) if x is not None]
-    return bool(loads_seen and machine.cpus and max(loads_seen) > machine.cpus / 2)
-
-
 def _machine_section(report: Report) -> str:
-    m = report.machine
-    return "\n".join([
-        "### Machine",
-        "",
-        f"- {m.date_utc} UTC, {m.cpus} CPUs, {m.memory_gib} GiB RAM, {m.platform}",
-        f"- {m.python}; " + ", ".join(f"{k} {v}" for k, v in m.libraries.items()),
-        f"- load average {m.load_at_start} at start, {m.load_at_end} at end"
-        + (" (busy machine: figures are skewed)" if _busy(m) else ""),
-        f"- workdir: {report.config.workdir}",
-    ])
+    return machine_section(report.machine, report.config.workdir)
 
 
 def render_markdown(report: Report) -> str:
@@ -1048,25 +1040,10 @@ def make_config(args: argparse.Namespace, workdir: Path) -> RunConfig:
     )
 
 
-@contextmanager
-def run_folder(parent: Path | None, *, keep: bool) -> Iterator[Path]:
-    """A fresh temporary folder (inside ``parent`` if given), removed afterwards unless ``keep``."""
-    if parent is not None:
-        parent.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="bench-mutations-", dir=parent))
-    try:
-        yield folder
-    finally:
-        if keep:
-            log(f"kept {folder}")
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     began = time.monotonic()
-    with run_folder(args.workdir, keep=args.keep) as folder:
+    with run_folder(args.workdir, keep=args.keep, prefix="bench-mutations-", log=log) as folder:
         report = run(make_config(args, folder))
     print(render_markdown(report), end="")
     if args.out:
