@@ -32,6 +32,7 @@ from ._errors import (
     TableExistsError,
     TableNotFoundError,
     TxnError,
+    WorkerEnvironmentError,
 )
 from ._heartbeat import Heartbeat
 from ._instant import (
@@ -95,6 +96,7 @@ __all__ = [
     "TimelineOptions",
     "TimelineView",
     "TxnError",
+    "WorkerEnvironmentError",
     "format_time",
     "next_time",
     "open_storage",

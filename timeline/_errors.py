@@ -153,11 +153,28 @@ class LockLostError(TxnError):
     """
 
 
+class WorkerEnvironmentError(TxnError, RuntimeError):
+    """Spark's Python workers cannot run metatxn (another interpreter than the driver's, or one
+    without metatxn or pyarrow installed)."""
+
+    def __init__(self, worker_python: str, driver_python: str, reason: str) -> None:
+        self._init_args = (worker_python, driver_python, reason)
+        self.worker_python = worker_python
+        self.driver_python = driver_python
+        self.reason = reason
+        super().__init__(
+            f"Spark's Python workers cannot import metatxn: they run {worker_python}, where "
+            f"{reason}; this driver runs {driver_python}\n"
+            f"Help: give the workers the driver's interpreter (PYSPARK_PYTHON={driver_python}, set "
+            "before the SparkSession starts), or install metatxn into the Python the workers run"
+        )
+
+
 # The public home of these names is the ``txn`` facade (API.md). Report them there in tracebacks
 # and pickles, whichever package the caller imported; ``txn`` is part of the same distribution.
 for _error in (TxnError, TableNotFoundError, TableExistsError, SchemaMismatchError,
                DuplicateKeyError, CommitConflictError, CommitStateUnknownError, InvalidOptionError,
                SegmentNotFoundError, CorruptMetadataError, IllegalTransitionError, StorageError,
-               LockTimeoutError, LockLostError):
+               LockTimeoutError, LockLostError, WorkerEnvironmentError):
     _error.__module__ = "txn"
 del _error

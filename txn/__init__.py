@@ -30,6 +30,7 @@ from timeline import (
     TableExistsError,
     TableNotFoundError,
     TxnError,
+    WorkerEnvironmentError,
 )
 
 from ._records import Commit, DataFile, Problem, Segment, ValidationReport
@@ -59,6 +60,7 @@ __all__ = [
     "TableNotFoundError",
     "TxnError",
     "ValidationReport",
+    "WorkerEnvironmentError",
     "create_table",
     "open_table",
 ]

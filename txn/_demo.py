@@ -2,7 +2,9 @@
 
 It starts a local SparkSession (``local[2]``), generates a TPC-H-like ``orders`` dataset in Spark
 and loads it into ``<warehouse>/orders`` in four loads with :func:`txn.spark.write` (four
-segments: Spark's executors write the data files, this process commits each load once). It then
+segments: Spark's executors write the data files, this process commits each load once). The
+first load creates the table from the DataFrame's schema and the layout options it is given,
+as a Delta or Hudi write to a new path does. It then
 upserts a Spark DataFrame of repriced existing orders and new ones, deletes some orders by a
 predicate (both through the record-level index and delete deltas: no data file is rewritten),
 reads one week of orders with :func:`txn.spark.read` (showing how many files the snapshot skips)
@@ -15,77 +17,29 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import time
-import warnings
 from datetime import date, timedelta
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._records import Segment
 from ._render import render, render_timeline
-from ._table import Table, create_table
+from ._table import Table, open_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-ORDERS = pa.schema([
-    ("o_orderkey", pa.int64(), False),
-    ("o_custkey", pa.int64()),
-    ("o_orderstatus", pa.string()),
-    ("o_totalprice", pa.decimal128(15, 2)),
-    ("o_orderdate", pa.date32()),
-    ("o_orderpriority", pa.string()),
-    ("o_comment", pa.string()),
-])
+#: The columns of the orders the demo generates (their types are Spark's: the first write
+#: creates the table from the DataFrame's schema).
+ORDER_COLUMNS = ("o_orderkey", "o_custkey", "o_orderstatus", "o_totalprice", "o_orderdate",
+                 "o_orderpriority", "o_comment")
 
 FIRST_DAY = date(2026, 1, 1)
 #: Load ``n`` holds the orders of the 30 days from ``FIRST_DAY + 30 n``, dated in key order.
 DAYS_PER_LOAD = 30
 #: The week the selective read and the time travel look at (inside the third load).
 WEEK = (date(2026, 3, 9), date(2026, 3, 15))
-
-
-#: Spark's console logging at ERROR from the JVM's start (``setLogLevel`` only takes effect once
-#: the session runs, after the start-up warnings). The gateway's level is the one pyspark's shell
-#: mode would otherwise announce, and reset to WARN, when it differs from the root's.
-_LOG4J2 = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
-logger.gateway.level = error
-"""
-
-
-def local_spark() -> SparkSession:
-    """The demo's local SparkSession: two cores, 1 GB, no UI, UTC, errors-only logs.
-
-    ``getOrCreate`` returns the session already running in this process, if there is one.
-    """
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors must import metatxn, as this process does
-    from pyspark.sql import SparkSession
-
-    with tempfile.TemporaryDirectory(prefix="metatxn-demo-") as folder:
-        config = os.path.join(folder, "log4j2.properties")
-        with open(config, "w") as file:
-            file.write(_LOG4J2)
-        spark = (SparkSession.builder.master("local[2]").appName("metatxn-demo")
-                 .config("spark.driver.memory", "1g")
-                 .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{config}")
-                 .config("spark.sql.shuffle.partitions", "4")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.session.timeZone", "UTC")
-                 .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def orders_frame(spark: SparkSession, first_key: int, count: int, start: date, days: int,
@@ -111,6 +65,13 @@ def _show_segments(segments: list[Segment]) -> str:
         ((s.id, s.status, s.rows, s.data_size, ",".join(s.partitions),
           s.load_end.strftime("%H:%M:%S") if s.load_end else "") for s in segments),
     )
+
+
+def _show_created(table: Table) -> None:
+    print(f"created by this write: table {table.table_id}, partitioned by {table.partition_by}, "
+          f"keyed by {table.record_key} (a record index of {table.record_index_shards} shards), "
+          f"sorted by {table.sort_by}; its schema, from the DataFrame's:")
+    print(render(("column", "type"), ((f.name, f.type) for f in table.schema)))
 
 
 def _by_priority(frame: DataFrame) -> str:
@@ -141,18 +102,20 @@ def run(warehouse: str, *, rows_per_load: int = 100_000, spark: SparkSession | N
     ``spark``: a session to use (left running); by default the demo starts a local one
     (:func:`local_spark`) and stops it at the end.
     """
+    from .spark import local_session
+
     began = _step("start Spark: local[2], driver memory 1g, 4 shuffle partitions, UTC" if spark is None
                   else "Spark: the session given")
-    with warnings.catch_warnings():
-        # pyspark warns on every Arrow exchange under pandas 3; the demo passes Arrow only.
-        warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
-        session = local_spark() if spark is None else spark
-        print(f"Spark {session.version}, master {session.sparkContext.master} ({_ms(began)})")
-        try:
-            return _pipeline(session, warehouse, rows_per_load, began)
-        finally:
-            if spark is None:
-                session.stop()
+    if spark is None:
+        # The executors' Python workers must import metatxn, as this process does.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = local_session("metatxn-demo") if spark is None else spark
+    print(f"Spark {session.version}, master {session.sparkContext.master} ({_ms(began)})")
+    try:
+        return _pipeline(session, warehouse, rows_per_load, began)
+    finally:
+        if spark is None:
+            session.stop()
 
 
 def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: float) -> Table:
@@ -161,34 +124,36 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
 
     uri = os.path.join(warehouse, "orders")
     shutil.rmtree(uri, ignore_errors=True)  # the demo starts from an empty table every run
-    _step(f"create {uri}: partitioned by o_orderstatus, keyed by o_orderkey, sorted by o_orderdate")
-    table = create_table(uri, ORDERS, partition_by=["o_orderstatus"], record_key="o_orderkey",
-                         sort_by=["o_orderdate"])
-    print(f"table {table.table_id}: {len(table.schema)} columns, a record index of "
-          f"{table.record_index_shards} shards")
 
-    _step(f"load: four loads of {rows_per_load:,} orders generated in Spark, each a segment")
+    _step(f"load: four loads of {rows_per_load:,} orders generated in Spark, each a segment; the "
+          f"first creates {uri}")
     commits = []
     for load in range(4):
         start = FIRST_DAY + timedelta(days=DAYS_PER_LOAD * load)
         orders = orders_frame(spark, load * rows_per_load, rows_per_load, start, DAYS_PER_LOAD,
                               f"of load {load}")
         started = time.perf_counter()
-        commit = txn_spark.write(orders, uri, mode="append")
+        # The layout options create the table on the first write; later writes repeat them,
+        # and a write whose layout differs from the table's is refused.
+        commit = txn_spark.write(orders, uri, mode="append", partition_by=["o_orderstatus"],
+                                 record_key="o_orderkey", sort_by=["o_orderdate"])
         assert commit is not None
         commits.append(commit)
+        if load == 0:
+            _show_created(open_table(uri))
         print(f"load {load}: orders of {start} .. {start + timedelta(days=DAYS_PER_LOAD - 1)}: "
               f"segment {commit.segment}, {commit.rows_added:,} rows in {commit.files_added} files, "
               f"instant {commit.instant} ({_ms(started)})", flush=True)
 
+    table = open_table(uri)
     _step(f"upsert: the urgent orders of {WEEK[0]} repriced +10%, and new orders of May, by o_orderkey")
     urgent = txn_spark.read(spark, uri, filter=f"o_orderdate = DATE '{WEEK[0]}' AND "
                                                "o_orderpriority = '1-URGENT'")
     repriced = urgent.selectExpr(
-        *[c for c in ORDERS.names if c not in ("o_totalprice", "o_comment")],
+        *[c for c in ORDER_COLUMNS if c not in ("o_totalprice", "o_comment")],
         "CAST(o_totalprice * 1.10 AS DECIMAL(15, 2)) AS o_totalprice",
         "concat(o_comment, ', repriced') AS o_comment",
-    ).select(*ORDERS.names)
+    ).select(*ORDER_COLUMNS)
     fresh = orders_frame(spark, 4 * rows_per_load, rows_per_load // 100, date(2026, 5, 1), 10,
                          "added by upsert")
     first_repriced = repriced.select("o_orderkey").orderBy("o_orderkey").first()

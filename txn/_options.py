@@ -51,7 +51,7 @@ def check_schema(schema: object) -> pa.Schema:
     return schema
 
 
-def _column_list(option: str, value: object, *, allow_str: bool) -> list[str]:
+def column_list(option: str, value: object, *, allow_str: bool) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
@@ -86,9 +86,9 @@ def check_layout(
     schema: pa.Schema, partition_by: object, record_key: object, sort_by: object
 ) -> tuple[list[str], str | list[str] | None, list[str]]:
     """Validate the layout columns; return (partition_by, record_key as given, sort_by)."""
-    partitions = _column_list("partition_by", partition_by, allow_str=False)
-    keys = _column_list("record_key", record_key, allow_str=True)
-    sorts = _column_list("sort_by", sort_by, allow_str=False)
+    partitions = column_list("partition_by", partition_by, allow_str=False)
+    keys = column_list("record_key", record_key, allow_str=True)
+    sorts = column_list("sort_by", sort_by, allow_str=False)
     if record_key is not None and not keys:
         raise InvalidOptionError("record_key is an empty list; give a column name or leave it None")
     _check_columns("partition_by", partitions, schema, _is_partition_type, _PARTITION_TYPES)

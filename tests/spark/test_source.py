@@ -3,7 +3,8 @@
 Its hooks run in PySpark's own Python workers (``writer()`` begins the instant, tasks write,
 ``commit()`` commits, ``abort()`` rolls back). Invariants: append and overwrite give the model's
 rows in one commit each; reads equal ``Table.to_arrow`` (deleted rows removed, ``asOf`` time
-travel); refused writes (keyed tables, save modes other than append/overwrite) change nothing;
+travel); refused writes (existing or repeated keys, save modes other than append/overwrite) leave
+no visible change;
 a failing task rolls the instant back and leaves no files; ``validate()`` stays clean.
 """
 
@@ -99,13 +100,17 @@ def test_refused_writes_change_nothing(spark: Any, tmp_path: Path) -> None:
     plain = txn.create_table(plain_uri, ORDERS)
     keyed.append(orders(range(10)))
     df = frame(spark, orders(range(10, 20)))
-    with pytest.raises(Exception, match="does not write keyed tables"):
-        df.write.format("metatxn").mode("append").save(keyed_uri)
+    with pytest.raises(Exception, match=r"record key\(s\) \[5, 6, 7, 8, 9\] already exist"):
+        frame(spark, orders(range(5, 11))).write.format("metatxn").mode("append").save(keyed_uri)
+    with pytest.raises(Exception, match=r"repeats within the DataFrame: \[12\]"):
+        frame(spark, orders([11, 12, 12, 13]), 2).write.format("metatxn").mode("append").save(keyed_uri)
     with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
         df.write.format("metatxn").save(plain_uri)  # the default mode, ErrorIfExists
     with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
         df.write.format("metatxn").mode("ignore").save(plain_uri)
-    assert states(keyed) == [("commit", "completed")] and states(plain) == []
+    assert states(keyed) == [("commit", "completed"), ("commit", "rolledback"), ("rollback", "completed"),
+                             ("commit", "rolledback"), ("rollback", "completed")]
+    assert states(plain) == []
     assert keyed.to_arrow().num_rows == 10 and data_files(plain_uri) == []
 
 

@@ -154,11 +154,30 @@ def test_bad_stream_arguments_are_refused_before_the_query_starts(spark: Any, tm
     with pytest.raises(txn.SchemaMismatchError, match="qty"):
         txn.spark.write_stream(_source(spark, source).drop("qty"), uri,
                                checkpoint_location=str(tmp_path / "c2"))
-    with pytest.raises(txn.TableNotFoundError):
-        txn.spark.write_stream(_source(spark, source), str(tmp_path / "nowhere"),
-                               checkpoint_location=str(tmp_path / "c3"))
+    with pytest.raises(txn.InvalidOptionError, match=r"partition_by \['region'\] differs from the table's \[\]"):
+        txn.spark.write_stream(_source(spark, source), uri, checkpoint_location=str(tmp_path / "c3"),
+                               partition_by=["region"])
+    with pytest.raises(txn.InvalidOptionError, match="needs record_key"):
+        txn.spark.write_stream(_source(spark, source), str(tmp_path / "nowhere"), mode="upsert",
+                               checkpoint_location=str(tmp_path / "c4"))
     assert spark.streams.active == []
     assert txn.open_table(uri).timeline() == []
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_stream_into_a_new_location_creates_the_table(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "orders")
+    source = tmp_path / "source"
+    _add_file(source, "f0", orders(range(10)))
+    query = txn.spark.write_stream(_source(spark, source), uri, checkpoint_location=str(tmp_path / "c"),
+                                   partition_by=["region"], record_key="id", trigger={"availableNow": True})
+    try:
+        query.awaitTermination(120)
+    finally:
+        query.stop()
+    table = txn.open_table(uri)
+    assert (table.partition_by, table.record_key, table.schema.names) == (["region"], "id", ORDERS.names)
+    assert rows_by(table.to_arrow()) == rows_by(orders(range(10)))
 
 
 def test_an_upsert_stream_into_a_table_without_key_is_refused_up_front(

@@ -243,9 +243,10 @@ def test_bad_modes_are_refused_before_anything_happens(spark: Any, tmp_path: Pat
         txn.spark.write(df, uri, "merge")
     with pytest.raises(txn.InvalidOptionError, match="record_key"):
         txn.spark.write(df, uri, "upsert")
-    with pytest.raises(txn.TableNotFoundError):
-        txn.spark.write(df, str(tmp_path / "nowhere"))
+    with pytest.raises(txn.InvalidOptionError, match="needs record_key"):
+        txn.spark.write(df, str(tmp_path / "nowhere"), "upsert")
     assert _snapshot_of_storage(uri) == before
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_keyed_writes_refuse_null_and_repeated_keys(spark: Any, tmp_path: Path) -> None:

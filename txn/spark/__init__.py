@@ -1,19 +1,28 @@
 """metatxn on Spark: executors write the data files, the caller's process commits.
 
-``import txn.spark`` needs pyspark (the ``spark`` extra). Executors must be able to import
-metatxn: install it into the executors' Python (in local mode, point ``PYSPARK_PYTHON`` at the
-interpreter that has it).
+``import txn.spark`` needs pyspark (a dependency of metatxn). Spark's Python workers must be
+able to import metatxn: every write, read and stream checks that once per SparkSession and
+raises :class:`txn.WorkerEnvironmentError` (naming both interpreters) when they cannot. In local
+mode point ``PYSPARK_PYTHON`` at the interpreter that has metatxn, or use :func:`local_session`.
 """
 
-from ._read import create_view, read
-from ._source import MetatxnDataSource, register
-from ._stream import write_stream
-from ._write import MODES, write
+from ._session import quiet_third_party_warnings
+
+# Before pyspark's Arrow helpers are imported: they warn about pandas 3 on import.
+quiet_third_party_warnings()
+
+from ._read import create_view, read  # noqa: E402
+from ._session import local_session  # noqa: E402
+from ._source import MetatxnDataSource, register  # noqa: E402
+from ._stream import write_stream  # noqa: E402
+from ._tables import MODES  # noqa: E402
+from ._write import write  # noqa: E402
 
 __all__ = [
     "MODES",
     "MetatxnDataSource",
     "create_view",
+    "local_session",
     "read",
     "register",
     "write",

@@ -23,6 +23,7 @@ from timeline import InvalidOptionError
 from .._table import open_table
 from ._filters import to_expression
 from ._types import conform, spark_schema
+from ._workers import ensure_workers_run_metatxn
 
 #: Spark lists explicitly given paths with a distributed job above this many (default 32);
 #: the snapshot already knows its files, so listing them is pure overhead.
@@ -54,6 +55,7 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     files by their column ranges) or a ``pyarrow.compute.Expression`` (prunes files, and the rows
     are filtered with pyarrow on the executors). ``columns`` selects columns.
     """
+    ensure_workers_run_metatxn(spark)
     table = open_table(uri, storage_options)
     schema = spark_schema(table.schema)
     if columns is not None:

@@ -10,10 +10,16 @@ process (see design/spark.md):
 * ``reader()`` resolves the snapshot (option ``asOf``) on the planning worker, one partition per
   data file; tasks read their file with pyarrow and drop deleted positions.
 
-What it does not do, and why: modes other than ``append`` and ``overwrite`` raise (Spark offers
-no others to Python sources); keyed tables are refused for writing, because duplicate keys
-across tasks can only be checked with Spark jobs, which ``commit()`` cannot run (use
-``txn.spark.write``); reads have no column pruning or filter pushdown (use ``txn.spark.read``).
+Writes create the table where none exists, from the DataFrame's schema and the options
+``partitionBy``, ``recordKey``, ``sortBy`` and ``properties.<key>`` (Spark refuses
+``DataFrameWriter.partitionBy`` for every Python data source, so partition columns are an
+option). On keyed tables ``commit()`` checks the keys the tasks wrote to their index log files:
+it cannot run Spark jobs.
+
+What it does not do, and why: modes other than ``append`` and ``overwrite`` raise in Spark before
+any hook runs (Spark offers no others to Python sources), so there is no upsert through the
+format (use ``txn.spark.write``); reads have no column pruning or filter pushdown (use
+``txn.spark.read``).
 """
 
 from __future__ import annotations
@@ -32,17 +38,21 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from timeline import InvalidOptionError, Timeline, open_storage
+from timeline import DuplicateKeyError, InvalidOptionError, Timeline, open_storage
 
 from .._deltas import LiveDeltas, read_positions
+from .._keys import describe, repeated
+from .._mutations import State, find_keys, latest
 from .._operations import Change, Written, commit_begun
 from .._options import target_file_bytes
 from .._protocol import Pending
 from .._records import ACTION_OF
 from .._scan import scan_file
 from .._storage_io import DataStore
-from .._table import open_table
-from ._types import spark_schema
+from .._table import Table, open_table
+from ._tables import Layout, create, existing, layout_of_options
+from ._types import check_dataframe, spark_schema, table_schema
+from ._workers import ensure_workers_run_metatxn
 from ._write import _Job, _remove_unreported, _write_task, collect_reports
 
 
@@ -69,7 +79,7 @@ class MetatxnDataSource(DataSource):
         return _Reader(_path(self.options), self.options.get("asof"), schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
-        return _Writer(_path(self.options), overwrite)
+        return _Writer(_path(self.options), overwrite, layout_of_options(self.options), schema)
 
 
 class _File(InputPartition):
@@ -120,25 +130,31 @@ class _Reports(WriterCommitMessage):
 
 
 class _Writer(DataSourceArrowWriter):
-    def __init__(self, uri: str, overwrite: bool) -> None:
-        table = open_table(uri)
-        if table.record_key_columns:
-            raise InvalidOptionError(
-                f"format('metatxn') does not write keyed tables ({uri} has record_key "
-                f"{table.record_key_columns}): duplicate keys across tasks need Spark jobs a "
-                "data source commit cannot run\nHelp: use txn.spark.write(df, uri, mode=...)")
+    def __init__(self, uri: str, overwrite: bool, layout: Layout, schema: Any) -> None:
         self._uri = uri
         self._mode = "overwrite" if overwrite else "append"
+        found = existing(uri, None)
+        if found is None:
+            created = table_schema(schema)
+            layout.check_new(created, self._mode)
+            found = create(uri, created, self._mode, layout, None)
+        else:
+            layout.check_matches(found)
+        assert found is not None  # append and overwrite never ignore an existing table
+        table = found
+        check_dataframe(schema, table.schema)
         pending = table._protocol.begin(self._mode, ACTION_OF[self._mode], new_segment=True)
         # The heartbeat thread cannot follow this writer into the tasks: they beat instead.
         pending.heartbeat.stop(delete=False)
         assert pending.segment is not None
         self._instant = pending.instant.time
         self._segment = pending.segment
+        index = table._metadata.record_index
         self._job = _Job(
             uri=uri, storage_options=None, schema=table.schema.serialize().to_pybytes(),
             instant=self._instant, segment=pending.segment, partition_by=table.partition_by,
-            sort_by=table.sort_by, key_columns=[], shards=0,
+            sort_by=table.sort_by, key_columns=table.record_key_columns,
+            shards=index.shards if index is not None else 0,
             target_file_bytes=target_file_bytes(table._config.properties))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Reports:
@@ -161,12 +177,44 @@ class _Writer(DataSourceArrowWriter):
             payloads = [p for m in reports for p in m.payloads]
             statuses, parts, shards = collect_reports(kinds, payloads)
             _remove_unreported(table, self._instant, {s.path for s in statuses}, parts)
+            change = self._change(table, shards)
         except BaseException:
             table._protocol.roll_back(instant)
             raise
-        change = Change(self._mode, None, None, LiveDeltas(table._store, {}),
-                        replace=self._mode == "overwrite")
         commit_begun(table, change, None, pending, Written(statuses=statuses, index_sizes=shards))
+
+    def _change(self, table: Table, shards: dict[int, int]) -> Change:
+        """The change to commit; on a keyed table, after checking the keys the tasks wrote.
+
+        ``commit()`` cannot run Spark jobs, so the keys come back from the index log files the
+        tasks wrote for this instant: none may repeat, and an append may not bring a key the
+        table already holds (found through the record index, as a local append does).
+        """
+        replace = self._mode == "overwrite"
+        columns = table.record_key_columns
+        index = table._metadata.record_index
+        if not columns or index is None or not shards:
+            return Change(self._mode, None, None, LiveDeltas(table._store, {}), replace=replace)
+        keys = index.instant_entries(self._instant, sorted(shards)).select(index.keys)
+        twice = repeated(keys)
+        if twice.num_rows:
+            raise DuplicateKeyError(
+                f"record key {columns} repeats within the DataFrame: {describe(twice, columns)} "
+                "appear more than once; nothing was written\nHelp: de-duplicate the DataFrame")
+        if replace:
+            return Change(self._mode, None, None, LiveDeltas(table._store, {}), replace=True)
+
+        def plan(state: State) -> Change:
+            found = find_keys(table, state, keys)
+            if found.num_rows:
+                raise DuplicateKeyError(
+                    f"append: record key(s) {describe(found.select(index.keys), columns)} already "
+                    "exist in the table; nothing was written\nHelp: use txn.spark.write(df, uri, "
+                    "mode='upsert') to replace existing keys")
+            # Commits that complete after this read are checked for the same keys at commit.
+            return Change(self._mode, None, state.read_at, state.deltas)
+
+        return latest(table, plan)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # Spark may call abort after a commit that raised: only a pending instant is rolled back.
@@ -183,5 +231,9 @@ def _missing(instant_time: str) -> Any:
 
 
 def register(spark: Any) -> None:
-    """Register the ``metatxn`` format with ``spark`` (once per session)."""
+    """Register the ``metatxn`` format with ``spark`` (once per session).
+
+    Its hooks run in Spark's Python workers: they are checked first (WorkerEnvironmentError).
+    """
+    ensure_workers_run_metatxn(spark)
     spark.dataSource.register(MetatxnDataSource)

@@ -25,7 +25,9 @@ from timeline import InvalidOptionError, ObjectExistsError, open_storage
 from .._protocol import DATA_ACTIONS
 from .._records import Commit, CommitMetadata
 from .._table import Table, open_table
-from ._types import check_dataframe
+from ._tables import Layout, create, existing
+from ._types import check_dataframe, table_schema
+from ._workers import ensure_workers_run_metatxn
 from ._write import write
 
 log = logging.getLogger("metatxn")
@@ -70,15 +72,28 @@ def write_batch(frame: Any, uri: str, stream: str, batch_id: int, *, mode: str =
 
 def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "append",
                  trigger: dict[str, Any] | None = None, query_name: str | None = None,
+                 partition_by: list[str] | None = None, record_key: str | list[str] | None = None,
+                 sort_by: list[str] | None = None, properties: dict[str, str] | None = None,
                  storage_options: dict[str, Any] | None = None) -> Any:
     """Start a streaming query that commits each micro-batch of ``df`` to the table, exactly once.
 
+    Where no table exists, it is created now from the stream's schema and the layout options
+    (as :func:`txn.spark.write` does); given for an existing table, they must agree with it.
     Returns the ``StreamingQuery``. ``trigger`` is passed to ``DataStreamWriter.trigger`` (for
     example ``{"processingTime": "5 seconds"}`` or ``{"availableNow": True}``).
     """
     if mode not in _STREAM_MODES:
         raise InvalidOptionError(f"a stream writes with mode {list(_STREAM_MODES)}, got {mode!r}")
-    table = open_table(uri, storage_options)
+    layout = Layout(partition_by, record_key, sort_by, properties)
+    ensure_workers_run_metatxn(df.sparkSession)
+    table = existing(uri, storage_options)
+    if table is not None:
+        layout.check_matches(table)
+    else:
+        schema = table_schema(df.schema)
+        layout.check_new(schema, mode)
+        table = create(uri, schema, mode, layout, storage_options)
+        assert table is not None  # the stream modes never ignore an existing table
     check_dataframe(df.schema, table.schema)
     if mode == "upsert" and not table.record_key_columns:
         raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")

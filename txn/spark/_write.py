@@ -36,11 +36,12 @@ from .._protocol import Pending
 from .._records import Commit
 from .._scan import scan_file
 from .._storage_io import DataStore
-from .._table import Table, open_table
+from .._table import Table
 from .._writer import DataFileWriter, FileStatus, markers_of
-from ._types import check_dataframe, conform
+from ._tables import Layout, create, existing, for_existing, save_mode
+from ._types import check_dataframe, conform, table_schema
+from ._workers import ensure_workers_run_metatxn
 
-MODES = ("append", "overwrite", "upsert")
 #: A task's report: one row per file or index file. The payload is pickled (same code on both
 #: ends, never stored): statistics keep their exact Python types (dates, decimals, bytes).
 _RESULT = pa.schema([("kind", pa.string()), ("payload", pa.binary())])
@@ -80,7 +81,7 @@ def _write_task(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
         partition_by=job.partition_by, sort_by=job.sort_by, target_file_bytes=job.target_file_bytes,
         new_token=lambda: f"{partition:05d}a{attempt}{secrets.token_hex(4)}", key_columns=job.key_columns,
     )
-    statuses = writer.write(conform(batch, schema) for batch in batches)
+    statuses = writer.write(_with_keys(conform(batch, schema), job.key_columns) for batch in batches)
     rows = [{"kind": "file", "payload": pickle.dumps(s)} for s in statuses]
     if job.key_columns and writer.keys:
         index = RecordIndex(storage, [schema.field(k).type for k in job.key_columns], job.shards)
@@ -93,6 +94,14 @@ def _write_task(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
         counts = index.write(job.instant, entries, part=part)
         rows.append({"kind": "index", "payload": pickle.dumps({"part": part, "shards": counts})})
     yield pa.RecordBatch.from_pylist(rows, schema=_RESULT)
+
+
+def _with_keys(batch: pa.RecordBatch, key_columns: list[str]) -> pa.RecordBatch:
+    nulls = [c for c in key_columns if batch.column(c).null_count]
+    if nulls:
+        raise SchemaMismatchError(f"record key column(s) {nulls} hold nulls; every row of a keyed "
+                                  "table needs a key; nothing was written")
+    return batch
 
 
 @dataclass(frozen=True)
@@ -218,51 +227,87 @@ def _remove_unreported(table: Table, instant_time: str, files: set[str], parts: 
                 storage.delete(log)
 
 
-def write(df: Any, uri: str, mode: str = "append", *, storage_options: dict[str, Any] | None = None,
+def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | None = None,
+          record_key: str | list[str] | None = None, sort_by: list[str] | None = None,
+          properties: dict[str, str] | None = None, storage_options: dict[str, Any] | None = None,
           extra: dict[str, str] | None = None) -> Commit | None:
-    """Write a Spark DataFrame into the table at ``uri`` in one commit.
+    """Write a Spark DataFrame into the table at ``uri`` in one commit, creating the table if
+    there is none.
 
-    ``mode``: ``"append"`` (a new segment), ``"overwrite"`` (replace the whole content) or, for
-    keyed tables, ``"upsert"`` (rows whose key exists replace it through delete deltas). The
+    ``mode``: ``"append"`` (a new segment), ``"overwrite"`` (replace the whole content),
+    ``"upsert"`` (keyed tables: rows whose key exists replace it through delete deltas), and
+    Spark's ``"error"`` (``"errorifexists"``: TableExistsError if a table exists) and
+    ``"ignore"`` (do nothing if a table exists; returns None).
+
+    Where no table exists, it is created from the DataFrame's schema (every column nullable;
+    types that cannot be stored raise InvalidOptionError) with the layout options
+    ``partition_by``, ``record_key``, ``sort_by`` and ``properties``. Given for an existing
+    table, they must agree with it (InvalidOptionError naming the difference). Otherwise the
     DataFrame's columns and Spark types must be the table's (checked before any task runs).
     A keyed write refuses a key that repeats within the DataFrame (``DuplicateKeyError``); a
     keyed append also refuses keys already in the table. Returns the commit (None for an
-    upsert of no rows).
+    upsert of no rows, or ``"ignore"`` on an existing table).
     """
-    if mode not in MODES:
-        raise InvalidOptionError(f"mode must be one of {list(MODES)}, got {mode!r}")
-    table = open_table(uri, storage_options)
-    check_dataframe(df.schema, table.schema)
-    columns = table.record_key_columns
+    mode = save_mode(mode)
+    layout = Layout(partition_by, record_key, sort_by, properties)
+    ensure_workers_run_metatxn(df.sparkSession)
+    table = existing(uri, storage_options)
+    if table is not None:
+        table = for_existing(table, mode, layout)
+        if table is None:
+            return None
+        check_dataframe(df.schema, table.schema)
+        schema, columns = table.schema, table.record_key_columns
+    else:
+        schema = table_schema(df.schema)
+        columns = layout.check_new(schema, mode)
     if mode == "upsert" and not columns:
         raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
-    if columns:
-        # The checks and the write each run the DataFrame: pin its rows first, so the rows
-        # checked are the rows written even when the input is not deterministic.
-        df = df.localCheckpoint(eager=True)
-        _check_keys(df, columns)
-        if mode == "upsert" and df.isEmpty():
+    df = _checked(df, schema, columns)
+    if table is None:
+        table = create(uri, schema, mode, layout, storage_options)
+        if table is None:
             return None
-    _check_not_null(df, [f.name for f in table.schema if not f.nullable and f.name not in columns])
+        if table.schema != schema or table.record_key_columns != columns:
+            # Another writer created the table first, with another layout than the one checked.
+            check_dataframe(df.schema, table.schema)
+            columns = table.record_key_columns
+            df = _checked(df, table.schema, columns)
+    if mode == "upsert" and (not columns or df.isEmpty()):
+        if not columns:  # another writer created the table first, without a key
+            raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
+        return None
+    operation = "append" if mode in ("error", "ignore") else mode
 
     def plan(state: State) -> tuple[Change, dict[str, Positions]]:
         deleted: dict[str, Positions] = {}
-        if columns and mode in ("append", "upsert"):
+        if columns and operation in ("append", "upsert"):
             found = _existing(table, df, state)
-            if mode == "append" and found.num_rows:
+            if operation == "append" and found.num_rows:
                 sample = _sample_keys(table, found)
                 raise DuplicateKeyError(
                     f"append: {found.num_rows} record key(s) of the DataFrame already exist in the "
                     f"table, e.g. {describe(sample, columns)}; nothing was written\n"
                     "Help: use mode='upsert' to replace existing keys")
             deleted = _positions_by_file(found)
-        change = Change(mode, None, state.read_at if mode != "overwrite" else None,
-                        state.deltas, deleted=deleted, replace=mode == "overwrite")
+        change = Change(operation, None, state.read_at if operation != "overwrite" else None,
+                        state.deltas, deleted=deleted, replace=operation == "overwrite")
         return change, deleted
 
     change, deleted = latest(table, plan)
     return commit_change(table, change, extra,
                          write=lambda pending: _run_job(table, df, pending, deleted, change.current))
+
+
+def _checked(df: Any, schema: pa.Schema, columns: list[str]) -> Any:
+    """``df`` checked for null and repeated keys and nulls in non-nullable columns (small Spark
+    jobs); pinned first on keyed tables, so the rows checked are the rows written even when the
+    input is not deterministic."""
+    if columns:
+        df = df.localCheckpoint(eager=True)
+        _check_keys(df, columns)
+    _check_not_null(df, [f.name for f in schema if not f.nullable and f.name not in columns])
+    return df
 
 
 def _positions_by_file(found: pa.Table) -> dict[str, Positions]:

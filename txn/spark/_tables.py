@@ -1,0 +1,145 @@
+"""The table a Spark write goes to: the one at the location, or a new one made from the DataFrame.
+
+Spark's save modes decide what an existing table means (``error`` fails, ``ignore`` does
+nothing, the others write into it); where no table exists, the write creates it from the
+DataFrame's schema and the layout options, like Delta, Hudi and Iceberg writers do. Creation
+is one put-if-absent of ``table.json``, so of two writers creating the same table at the same
+moment exactly one creates it; the other finds the table and treats it as existing, by its mode.
+
+Layout options given for an existing table must agree with it: a write never changes a table's
+layout, and never silently ignores a layout it was asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from timeline import InvalidOptionError, TableExistsError, TableNotFoundError
+
+from .._options import check_layout, check_properties, column_list
+from .._table import Table, create_table, open_table
+
+#: Spark's save modes (``errorifexists`` and ``default`` are spellings of ``error``) and upsert.
+MODES = ("append", "overwrite", "upsert", "error", "ignore")
+_SPELLINGS = {"errorifexists": "error", "default": "error"}
+
+
+def save_mode(mode: object) -> str:
+    """The mode's canonical name (case-insensitive, as Spark's ``DataFrameWriter.mode``)."""
+    name = mode.lower() if isinstance(mode, str) else None
+    name = _SPELLINGS.get(name or "", name)
+    if name not in MODES:
+        raise InvalidOptionError(
+            f"mode must be one of {[*MODES, 'errorifexists']}, got {mode!r}")
+    return name
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Layout options of a write: used to create the table, checked against an existing one.
+
+    ``None`` means not given: a new table does without, an existing one keeps its own.
+    """
+
+    partition_by: list[str] | None = None
+    record_key: str | list[str] | None = None
+    sort_by: list[str] | None = None
+    properties: dict[str, str] | None = None
+
+    @property
+    def key_columns(self) -> list[str] | None:
+        if self.record_key is None:
+            return None
+        return [self.record_key] if isinstance(self.record_key, str) else list(self.record_key)
+
+    def check_new(self, schema: pa.Schema, mode: str) -> list[str]:
+        """Validate the options for a new table of ``schema``; return its key columns."""
+        check_layout(schema, self.partition_by, self.record_key, self.sort_by)
+        check_properties(self.properties)
+        if mode == "upsert" and self.record_key is None:
+            raise InvalidOptionError(
+                "mode 'upsert' creates a keyed table where none exists, and needs record_key; "
+                "none was given\nHelp: pass record_key='<column>' (format: .option('recordKey', ...))")
+        return self.key_columns or []
+
+    def check_matches(self, table: Table) -> None:
+        """Raise InvalidOptionError naming the first option that differs from the table's."""
+        check_properties(self.properties)
+        given = (("partition_by", self.partition_by, table.partition_by, False),
+                 ("record_key", self.record_key, table.record_key_columns, True),
+                 ("sort_by", self.sort_by, table.sort_by, False))
+        for option, value, actual, allow_str in given:
+            if value is None:
+                continue
+            wanted = column_list(option, value, allow_str=allow_str)
+            if wanted != list(actual):
+                raise InvalidOptionError(
+                    f"{option} {wanted!r} differs from the table's {actual!r} at {table.uri}; "
+                    "nothing was written\nHelp: leave the layout options out to write with the "
+                    "table's layout (a write never changes it)")
+        for key, value in (self.properties or {}).items():
+            actual_value = table.properties.get(key)
+            if actual_value != value:
+                shown = "not set" if actual_value is None else repr(actual_value)
+                raise InvalidOptionError(
+                    f"table property {key}={value!r} differs from the table's ({shown}) at "
+                    f"{table.uri}; nothing was written\nHelp: leave properties out to write "
+                    "with the table's own")
+
+
+def existing(uri: str, storage_options: dict[str, Any] | None) -> Table | None:
+    """The table at ``uri``, or None where there is none."""
+    try:
+        return open_table(uri, storage_options)
+    except TableNotFoundError:
+        return None
+
+
+def for_existing(table: Table, mode: str, layout: Layout) -> Table | None:
+    """What ``mode`` makes of an existing table: an error, nothing (None), or the table."""
+    if mode == "error":
+        raise TableExistsError(table.uri)
+    if mode == "ignore":
+        return None
+    layout.check_matches(table)
+    return table
+
+
+def create(uri: str, schema: pa.Schema, mode: str, layout: Layout,
+           storage_options: dict[str, Any] | None) -> Table | None:
+    """Create the table; if another writer created it first, treat it as existing."""
+    try:
+        return create_table(uri, schema, partition_by=layout.partition_by,
+                            record_key=layout.record_key, sort_by=layout.sort_by,
+                            properties=layout.properties, storage_options=storage_options)
+    except TableExistsError:
+        return for_existing(open_table(uri, storage_options), mode, layout)
+
+
+def layout_of_options(options: Mapping[str, str]) -> Layout:
+    """The layout options of ``format("metatxn")`` (Spark lowercases option names)."""
+    known = {"path", "recordkey", "sortby", "partitionby"}
+    unknown = sorted(k for k in options if k not in known and not k.startswith("properties."))
+    if unknown:
+        raise InvalidOptionError(
+            f"format('metatxn') writes take the options recordKey, partitionBy, sortBy and "
+            f"properties.<key>; got unknown option(s) {unknown}")
+
+    def columns(name: str) -> list[str] | None:
+        value = options.get(name)
+        if value is None:
+            return None
+        return [c.strip() for c in value.split(",")]
+
+    key = columns("recordkey")
+    return Layout(
+        partition_by=columns("partitionby"),
+        record_key=key[0] if key is not None and len(key) == 1 else key,
+        sort_by=columns("sortby"),
+        properties={k.removeprefix("properties."): v for k, v in options.items()
+                    if k.startswith("properties.")} or None,
+    )
