@@ -138,3 +138,20 @@ def relative(table: txn.Table, path: str) -> str:
             break
     assert path.startswith(prefix), (path, prefix)
     return path[len(prefix):]
+
+
+def storage_state(uri: str) -> tuple[Any, ...]:
+    """What a refused write must leave unchanged: the timeline and the data files."""
+    table = txn.open_table(uri)
+    return [(i.time, i.action, i.state) for i in table.timeline()], file_bytes(uri)
+
+
+def exploding(spark: Any, table: pa.Table) -> Any:
+    """A DataFrame of ``table`` that fails as soon as any task evaluates it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    def explode(value: int) -> int:
+        raise RuntimeError("a task ran")
+
+    return frame(spark, table).withColumn("id", F.udf(explode, LongType(), useArrow=False)("id"))

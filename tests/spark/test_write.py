@@ -37,6 +37,7 @@ from .helpers import (
     ORDERS,
     all_types_rows,
     data_files,
+    exploding,
     file_bytes,
     frame,
     index_logs,
@@ -45,15 +46,10 @@ from .helpers import (
     relative,
     rows_by,
     states,
+    storage_state,
 )
 
 pytestmark = pytest.mark.spark
-
-
-def _snapshot_of_storage(uri: str) -> tuple[Any, ...]:
-    """What a refused write must leave unchanged: the timeline and the data files."""
-    table = txn.open_table(uri)
-    return [(i.time, i.action, i.state) for i in table.timeline()], file_bytes(uri)
 
 
 # -- round trips ---------------------------------------------------------------------------------
@@ -203,17 +199,6 @@ def test_a_table_with_an_unsigned_column_is_refused_naming_spark(spark: Any, tmp
 # -- refused writes ------------------------------------------------------------------------------
 
 
-def _exploding(spark: Any, table: pa.Table) -> Any:
-    """A DataFrame of ``table`` that fails as soon as any task evaluates it."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType
-
-    def explode(value: int) -> int:
-        raise RuntimeError("a task ran")
-
-    return frame(spark, table).withColumn("id", F.udf(explode, LongType(), useArrow=False)("id"))
-
-
 @pytest.mark.parametrize("change", ["missing", "extra", "wrong type", "wrong decimal"])
 def test_a_dataframe_schema_mismatch_is_refused_before_any_task_runs(
         spark: Any, tmp_path: Path, change: str) -> None:
@@ -221,8 +206,8 @@ def test_a_dataframe_schema_mismatch_is_refused_before_any_task_runs(
 
     uri = str(tmp_path / "orders")
     txn.create_table(uri, ORDERS).append(orders(range(10)))
-    before = _snapshot_of_storage(uri)
-    df = _exploding(spark, orders(range(10, 20)))
+    before = storage_state(uri)
+    df = exploding(spark, orders(range(10, 20)))
     df = {"missing": lambda: df.drop("qty"),
           "extra": lambda: df.withColumn("note", F.lit("x")),
           "wrong type": lambda: df.withColumn("qty", F.col("qty").cast("bigint")),
@@ -231,21 +216,21 @@ def test_a_dataframe_schema_mismatch_is_refused_before_any_task_runs(
                 "wrong decimal": "price: decimal"}[change]
     with pytest.raises(txn.SchemaMismatchError, match=expected):
         txn.spark.write(df, uri, "append")
-    assert _snapshot_of_storage(uri) == before
+    assert storage_state(uri) == before
 
 
 def test_bad_modes_are_refused_before_anything_happens(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "orders")
     txn.create_table(uri, ORDERS).append(orders(range(10)))
-    before = _snapshot_of_storage(uri)
-    df = _exploding(spark, orders(range(10, 20)))
+    before = storage_state(uri)
+    df = exploding(spark, orders(range(10, 20)))
     with pytest.raises(txn.InvalidOptionError, match="mode must be one of"):
         txn.spark.write(df, uri, "merge")
     with pytest.raises(txn.InvalidOptionError, match="record_key"):
         txn.spark.write(df, uri, "upsert")
     with pytest.raises(txn.InvalidOptionError, match="needs record_key"):
         txn.spark.write(df, str(tmp_path / "nowhere"), "upsert")
-    assert _snapshot_of_storage(uri) == before
+    assert storage_state(uri) == before
     assert not (tmp_path / "nowhere").exists()
 
 
@@ -254,7 +239,7 @@ def test_keyed_writes_refuse_null_and_repeated_keys(spark: Any, tmp_path: Path) 
     keyed = pa.schema([pa.field("id", pa.int64()), *list(ORDERS)[1:]])  # a nullable key column
     table = txn.create_table(uri, keyed, record_key="id")
     table.append(orders(range(100)).cast(keyed))
-    before = _snapshot_of_storage(uri)
+    before = storage_state(uri)
 
     nulls = orders(range(100, 110)).cast(keyed).set_column(
         0, "id", pa.array([None, *range(101, 110)], pa.int64()))
@@ -265,17 +250,17 @@ def test_keyed_writes_refuse_null_and_repeated_keys(spark: Any, tmp_path: Path) 
     for mode in ("append", "upsert", "overwrite"):
         with pytest.raises(txn.DuplicateKeyError, match="205"):
             txn.spark.write(frame(spark, repeated, 2), uri, mode)
-    assert _snapshot_of_storage(uri) == before
+    assert storage_state(uri) == before
 
 
 def test_keyed_append_refuses_keys_already_in_the_table(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "orders")
     table = txn.create_table(uri, ORDERS, record_key="id")
     txn.spark.write(frame(spark, orders(range(100)), 2), uri)
-    before = _snapshot_of_storage(uri)
+    before = storage_state(uri)
     with pytest.raises(txn.DuplicateKeyError, match=r"(?s)2 record key\(s\).*already exist.*upsert"):
         txn.spark.write(frame(spark, orders([50, 99, 100, 101])), uri, "append")
-    assert _snapshot_of_storage(uri) == before
+    assert storage_state(uri) == before
     # The same keys go in with an upsert, and new keys with an append.
     txn.spark.write(frame(spark, orders([50, 99, 100, 101])), uri, "upsert")
     txn.spark.write(frame(spark, orders([102])), uri, "append")
@@ -289,14 +274,14 @@ def test_a_null_in_a_non_nullable_column_is_a_schema_mismatch(spark: Any, tmp_pa
     txn.create_table(uri, strict)
     data = orders(range(1, 11))  # qty holds no null for these ids
     df = spark.createDataFrame(data.set_column(4, "qty", pa.array([None] + [1] * 9, pa.int32())))
-    before = _snapshot_of_storage(uri)
+    before = storage_state(uri)
     try:
         with pytest.raises(txn.SchemaMismatchError, match="qty"):
             txn.spark.write(df, uri)
     finally:
         assert txn.open_table(uri).to_arrow().num_rows == 0
         assert txn.open_table(uri).validate().ok
-        assert _snapshot_of_storage(uri)[1] == before[1]
+        assert storage_state(uri)[1] == before[1]
 
 
 def test_an_upsert_of_no_rows_commits_nothing(spark: Any, tmp_path: Path) -> None:
