@@ -249,33 +249,14 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     upsert of no rows, or ``"ignore"`` on an existing table).
     """
     mode = save_mode(mode)
-    layout = Layout(partition_by, record_key, sort_by, properties)
     ensure_workers_run_metatxn(df.sparkSession)
-    table = existing(uri, storage_options)
-    if table is not None:
-        table = for_existing(table, mode, layout)
-        if table is None:
-            return None
-        check_dataframe(df.schema, table.schema)
-        schema, columns = table.schema, table.record_key_columns
-    else:
-        schema = table_schema(df.schema)
-        columns = layout.check_new(schema, mode)
-    if mode == "upsert" and not columns:
-        raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
-    df = _checked(df, schema, columns)
-    if table is None:
-        table = create(uri, schema, mode, layout, storage_options)
-        if table is None:
-            return None
-        if table.schema != schema or table.record_key_columns != columns:
-            # Another writer created the table first, with another layout than the one checked.
-            check_dataframe(df.schema, table.schema)
-            columns = table.record_key_columns
-            df = _checked(df, table.schema, columns)
-    if mode == "upsert" and (not columns or df.isEmpty()):
-        if not columns:  # another writer created the table first, without a key
-            raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
+    resolved = _target(df, uri, mode, Layout(partition_by, record_key, sort_by, properties),
+                       storage_options)
+    if resolved is None:
+        return None
+    table, df = resolved
+    columns = table.record_key_columns
+    if mode == "upsert" and df.isEmpty():
         return None
     operation = "append" if mode in ("error", "ignore") else mode
 
@@ -297,6 +278,37 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     change, deleted = latest(table, plan)
     return commit_change(table, change, extra,
                          write=lambda pending: _run_job(table, df, pending, deleted, change.current))
+
+
+def _target(df: Any, uri: str, mode: str, layout: Layout,
+            storage_options: dict[str, Any] | None) -> tuple[Table, Any] | None:
+    """The table to write into, created if missing, and ``df`` checked against it; None when
+    the mode says to do nothing (``ignore`` on an existing table)."""
+    table = existing(uri, storage_options)
+    if table is not None:
+        table = for_existing(table, mode, layout)
+        if table is None:
+            return None
+        check_dataframe(df.schema, table.schema)
+        schema, columns = table.schema, table.record_key_columns
+    else:
+        # Everything is checked before the table is created: a refused write leaves no table.
+        schema = table_schema(df.schema)
+        columns = layout.check_new(schema, mode)
+    if mode == "upsert" and not columns:
+        raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
+    df = _checked(df, schema, columns)
+    if table is None:
+        table = create(uri, schema, mode, layout, storage_options)
+        if table is None:
+            return None
+        if table.schema != schema or table.record_key_columns != columns:
+            # Another writer created the table first, without the layout checked above.
+            check_dataframe(df.schema, table.schema)
+            if mode == "upsert" and not table.record_key_columns:
+                raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
+            df = _checked(df, table.schema, table.record_key_columns)
+    return table, df
 
 
 def _checked(df: Any, schema: pa.Schema, columns: list[str]) -> Any:

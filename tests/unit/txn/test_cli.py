@@ -11,7 +11,7 @@ import pytest
 import timeline
 import txn
 from txn._cli import main
-from txn._demo import local_spark, run
+from txn._demo import run
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -62,7 +62,7 @@ def test_the_demo_loads_reads_time_travels_and_validates(
 ) -> None:
     import txn.spark
 
-    spark = local_spark()  # the running session (the Spark tests' one) if there is one
+    spark = txn.spark.local_session()  # the running session (the Spark tests' one) if there is one
     table = run(str(tmp_path), rows_per_load=2_000, spark=spark)
     out = capsys.readouterr().out
     assert spark.sparkContext._jsc is not None, "a session passed in is left running"
@@ -72,6 +72,9 @@ def test_the_demo_loads_reads_time_travels_and_validates(
     for step in ("== load", "== upsert", "== delete", "== selective read", "== time travel",
                  "== SHOW SEGMENTS", "== timeline", "== validate"):
         assert step in out
+    assert "created by this write" in out, "the first Spark write creates the table"
+    assert (table.partition_by, table.record_key, table.sort_by) == (
+        ["o_orderstatus"], "o_orderkey", ["o_orderdate"])
     assert "rows replaced through delete deltas" in out and "record index: order" in out
     assert "skipped without being opened" in out and "ok: " in out
     assert "then: 8,000 rows" in out
