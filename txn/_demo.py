@@ -100,14 +100,16 @@ def run(warehouse: str, *, rows_per_load: int = 100_000, spark: SparkSession | N
     """Run the demo on ``<warehouse>/orders`` (recreated); returns the table.
 
     ``spark``: a session to use (left running); by default the demo starts a local one
-    (:func:`local_spark`) and stops it at the end.
+    (:func:`txn.spark.local_session`, its workers running this interpreter) and stops it at the
+    end.
     """
     from .spark import local_session
 
     began = _step("start Spark: local[2], driver memory 1g, 4 shuffle partitions, UTC" if spark is None
                   else "Spark: the session given")
     if spark is None:
-        # The executors' Python workers must import metatxn, as this process does.
+        # The executors' Python workers must import metatxn, as this process does, whatever
+        # PYSPARK_PYTHON the environment sets for other jobs.
         os.environ["PYSPARK_PYTHON"] = sys.executable
     session = local_session("metatxn-demo") if spark is None else spark
     print(f"Spark {session.version}, master {session.sparkContext.master} ({_ms(began)})")

@@ -9,6 +9,7 @@ after the first run.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,12 @@ def test_a_fresh_environment_runs_a_spark_write_and_read(tmp_path: Path) -> None
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", str(ROOT)],
+    # A copy of the source tree: pip builds in the folder it installs, and a build/ left in the
+    # checkout by an older build could ship modules that no longer exist.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "warehouse", ".*_cache", ".hypothesis", "__pycache__"))
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", str(source)],
                              capture_output=True, text=True, timeout=1200)
     assert install.returncode == 0, install.stderr[-3000:]
     # Nothing of the test extra came along.

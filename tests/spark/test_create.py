@@ -190,6 +190,25 @@ def test_a_racing_creator_with_another_layout_writes_nothing(spark: Any, tmp_pat
     assert table.to_arrow().num_rows == 10
 
 
+def test_a_writer_that_loses_the_creation_checks_its_rows_against_the_winner_s_table(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The write checked its DataFrame for an unkeyed table; the table another writer created at
+    # the same moment is keyed, and the DataFrame repeats a key.
+    uri = str(tmp_path / "orders")
+    create_table = _tables.create_table
+
+    def another_writer_first(*args: Any, **kwargs: Any) -> txn.Table:
+        txn.create_table(uri, CREATED, record_key="id").append(orders(range(5)))
+        return create_table(*args, **kwargs)
+
+    monkeypatch.setattr(_tables, "create_table", another_writer_first)
+    with pytest.raises(txn.DuplicateKeyError, match=r"\[42\] appear more than once"):
+        txn.spark.write(frame(spark, orders([40, 41, 42, 42])), uri)
+    table = txn.open_table(uri)
+    assert [state for _, state in states(table)] == ["completed"]
+    assert rows_by(table.to_arrow()) == rows_by(orders(range(5)))
+
+
 # -- layout options on an existing table -------------------------------------------------------------
 
 
@@ -221,12 +240,17 @@ def test_layout_options_that_differ_from_the_table_write_nothing(
 
 def test_layout_options_equal_to_the_table_s_are_accepted(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "orders")
+    archive = {"timeline.archive.trigger": "100", "timeline.archive.retain": "50"}
     table = txn.create_table(uri, ORDERS, partition_by=["region"], record_key="id", sort_by=["price"],
-                             properties={"deletes.compaction.threshold": "2"})
+                             properties={"deletes.compaction.threshold": "2", **archive})
     commit = txn.spark.write(frame(spark, orders(range(10))), uri, "append", partition_by=["region"],
                              record_key=["id"], sort_by=["price"],
                              properties={"deletes.compaction.threshold": "2"})
     assert commit is not None and table.to_arrow().num_rows == 10
+    # A property valid only beside the table's others (retain < trigger) is checked beside them.
+    retained = txn.spark.write(frame(spark, orders(range(10, 20))), uri, "append",
+                               properties={"timeline.archive.retain": "50"})
+    assert retained is not None and table.to_arrow().num_rows == 20
 
 
 # -- what a created table can hold ------------------------------------------------------------------

@@ -160,6 +160,9 @@ def test_bad_stream_arguments_are_refused_before_the_query_starts(spark: Any, tm
     with pytest.raises(txn.InvalidOptionError, match="needs record_key"):
         txn.spark.write_stream(_source(spark, source), str(tmp_path / "nowhere"), mode="upsert",
                                checkpoint_location=str(tmp_path / "c4"))
+    with pytest.raises(TypeError):
+        txn.spark.write_stream(_source(spark, source), str(tmp_path / "nowhere"),
+                               checkpoint_location=str(tmp_path / "c5"), trigger={"every": "5 seconds"})
     assert spark.streams.active == []
     assert txn.open_table(uri).timeline() == []
     assert not (tmp_path / "nowhere").exists()

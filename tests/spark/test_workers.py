@@ -60,6 +60,19 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "bin" / "python"
 
 
+@pytest.fixture(scope="module")
+def pyarrow_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An interpreter with pyarrow (the version the driver has) and without metatxn."""
+    import pyarrow
+
+    folder = tmp_path_factory.mktemp("arrow") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    python = folder / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", f"pyarrow=={pyarrow.__version__}"],
+                   check=True, timeout=600)
+    return python
+
+
 def _run_driver(tmp_path: Path, env: dict[str, str], config: dict[str, str]) -> dict[str, dict[str, str]]:
     uri = tmp_path / "orders"
     done = subprocess.run(
@@ -71,14 +84,15 @@ def _run_driver(tmp_path: Path, env: dict[str, str], config: dict[str, str]) -> 
     return report
 
 
-def _assert_refused(report: dict[str, dict[str, str]], worker: Path) -> None:
+def _assert_refused(report: dict[str, dict[str, str]], worker: Path,
+                    missing: str = "No module named 'pyarrow'") -> None:
     assert report.pop("active_streams") == 0  # type: ignore[comparison-overlap]
     for name, outcome in report.items():
         assert outcome["raised"] == "WorkerEnvironmentError", (name, outcome)
         assert outcome["worker"].startswith(str(worker.parent)), (name, outcome["worker"])
         assert outcome["driver"] == sys.executable
         message = outcome["message"]
-        assert "No module named 'pyarrow'" in message, message
+        assert missing in message, message
         assert f"PYSPARK_PYTHON={sys.executable}" in message and "install metatxn" in message
 
 
@@ -93,10 +107,16 @@ def test_workers_given_by_pyspark_python_without_metatxn_are_named(tmp_path: Pat
     _assert_refused(report, bare_python)
 
 
-def test_workers_given_by_spark_pyspark_python_without_metatxn_are_named(
+def test_workers_with_pyarrow_but_without_metatxn_are_named(tmp_path: Path, pyarrow_python: Path) -> None:
+    report = _run_driver(tmp_path, _environment(PYSPARK_PYTHON=str(pyarrow_python)), {})
+    _assert_refused(report, pyarrow_python, missing="No module named 'txn'")
+
+
+def test_a_session_whose_spark_pyspark_python_lacks_metatxn_gets_the_clear_error(
         tmp_path: Path, bare_python: Path) -> None:
-    # PySpark 4.3 starts the workers of an in-process session with PYSPARK_PYTHON or `python3` from
-    # the PATH, whatever spark.pyspark.python says: both lead to the bare interpreter here.
+    # PySpark 4.3 starts the workers of an in-process session with PYSPARK_PYTHON, or `python3`
+    # from the PATH, whatever spark.pyspark.python says; the PATH leads to the same bare
+    # interpreter here, so the case holds whichever of the two PySpark honours.
     path = f"{bare_python.parent}{os.pathsep}{os.environ.get('PATH', '')}"
     report = _run_driver(tmp_path, _environment(PATH=path), {"spark.pyspark.python": str(bare_python)})
     _assert_refused(report, bare_python)

@@ -1,9 +1,10 @@
 """metatxn on Spark: executors write the data files, the caller's process commits.
 
 ``import txn.spark`` needs pyspark (a dependency of metatxn). Spark's Python workers must be
-able to import metatxn: every write, read and stream checks that once per SparkSession and
-raises :class:`txn.WorkerEnvironmentError` (naming both interpreters) when they cannot. In local
-mode point ``PYSPARK_PYTHON`` at the interpreter that has metatxn, or use :func:`local_session`.
+able to import metatxn: every write, read, stream and :func:`register` checks that once per
+SparkContext and raises :class:`txn.WorkerEnvironmentError` (naming both interpreters) when they
+cannot. In local mode point ``PYSPARK_PYTHON`` at the interpreter that has metatxn, or use
+:func:`local_session`.
 """
 
 from ._session import quiet_third_party_warnings

@@ -50,8 +50,8 @@ from .._records import ACTION_OF
 from .._scan import scan_file
 from .._storage_io import DataStore
 from .._table import Table, open_table
-from ._tables import Layout, create, existing, layout_of_options
-from ._types import check_dataframe, spark_schema, table_schema
+from ._tables import Layout, layout_of_options, resolve
+from ._types import spark_schema
 from ._workers import ensure_workers_run_metatxn
 from ._write import _Job, _remove_unreported, _write_task, collect_reports
 
@@ -133,16 +133,9 @@ class _Writer(DataSourceArrowWriter):
     def __init__(self, uri: str, overwrite: bool, layout: Layout, schema: Any) -> None:
         self._uri = uri
         self._mode = "overwrite" if overwrite else "append"
-        found = existing(uri, None)
-        if found is None:
-            created = table_schema(schema)
-            layout.check_new(created, self._mode)
-            found = create(uri, created, self._mode, layout, None)
-        else:
-            layout.check_matches(found)
+        found = resolve(uri, schema, self._mode, layout, None)
         assert found is not None  # append and overwrite never ignore an existing table
         table = found
-        check_dataframe(schema, table.schema)
         pending = table._protocol.begin(self._mode, ACTION_OF[self._mode], new_segment=True)
         # The heartbeat thread cannot follow this writer into the tasks: they beat instead.
         pending.heartbeat.stop(delete=False)

@@ -25,8 +25,7 @@ from timeline import InvalidOptionError, ObjectExistsError, open_storage
 from .._protocol import DATA_ACTIONS
 from .._records import Commit, CommitMetadata
 from .._table import Table, open_table
-from ._tables import Layout, create, existing
-from ._types import check_dataframe, table_schema
+from ._tables import Layout, resolve
 from ._workers import ensure_workers_run_metatxn
 from ._write import write
 
@@ -84,27 +83,19 @@ def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "ap
     """
     if mode not in _STREAM_MODES:
         raise InvalidOptionError(f"a stream writes with mode {list(_STREAM_MODES)}, got {mode!r}")
-    layout = Layout(partition_by, record_key, sort_by, properties)
     ensure_workers_run_metatxn(df.sparkSession)
-    table = existing(uri, storage_options)
-    if table is not None:
-        layout.check_matches(table)
-    else:
-        schema = table_schema(df.schema)
-        layout.check_new(schema, mode)
-        table = create(uri, schema, mode, layout, storage_options)
-        assert table is not None  # the stream modes never ignore an existing table
-    check_dataframe(df.schema, table.schema)
-    if mode == "upsert" and not table.record_key_columns:
-        raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
     stream = stream_id(checkpoint_location)
 
     def each(frame: Any, batch_id: int) -> None:
         write_batch(frame, uri, stream, batch_id, mode=mode, storage_options=storage_options)
 
+    # The query is configured (trigger arguments checked) before the table may be created.
     writer = df.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint_location)
     if trigger:
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
+    table = resolve(uri, df.schema, mode, Layout(partition_by, record_key, sort_by, properties),
+                    storage_options)
+    assert table is not None  # the stream modes never ignore an existing table
     return writer.start()

@@ -12,7 +12,7 @@ layout, and never silently ignores a layout it was asked for.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from timeline import InvalidOptionError, TableExistsError, TableNotFoundError
 
 from .._options import check_layout, check_properties, column_list
 from .._table import Table, create_table, open_table
+from ._types import check_dataframe, table_schema
 
 #: Spark's save modes (``errorifexists`` and ``default`` are spellings of ``error``) and upsert.
 MODES = ("append", "overwrite", "upsert", "error", "ignore")
@@ -68,7 +69,12 @@ class Layout:
 
     def check_matches(self, table: Table) -> None:
         """Raise InvalidOptionError naming the first option that differs from the table's."""
-        check_properties(self.properties)
+        # Values are checked as the table would hold them: cross-field rules (an archive trigger
+        # above the retained count) see the table's other properties.
+        properties = self.properties or {}
+        if not isinstance(properties, dict):
+            check_properties(properties)  # raises: not a dict of strings
+        check_properties({**table.properties, **properties})
         given = (("partition_by", self.partition_by, table.partition_by, False),
                  ("record_key", self.record_key, table.record_key_columns, True),
                  ("sort_by", self.sort_by, table.sort_by, False))
@@ -81,7 +87,7 @@ class Layout:
                     f"{option} {wanted!r} differs from the table's {actual!r} at {table.uri}; "
                     "nothing was written\nHelp: leave the layout options out to write with the "
                     "table's layout (a write never changes it)")
-        for key, value in (self.properties or {}).items():
+        for key, value in properties.items():
             actual_value = table.properties.get(key)
             if actual_value != value:
                 shown = "not set" if actual_value is None else repr(actual_value)
@@ -91,7 +97,7 @@ class Layout:
                     "with the table's own")
 
 
-def existing(uri: str, storage_options: dict[str, Any] | None) -> Table | None:
+def _existing(uri: str, storage_options: dict[str, Any] | None) -> Table | None:
     """The table at ``uri``, or None where there is none."""
     try:
         return open_table(uri, storage_options)
@@ -99,7 +105,7 @@ def existing(uri: str, storage_options: dict[str, Any] | None) -> Table | None:
         return None
 
 
-def for_existing(table: Table, mode: str, layout: Layout) -> Table | None:
+def _for_existing(table: Table, mode: str, layout: Layout) -> Table | None:
     """What ``mode`` makes of an existing table: an error, nothing (None), or the table."""
     if mode == "error":
         raise TableExistsError(table.uri)
@@ -109,15 +115,41 @@ def for_existing(table: Table, mode: str, layout: Layout) -> Table | None:
     return table
 
 
-def create(uri: str, schema: pa.Schema, mode: str, layout: Layout,
-           storage_options: dict[str, Any] | None) -> Table | None:
-    """Create the table; if another writer created it first, treat it as existing."""
-    try:
-        return create_table(uri, schema, partition_by=layout.partition_by,
-                            record_key=layout.record_key, sort_by=layout.sort_by,
-                            properties=layout.properties, storage_options=storage_options)
-    except TableExistsError:
-        return for_existing(open_table(uri, storage_options), mode, layout)
+def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
+            storage_options: dict[str, Any] | None, *,
+            before_create: Callable[[pa.Schema, list[str]], None] | None = None) -> Table | None:
+    """The table a write of a DataFrame with ``dataframe_schema`` goes to, created if missing.
+
+    Returns None when the mode says to do nothing (``ignore`` on an existing table). Where no
+    table exists, ``before_create(schema, key_columns)`` runs the caller's checks of the data
+    before the table is created, so a refused write leaves no table. If another writer creates
+    the table first, it is treated as existing, by ``mode``.
+
+    Raises:
+        TableExistsError: ``error`` mode and a table exists.
+        InvalidOptionError: a layout option differs from the table's, a column cannot be stored,
+            or an upsert has no record key.
+        SchemaMismatchError: the DataFrame does not have the existing table's columns and types.
+    """
+    table = _existing(uri, storage_options)
+    if table is None:
+        schema = table_schema(dataframe_schema)
+        columns = layout.check_new(schema, mode)
+        if before_create is not None:
+            before_create(schema, columns)
+        try:
+            return create_table(uri, schema, partition_by=layout.partition_by,
+                                record_key=layout.record_key, sort_by=layout.sort_by,
+                                properties=layout.properties, storage_options=storage_options)
+        except TableExistsError:  # another writer created it first: it exists now
+            table = open_table(uri, storage_options)
+    table = _for_existing(table, mode, layout)
+    if table is None:
+        return None
+    check_dataframe(dataframe_schema, table.schema)
+    if mode == "upsert" and not table.record_key_columns:
+        raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
+    return table
 
 
 def layout_of_options(options: Mapping[str, str]) -> Layout:

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import RecordIndex
-from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError, open_storage
+from timeline import DuplicateKeyError, SchemaMismatchError, open_storage
 
 from .._deltas import LiveDeltas, Positions, stage_deletes
 from .._keys import SHOWN, describe, index_keys
@@ -38,8 +38,8 @@ from .._scan import scan_file
 from .._storage_io import DataStore
 from .._table import Table
 from .._writer import DataFileWriter, FileStatus, markers_of
-from ._tables import Layout, create, existing, for_existing, save_mode
-from ._types import check_dataframe, conform, table_schema
+from ._tables import Layout, resolve, save_mode
+from ._types import conform
 from ._workers import ensure_workers_run_metatxn
 
 #: A task's report: one row per file or index file. The payload is pickled (same code on both
@@ -81,7 +81,7 @@ def _write_task(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
         partition_by=job.partition_by, sort_by=job.sort_by, target_file_bytes=job.target_file_bytes,
         new_token=lambda: f"{partition:05d}a{attempt}{secrets.token_hex(4)}", key_columns=job.key_columns,
     )
-    statuses = writer.write(_with_keys(conform(batch, schema), job.key_columns) for batch in batches)
+    statuses = writer.write(_refuse_null_keys(conform(batch, schema), job.key_columns) for batch in batches)
     rows = [{"kind": "file", "payload": pickle.dumps(s)} for s in statuses]
     if job.key_columns and writer.keys:
         index = RecordIndex(storage, [schema.field(k).type for k in job.key_columns], job.shards)
@@ -96,7 +96,7 @@ def _write_task(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
     yield pa.RecordBatch.from_pylist(rows, schema=_RESULT)
 
 
-def _with_keys(batch: pa.RecordBatch, key_columns: list[str]) -> pa.RecordBatch:
+def _refuse_null_keys(batch: pa.RecordBatch, key_columns: list[str]) -> pa.RecordBatch:
     nulls = [c for c in key_columns if batch.column(c).null_count]
     if nulls:
         raise SchemaMismatchError(f"record key column(s) {nulls} hold nulls; every row of a keyed "
@@ -158,7 +158,7 @@ def _check_keys(df: Any, columns: list[str]) -> None:
             "order, so metatxn does not pick a winner)")
 
 
-def _existing(table: Table, df: Any, state: State) -> pa.Table:
+def _find_existing_rows(table: Table, df: Any, state: State) -> pa.Table:
     """The live rows whose keys the DataFrame holds, found by the executors."""
     index = table._metadata.record_index
     assert index is not None
@@ -250,12 +250,22 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     """
     mode = save_mode(mode)
     ensure_workers_run_metatxn(df.sparkSession)
-    resolved = _target(df, uri, mode, Layout(partition_by, record_key, sort_by, properties),
-                       storage_options)
-    if resolved is None:
+    checked: list[tuple[pa.Schema, list[str]]] = []
+
+    def check(schema: pa.Schema, columns: list[str]) -> None:
+        nonlocal df
+        df = _checked(df, schema, columns)
+        checked.append((schema, columns))
+
+    # A new table is created only after the DataFrame passed the checks for it.
+    target = resolve(uri, df.schema, mode, Layout(partition_by, record_key, sort_by, properties),
+                     storage_options, before_create=check)
+    if target is None:
         return None
-    table, df = resolved
+    table = target
     columns = table.record_key_columns
+    if (table.schema, columns) not in checked:  # an existing table, or another writer's new one
+        check(table.schema, columns)
     if mode == "upsert" and df.isEmpty():
         return None
     operation = "append" if mode in ("error", "ignore") else mode
@@ -263,7 +273,7 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     def plan(state: State) -> tuple[Change, dict[str, Positions]]:
         deleted: dict[str, Positions] = {}
         if columns and operation in ("append", "upsert"):
-            found = _existing(table, df, state)
+            found = _find_existing_rows(table, df, state)
             if operation == "append" and found.num_rows:
                 sample = _sample_keys(table, found)
                 raise DuplicateKeyError(
@@ -278,37 +288,6 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     change, deleted = latest(table, plan)
     return commit_change(table, change, extra,
                          write=lambda pending: _run_job(table, df, pending, deleted, change.current))
-
-
-def _target(df: Any, uri: str, mode: str, layout: Layout,
-            storage_options: dict[str, Any] | None) -> tuple[Table, Any] | None:
-    """The table to write into, created if missing, and ``df`` checked against it; None when
-    the mode says to do nothing (``ignore`` on an existing table)."""
-    table = existing(uri, storage_options)
-    if table is not None:
-        table = for_existing(table, mode, layout)
-        if table is None:
-            return None
-        check_dataframe(df.schema, table.schema)
-        schema, columns = table.schema, table.record_key_columns
-    else:
-        # Everything is checked before the table is created: a refused write leaves no table.
-        schema = table_schema(df.schema)
-        columns = layout.check_new(schema, mode)
-    if mode == "upsert" and not columns:
-        raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
-    df = _checked(df, schema, columns)
-    if table is None:
-        table = create(uri, schema, mode, layout, storage_options)
-        if table is None:
-            return None
-        if table.schema != schema or table.record_key_columns != columns:
-            # Another writer created the table first, without the layout checked above.
-            check_dataframe(df.schema, table.schema)
-            if mode == "upsert" and not table.record_key_columns:
-                raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
-            df = _checked(df, table.schema, table.record_key_columns)
-    return table, df
 
 
 def _checked(df: Any, schema: pa.Schema, columns: list[str]) -> Any:
