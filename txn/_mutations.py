@@ -10,6 +10,7 @@ existing data file is rewritten.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -257,13 +258,52 @@ def _new_values(table: Table, values: object, count: int) -> dict[str, pa.Array]
             raise SchemaMismatchError(f"column {name!r} is not nullable; update cannot set it to None")
         try:
             scalar = value if isinstance(value, pa.Scalar) else pa.scalar(value, field.type)
-            arrays[name] = pa.array([scalar.cast(field.type).as_py()] * count, field.type)
+            typed = scalar.cast(field.type)
+            arrays[name] = pa.array([typed.as_py()] * count, field.type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError,
                 TypeError, ValueError) as exc:
             raise SchemaMismatchError(
                 f"update value {value!r} for column {name!r} does not fit its type {field.type}: {exc}"
             ) from None
+        lost = _lost_in_conversion(value, typed)
+        if lost is not None:
+            raise SchemaMismatchError(
+                f"update value {value!r} for column {name!r} does not fit its type {field.type} "
+                f"without loss: it would be stored as {lost}\n"
+                f"Help: give a value of type {field.type}, or round it yourself")
     return arrays
+
+
+def _lost_in_conversion(value: object, typed: pa.Scalar) -> str | None:
+    """How ``value`` would be stored as ``typed`` if the conversion changed it, else None.
+
+    pyarrow converts Python values to a column type unsafely (``pa.scalar(2.7, pa.int32())`` is
+    2, a datetime becomes its date), so the stored value is converted back to the value's own
+    type and compared. Floating-point columns round by nature: a float stored in a float32
+    column only has to stay finite.
+    """
+    if value is None or not typed.is_valid:
+        return None
+    source = value if isinstance(value, pa.Scalar) else _inferred(value)
+    if source is None or source.type.equals(typed.type):
+        return None
+    if pa.types.is_floating(source.type) and pa.types.is_floating(typed.type):
+        before, after = source.as_py(), typed.as_py()
+        kept = not math.isfinite(before) or math.isfinite(after)
+        return None if kept else repr(after)
+    try:
+        back = typed.cast(source.type, safe=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None if typed.as_py() == source.as_py() else repr(typed.as_py())
+    return None if back.equals(source) else repr(typed.as_py())
+
+
+def _inferred(value: object) -> pa.Scalar | None:
+    try:
+        return pa.scalar(value)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError,
+            TypeError, ValueError):
+        return None
 
 
 def update(table: Table, where: Any, values: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
