@@ -145,6 +145,10 @@ class Snapshot:
                 f"filter must be a pyarrow.compute.Expression (e.g. pc.field('x') > 3), "
                 f"got {type(filter).__name__}"
             )
+        try:  # bind it to the schema now: an empty snapshot must not hide a bad filter
+            self._schema.empty_table().filter(filter)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise InvalidOptionError(f"filter {filter} does not apply to this table: {exc}") from None
         return filter
 
     def _dataset(self, filter: ds.Expression | None,

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 import txn
-from tests.unit.txn.helpers import sorted_rows
+from tests.unit.txn.helpers import SCHEMA, rows, sorted_rows
 
 COUNTED = pa.schema([("id", pa.int64(), False), ("n", pa.int32()), ("day", pa.date32()),
                      ("at", pa.timestamp("ms")), ("ratio", pa.float32())])
@@ -55,3 +55,21 @@ def test_an_update_value_that_fits_exactly_is_converted(memory_uri: str) -> None
     assert row["ratio"] == pytest.approx(0.1)
     with pytest.raises(txn.SchemaMismatchError, match=r"'day'.*without loss"):  # a pyarrow scalar too
         table.update(None, {"day": pa.scalar(datetime(2026, 1, 1, 1), pa.timestamp("s"))})
+
+
+# -- 12. a filter naming an unknown column is refused, however empty the table ---------------------
+
+
+@pytest.mark.parametrize("filled", [False, True])
+@pytest.mark.parametrize("read", ["to_arrow", "count", "files"])
+def test_a_filter_on_an_unknown_column_is_refused_by_every_read(memory_uri: str, filled: bool,
+                                                                read: str) -> None:
+    table = txn.create_table(memory_uri, SCHEMA)
+    if filled:
+        table.append(rows(range(3)))
+    snapshot = table.snapshot()
+    for bad in (pc.field("nope") == 1, pc.field("region") > pc.field("day")):
+        with pytest.raises(txn.InvalidOptionError, match="does not apply to this table"):
+            getattr(snapshot, read)(filter=bad)
+    with pytest.raises(txn.InvalidOptionError, match="nope"):
+        table.to_arrow(filter=pc.field("nope") == 1)
