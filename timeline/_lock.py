@@ -20,11 +20,18 @@ to well within the lease (60 s by default). Before a commit point, the holder ca
 cannot close, the window in which a holder paused for longer than its lease writes after losing
 the lock. The commit point itself is a put-if-absent, so even then no committed file is torn or
 overwritten.
+
+Waiting costs storage requests (a listing and a read per look at the head), and every waiter's
+requests slow the holder down on a shared store. So a waiter backs off: its n-th wait is drawn
+from ``(d/2, d]`` ms with ``d = min(max_poll_ms, poll_ms * 2**n)`` ("equal jitter": the waits grow
+and stay capped, and waiters that started together drift apart). A waiter never sleeps past the
+moment the holder's lease ends, when the lock may be taken over, nor past its own timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -38,6 +45,8 @@ from ._storage import Storage
 LOCK_FOLDER = "_timeline/lock"
 _SEQ_DIGITS = 12
 _KEEP_RECORDS = 16
+#: The longest single wait between two looks at a busy lock, unless a lock is given another.
+DEFAULT_MAX_POLL_MS = 1_000
 
 
 class LockRecord(msgspec.Struct, frozen=True, kw_only=True, tag="lock", tag_field="kind"):
@@ -134,7 +143,17 @@ class Lease:
 
 
 class TableLock:
-    """Acquire leases on one table's lock."""
+    """Acquire leases on one table's lock.
+
+    Args:
+        poll_ms: the first wait while the lock is busy; later waits double up to ``max_poll_ms``.
+        max_poll_ms: the cap on one wait (at least ``poll_ms``; default
+            :data:`DEFAULT_MAX_POLL_MS`, or ``poll_ms`` if that is larger).
+        sleep: how to wait (seconds); tests pass a fake that moves their clock.
+        jitter: uniform floats in ``[0, 1)``; a wait is ``d - int(d * jitter() / 2)`` ms. The
+            default is a generator seeded from ``owner``, so distinct owners wait differently
+            and a test with fixed owners is reproducible.
+    """
 
     def __init__(
         self,
@@ -145,7 +164,9 @@ class TableLock:
         lease_ms: int = 60_000,
         timeout_ms: int = 120_000,
         poll_ms: int = 20,
+        max_poll_ms: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        jitter: Callable[[], float] | None = None,
     ) -> None:
         self.storage = storage
         self.owner = owner
@@ -153,7 +174,9 @@ class TableLock:
         self.lease_ms = lease_ms
         self.timeout_ms = timeout_ms
         self.poll_ms = poll_ms
+        self.max_poll_ms = max(poll_ms, DEFAULT_MAX_POLL_MS if max_poll_ms is None else max_poll_ms)
         self._sleep = sleep
+        self._jitter = jitter or random.Random(f"lock-jitter:{owner}").random
 
     def _sequence_numbers(self) -> list[int]:
         names = (key.rsplit("/", 1)[1] for key in self.storage.list(LOCK_FOLDER))
@@ -178,12 +201,16 @@ class TableLock:
     def acquire(self, *, timeout_ms: int | None = None) -> Lease:
         """Wait for the lock and return a lease on it.
 
+        While another writer holds a live lease, look again after waits that back off (see the
+        module docstring); each look costs a listing and a read.
+
         Raises:
             LockTimeoutError: another writer held a live lease for the whole timeout.
         """
         waited_from = self.clock()
         limit = self.timeout_ms if timeout_ms is None else timeout_ms
-        polls = 0
+        slept_ms = 0
+        delay_ms = max(1, self.poll_ms)
         while True:
             head = self.head_seq()
             current = self._read(head) if head else None
@@ -208,11 +235,15 @@ class TableLock:
                 continue
             # Count our own sleeps too: an injected clock that stands still must not make us
             # wait forever.
-            waited = max(now - waited_from, polls * self.poll_ms)
+            waited = max(now - waited_from, slept_ms)
             if waited >= limit:
                 raise LockTimeoutError(current.owner, current.expires_ms, waited)
-            self._sleep(self.poll_ms / 1000)
-            polls += 1
+            wait_ms = min(delay_ms - int(delay_ms * self._jitter() / 2),
+                          current.expires_ms - now,  # the lease ends: the lock may be taken over
+                          limit - waited)  # look once more at the deadline
+            self._sleep(wait_ms / 1000)
+            slept_ms += wait_ms
+            delay_ms = min(delay_ms * 2, self.max_poll_ms)
 
     def _abandon(self, mine: LockRecord) -> None:
         """Release a record whose acquisition could not be confirmed, so no one waits a lease."""
