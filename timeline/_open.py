@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from ._errors import InvalidOptionError
@@ -20,9 +21,15 @@ def open_storage(uri: str | os.PathLike[str], storage_options: dict[str, Any] | 
         InvalidOptionError: the scheme has no atomic put-if-absent here, or the options do not
             apply to the backend.
     """
-    text = os.fspath(uri)
+    text = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
     if not isinstance(text, str) or not text:
-        raise InvalidOptionError(f"table location must be a non-empty path or URL, got {uri!r}")
+        raise InvalidOptionError(
+            f"table location must be a non-empty path or URL (a str or os.PathLike), got {uri!r}")
+    if storage_options is not None and not (
+            isinstance(storage_options, Mapping) and all(isinstance(k, str) for k in storage_options)):
+        raise InvalidOptionError(
+            f"storage_options for {text!r} must be a dict of option name -> value, or None; "
+            f"got {storage_options!r} ({type(storage_options).__name__})")
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "file", text

@@ -114,28 +114,61 @@ def _bool(value: str) -> None:
         raise ValueError("expected 'true' or 'false'")
 
 
-def _positive_int(value: str) -> None:
-    if not value.isdigit() or int(value) <= 0:
-        raise ValueError("expected a positive whole number")
+class _WholeNumber:
+    """A whole number written in ASCII digits, within ``[low, high]`` (both inclusive).
 
+    ``str.isdigit`` also accepts other scripts' digits ("\uff15", "\u0665") and superscripts,
+    which ``int`` then reads or refuses; only ``0-9`` are accepted, so a property reads the same
+    everywhere it is parsed. The bounds are the range that keeps a table usable (see
+    ``design/properties.md``).
+    """
+
+    def __init__(self, low: int, high: int, unit: str = "") -> None:
+        self.low, self.high, self.unit = low, high, unit
+
+    def __call__(self, value: str) -> None:
+        if not (value.isascii() and value.isdigit()) or len(value) > 30:
+            raise ValueError(f"expected {self.describe()}, written in the digits 0-9")
+        if not self.low <= int(value) <= self.high:
+            raise ValueError(f"expected {self.describe()}")
+
+    def describe(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
+        return f"a whole number from {self.low:,} to {self.high:,}{unit}"
+
+
+_SECOND_MS, _HOUR_MS, _DAY_MS = 1_000, 3_600_000, 86_400_000
 
 #: Table properties metatxn understands, with how to check their values. Other keys are kept
-#: as user properties, as Delta and Hudi keep unknown table properties.
+#: as user properties, as Delta and Hudi keep unknown table properties. Bounds and the reasons
+#: for them: design/properties.md.
 KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], None], str]] = {
     "streaming": (_bool, "segments of this table are streaming segments"),
-    "timeline.archive.trigger": (_positive_int, "archive once this many instants are active"),
-    "timeline.archive.retain": (_positive_int, "completed instants kept active by archival"),
-    "timeline.archive.max_files": (_positive_int, "merge archive files beyond this many"),
-    "lock.lease_ms": (_positive_int, "table lock lease in milliseconds"),
-    "lock.timeout_ms": (_positive_int, "how long a writer waits for the table lock"),
-    "heartbeat.interval_ms": (_positive_int, "writer heartbeat interval in milliseconds"),
-    "heartbeat.timeout_ms": (_positive_int, "silence after which a pending writer is failed"),
-    "metadata.compact_after": (_positive_int, "compact the metadata table after this many commits"),
-    "metadata.retain_commits": (_positive_int, "time travel reaches back at least this many commits"),
-    "write.target_file_bytes": (_positive_int, "in-memory bytes buffered per data file"),
-    "record_index.shards": (_positive_int, "hash shards of the record-level index (keyed tables)"),
+    "timeline.archive.trigger": (
+        _WholeNumber(2, 10_000, "instants"), "archive once this many instants are active"),
+    "timeline.archive.retain": (
+        _WholeNumber(1, 9_999, "instants"), "completed instants kept active by archival"),
+    "timeline.archive.max_files": (
+        _WholeNumber(1, 1_000, "files"), "merge archive files beyond this many"),
+    "lock.lease_ms": (
+        _WholeNumber(10 * _SECOND_MS, _HOUR_MS, "ms"), "table lock lease in milliseconds"),
+    "lock.timeout_ms": (
+        _WholeNumber(100, _DAY_MS, "ms"), "how long a writer waits for the table lock"),
+    "heartbeat.interval_ms": (
+        _WholeNumber(_SECOND_MS, 10 * 60 * _SECOND_MS, "ms"), "writer heartbeat interval in milliseconds"),
+    "heartbeat.timeout_ms": (
+        _WholeNumber(2 * _SECOND_MS, _DAY_MS, "ms"), "silence after which a pending writer is failed"),
+    "metadata.compact_after": (
+        _WholeNumber(1, 1_000, "commits"), "compact the metadata table after this many commits"),
+    "metadata.retain_commits": (
+        _WholeNumber(1, 100_000, "commits"), "time travel reaches back at least this many commits"),
+    "write.target_file_bytes": (
+        _WholeNumber(1_000, 1024 ** 3, "bytes"), "in-memory bytes buffered per data file"),
+    "record_index.shards": (
+        _WholeNumber(1, 1_024, "shards"), "hash shards of the record-level index (keyed tables)"),
     "deletes.compaction.threshold": (
-        _positive_int, "merge a data file's delete deltas once it has more than this many"),
+        _WholeNumber(1, 1_000, "delete deltas"),
+        "merge a data file's delete deltas once it has more than this many"),
 }
 
 #: Record-index shards when a keyed table does not choose: tens of millions of keys make shards
@@ -182,8 +215,19 @@ def check_properties(properties: object) -> dict[str, str]:
             except ValueError as exc:
                 raise InvalidOptionError(f"table property {key}={value!r}: {exc}") from None
         checked[key] = value
-    timeline_options(checked)  # cross-field rules, e.g. archive trigger > retain
+    _check_together(checked)
     return checked
+
+
+def _check_together(properties: dict[str, str]) -> None:
+    """Rules between properties, each checked on the values the table would use (given or
+    default)."""
+    options = timeline_options(properties)  # archive trigger > retain, heartbeat timeout > interval
+    if options.heartbeat_timeout_ms < 2 * options.heartbeat_interval_ms:
+        raise InvalidOptionError(
+            f"table properties heartbeat.timeout_ms={options.heartbeat_timeout_ms} and "
+            f"heartbeat.interval_ms={options.heartbeat_interval_ms}: the timeout must be at least "
+            "twice the interval, or one late heartbeat fails a live writer")
 
 
 def metadata_options(properties: dict[str, str]) -> MetadataOptions:

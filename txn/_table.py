@@ -28,6 +28,7 @@ from timeline import (
     Instant,
     InvalidOptionError,
     Lease,
+    LocalStorage,
     ObjectExistsError,
     Storage,
     TableExistsError,
@@ -413,11 +414,12 @@ def create_table(
         InvalidOptionError: the schema, a layout column, a property or the location is not
             acceptable; the message says which and what is expected. Nothing is written.
     """
+    text = _location(uri, "create_table")
     checked_schema = check_schema(schema)
     partitions, key, sorts = check_layout(checked_schema, partition_by, record_key, sort_by)
     props = check_properties(properties)
-    text = os.fspath(uri)
     storage = open_storage(text, storage_options)
+    _check_new_location(storage, text)
     clock = clock or system_clock
     ids = ids or random_id
     config = TableConfig(
@@ -431,11 +433,36 @@ def create_table(
         properties=props,
         record_index_shards=record_index_shards(props, key),
     )
+    # Built before table.json is written: whatever it refuses leaves nothing on storage.
+    table = Table(text, storage, config, clock=clock, ids=ids, storage_options=storage_options)
     try:
         storage.put_if_absent(TABLE_CONFIG_PATH, encode_config(config))
     except ObjectExistsError:
         raise TableExistsError(text) from None
-    return Table(text, storage, config, clock=clock, ids=ids, storage_options=storage_options)
+    return table
+
+
+def _location(uri: object, function: str) -> str:
+    """The table location as text; anything but a non-empty str or path is InvalidOptionError."""
+    text = os.fspath(uri) if isinstance(uri, os.PathLike) else uri
+    if not isinstance(text, str) or not text:
+        raise InvalidOptionError(
+            f"{function}: the table location must be a non-empty path or URL (a str or "
+            f"os.PathLike), got {uri!r} ({type(uri).__name__})")
+    return text
+
+
+def _check_new_location(storage: Storage, text: str) -> None:
+    """A local table goes in a folder: refuse a location that is a file or lies below one."""
+    if not isinstance(storage, LocalStorage):
+        return
+    path = storage.root
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():
+        where = "is a file" if path == storage.root else f"lies below the file {str(path)!r}"
+        raise InvalidOptionError(
+            f"table location {text!r} {where}; expected a folder, or a path that does not exist yet")
 
 
 def open_table(
@@ -451,15 +478,21 @@ def open_table(
         TableNotFoundError: there is no table there.
         CorruptMetadataError: ``table.json`` cannot be read; the error names the file.
     """
-    text = os.fspath(uri)
+    text = _location(uri, "open_table")
     storage = open_storage(text, storage_options)
     try:
         data = storage.read(TABLE_CONFIG_PATH)
     except FileNotFoundError:
         raise TableNotFoundError(text, f"{TABLE_CONFIG_PATH} does not exist") from None
+    config_path = f"{text.rstrip('/')}/{TABLE_CONFIG_PATH}"
     try:
         config = decode_config(data)
     except CorruptMetadataError as exc:
         raise CorruptMetadataError(f"{text.rstrip('/')}/{exc.path}", exc.expected, exc.found) from None
+    try:  # table.json edited or damaged by hand: its properties must still keep the table usable
+        check_properties(config.properties)
+    except InvalidOptionError as exc:
+        raise CorruptMetadataError(config_path, "table properties within their bounds (see "
+                                   "design/properties.md)", str(exc)) from None
     return Table(text, storage, config, clock=clock or system_clock, ids=ids or random_id,
                  storage_options=storage_options)

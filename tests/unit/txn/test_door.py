@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 import txn
-from tests.unit.txn.helpers import SCHEMA, rows, sorted_rows
+from tests.unit.txn.helpers import SCHEMA, rows, sorted_rows, storage_of
 
 COUNTED = pa.schema([("id", pa.int64(), False), ("n", pa.int32()), ("day", pa.date32()),
                      ("at", pa.timestamp("ms")), ("ratio", pa.float32())])
@@ -73,3 +73,98 @@ def test_a_filter_on_an_unknown_column_is_refused_by_every_read(memory_uri: str,
             getattr(snapshot, read)(filter=bad)
     with pytest.raises(txn.InvalidOptionError, match="nope"):
         table.to_arrow(filter=pc.field("nope") == 1)
+
+
+# -- 6. table properties: bounds that keep the table usable, ASCII digits only ---------------------
+
+
+def _everything_under(uri: str) -> list[str]:
+    return storage_of(uri).list("", recursive=True)
+
+
+@pytest.mark.parametrize(("properties", "record_key", "message"), [
+    ({"record_index.shards": "99999999999999999999"}, "id", "record_index.shards=.*from 1 to 1,024"),
+    ({"record_index.shards": "1025"}, "id", "from 1 to 1,024 shards"),
+    ({"lock.lease_ms": "1"}, None, r"lock.lease_ms='1': expected a whole number from 10,000"),
+    ({"lock.timeout_ms": "99"}, None, "lock.timeout_ms='99'"),
+    ({"write.target_file_bytes": "1"}, None, "write.target_file_bytes='1'.*from 1,000 to"),
+    ({"write.target_file_bytes": str(2 * 1024 ** 3)}, None, "write.target_file_bytes"),
+    ({"metadata.compact_after": "\uff15"}, None, "compact_after='\uff15'.*digits 0-9"),
+    ({"metadata.retain_commits": "\u0665"}, None, "digits 0-9"),
+    ({"deletes.compaction.threshold": "\u00b2"}, None, "digits 0-9"),
+    ({"deletes.compaction.threshold": "+3"}, None, "digits 0-9"),
+    ({"deletes.compaction.threshold": " 3"}, None, "digits 0-9"),
+    ({"timeline.archive.trigger": "1" + "0" * 5000}, None, "timeline.archive.trigger"),
+    ({"timeline.archive.max_files": "0"}, None, "from 1 to 1,000 files"),
+    ({"heartbeat.interval_ms": "1"}, None, "heartbeat.interval_ms='1'"),
+    ({"heartbeat.interval_ms": "40000"}, None, "at least twice the interval"),
+    ({"heartbeat.timeout_ms": "20000", "heartbeat.interval_ms": "15000"}, None,
+     "at least twice the interval"),
+])
+def test_a_property_that_would_make_the_table_unusable_is_refused_and_nothing_written(
+        table_uri: str, properties: dict[str, str], record_key: str | None, message: str) -> None:
+    with pytest.raises(txn.InvalidOptionError, match=message):
+        txn.create_table(table_uri, SCHEMA, record_key=record_key, properties=properties)
+    assert _everything_under(table_uri) == []
+    with pytest.raises(txn.TableNotFoundError):
+        txn.open_table(table_uri)
+
+
+def test_properties_at_their_bounds_make_a_working_table(memory_uri: str) -> None:
+    table = txn.create_table(memory_uri, SCHEMA, record_key="id", properties={
+        "record_index.shards": "1024", "lock.lease_ms": "10000", "lock.timeout_ms": "100",
+        "write.target_file_bytes": "1000", "heartbeat.interval_ms": "1000",
+        "heartbeat.timeout_ms": "2000", "deletes.compaction.threshold": "1000",
+        "timeline.archive.trigger": "2", "timeline.archive.retain": "1",
+        "metadata.compact_after": "1", "metadata.retain_commits": "1"})
+    for first in range(0, 40, 10):
+        table.append(rows(range(first, first + 10)))
+    table.upsert(rows([5, 50]))
+    table.delete(pc.field("id") < 3)
+    assert table.snapshot().count() == 38 and table.validate().ok
+
+
+def test_a_table_json_with_a_property_out_of_bounds_is_corrupt(memory_uri: str) -> None:
+    import msgspec
+
+    from txn._config import TABLE_CONFIG_PATH, decode_config, encode_config
+
+    txn.create_table(memory_uri, SCHEMA)
+    storage = storage_of(memory_uri)
+    config = decode_config(storage.read(TABLE_CONFIG_PATH))
+    damaged = msgspec.structs.replace(config, properties={"lock.lease_ms": "\uff15"})
+    storage.put(TABLE_CONFIG_PATH, encode_config(damaged))
+    with pytest.raises(txn.CorruptMetadataError, match=r"table.json.*lock.lease_ms"):
+        txn.open_table(memory_uri)
+
+
+# -- 11. the table location and storage options are checked with TxnErrors -------------------------
+
+
+@pytest.mark.parametrize("location", [None, 5, b"/tmp/t", "", ["t"]])
+def test_a_location_that_is_not_a_path_is_invalid(location: object) -> None:
+    with pytest.raises(txn.InvalidOptionError, match="table location must be a non-empty path"):
+        txn.create_table(location, SCHEMA)  # type: ignore[arg-type]
+    with pytest.raises(txn.InvalidOptionError, match="table location must be a non-empty path"):
+        txn.open_table(location)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("options", ["x", ["fsync"], {1: True}])
+def test_storage_options_that_are_not_a_dict_are_invalid(table_uri: str, options: object) -> None:
+    with pytest.raises(txn.InvalidOptionError, match=r"storage_options .* must be a dict"):
+        txn.create_table(table_uri, SCHEMA, storage_options=options)  # type: ignore[arg-type]
+    with pytest.raises(txn.InvalidOptionError, match=r"storage_options .* must be a dict"):
+        txn.open_table(table_uri, storage_options=options)  # type: ignore[arg-type]
+    assert _everything_under(table_uri) == []
+
+
+def test_a_table_cannot_be_created_at_or_below_a_file(tmp_path: Any) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("not a table")
+    with pytest.raises(txn.InvalidOptionError, match=r"'.*file' is a file; expected a folder"):
+        txn.create_table(a_file, SCHEMA)
+    with pytest.raises(txn.InvalidOptionError, match=r"lies below the file '.*file'"):
+        txn.create_table(str(a_file / "orders"), SCHEMA)
+    with pytest.raises(txn.TableNotFoundError):
+        txn.open_table(str(a_file / "orders"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and a_file.read_text() == "not a table"

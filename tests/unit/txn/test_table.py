@@ -151,7 +151,7 @@ def test_opening_a_missing_table_raises_table_not_found(table_uri: str) -> None:
         ({"properties": {"streaming": "yes"}}, "streaming='yes': expected 'true' or 'false'"),
         ({"properties": {"streaming": True}}, "keys and values must be strings"),
         ({"properties": ["streaming"]}, "properties must be a dict"),
-        ({"properties": {"timeline.archive.trigger": "0"}}, "positive whole number"),
+        ({"properties": {"timeline.archive.trigger": "0"}}, "expected a whole number from 2 to"),
         ({"properties": {"timeline.archive.trigger": "5", "timeline.archive.retain": "9"}},
          "archive_trigger .5. must be greater than archive_retain .9."),
         ({"storage_options": {"anon": True}}, r"take (no storage_options|only the option .fsync.)"),
@@ -279,8 +279,8 @@ def test_an_unkeyed_table_has_no_record_index(table_uri: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"record_key": "o_orderkey", "properties": {"record_index.shards": "0"}}, "positive whole"),
-        ({"record_key": "o_orderkey", "properties": {"record_index.shards": "many"}}, "positive whole"),
+        ({"record_key": "o_orderkey", "properties": {"record_index.shards": "0"}}, "whole number from 1"),
+        ({"record_key": "o_orderkey", "properties": {"record_index.shards": "many"}}, "digits 0-9"),
         ({"properties": {"record_index.shards": "8"}}, "only to tables with a record_key"),
     ],
 )
