@@ -9,6 +9,7 @@ failure while streaming rolls the write back, so nothing becomes visible either 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,22 +86,29 @@ def _check_names_only(names: list[str], expected: pa.Schema) -> None:
 
 
 def batches(data: object, expected: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Yield the input as record batches with schema ``expected`` (the table's).
+    """Yield the non-empty batches of the input with schema ``expected`` (the table's).
 
     The schema is checked eagerly, before the first batch is produced, so a mismatch raises
-    before the caller starts writing.
+    before the caller starts writing. In-memory input (``pa.Table``, ``DataFrame``) is conformed
+    whole here too, so a null in a non-nullable column also raises before anything is written;
+    a ``RecordBatchReader`` is conformed batch by batch as it is read.
     """
     if isinstance(data, pa.Table):
         _check_schema(data.schema, expected)
-        source: Iterator[pa.RecordBatch] = iter(data.to_batches())
-    elif isinstance(data, pa.RecordBatchReader):
+        return iter([_conform(b, expected) for b in data.to_batches() if b.num_rows])
+    if isinstance(data, pa.RecordBatchReader):
         _check_schema(data.schema, expected)
-        source = iter(data)
-    elif type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame":
-        source = iter(_from_pandas(data, expected).to_batches())
-    else:
-        raise InvalidOptionError(
-            f"cannot write a {type(data).__name__}; expected a pyarrow.Table, a "
-            "pyarrow.RecordBatchReader or a pandas.DataFrame"
-        )
-    return (_conform(batch, expected) for batch in source if batch.num_rows)
+        return (_conform(batch, expected) for batch in data if batch.num_rows)
+    if type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame":
+        table = _from_pandas(data, expected)
+        return iter([_conform(b, expected) for b in table.to_batches() if b.num_rows])
+    raise InvalidOptionError(
+        f"cannot write a {type(data).__name__}; expected a pyarrow.Table, a "
+        "pyarrow.RecordBatchReader or a pandas.DataFrame"
+    )
+
+
+def first_and_rest(source: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch] | None:
+    """``source`` unchanged, or None when it yields no batch (reads its first batch to know)."""
+    first = next(source, None)
+    return None if first is None else itertools.chain([first], source)

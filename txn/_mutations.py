@@ -23,7 +23,7 @@ import pyarrow.dataset as ds
 from indexes import DELETES, FILES, MetadataSnapshot, SnapshotExpiredError, key_names, live
 from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError, TimelineView
 
-from ._data import batches
+from ._data import batches, first_and_rest
 from ._deltas import LiveDeltas, Positions
 from ._keys import check_not_null, check_unique, describe, index_keys, keys_argument, last_wins, user_keys
 from ._operations import Change, commit_change
@@ -112,12 +112,20 @@ def _materialize(table: Table, data: Any) -> pa.Table:
 
 # -- loads -----------------------------------------------------------------------------------------
 
-def append(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
+def append(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
     columns = table.record_key_columns
     if not columns:  # reads nothing and conflicts with nothing
-        change = Change("append", batches(data, table._schema), None, LiveDeltas(table._store, {}))
+        # The first batch is read (and checked) before the instant begins: no rows, no commit.
+        source = first_and_rest(batches(data, table._schema))
+        if source is None:
+            log.info("append of no rows: nothing to commit")
+            return None
+        change = Change("append", source, None, LiveDeltas(table._store, {}))
         return commit_change(table, change, extra)
     rows = _materialize(table, data)
+    if rows.num_rows == 0:
+        log.info("append of no rows: nothing to commit")
+        return None
     check_not_null(rows, columns)
     check_unique(rows, columns)
     def plan(state: State) -> Change:
@@ -133,12 +141,14 @@ def append(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> C
 
 def overwrite(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
     columns = table.record_key_columns
-    rows: Any = batches(data, table._schema)
+    rows: Any
     if columns:
-        rows = _materialize(table, data)
-        check_not_null(rows, columns)
-        check_unique(rows, columns)
-        rows = rows.to_batches()
+        keyed = _materialize(table, data)
+        check_not_null(keyed, columns)
+        check_unique(keyed, columns)
+        rows = keyed.to_batches()
+    else:  # the first batch is read (and checked) before the instant begins
+        rows = first_and_rest(batches(data, table._schema)) or iter(())  # no rows: empties it
     # An overwrite conflicts with every concurrent data commit; it reads its state under the lock.
     change = Change("overwrite", rows, None, LiveDeltas(table._store, {}), replace=True)
     return commit_change(table, change, extra)

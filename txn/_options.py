@@ -151,7 +151,7 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], None], str]] = {
     "timeline.archive.max_files": (
         _WholeNumber(1, 1_000, "files"), "merge archive files beyond this many"),
     "lock.lease_ms": (
-        _WholeNumber(10 * _SECOND_MS, _HOUR_MS, "ms"), "table lock lease in milliseconds"),
+        _WholeNumber(5 * _SECOND_MS, _HOUR_MS, "ms"), "table lock lease in milliseconds"),
     "lock.timeout_ms": (
         _WholeNumber(100, _DAY_MS, "ms"), "how long a writer waits for the table lock"),
     "heartbeat.interval_ms": (

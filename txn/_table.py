@@ -159,12 +159,17 @@ class Table:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def append(self, data: WriteInput, *, extra: dict[str, str] | None = None) -> Commit:
+    def append(self, data: WriteInput, *, extra: dict[str, str] | None = None) -> Commit | None:
         """Load ``data`` as a new segment in one commit.
 
+        Returns None, and commits nothing, when ``data`` holds no rows (as ``upsert`` and
+        ``delete`` of nothing do).
+
         Raises:
-            SchemaMismatchError: the data's columns or types differ from the table's; nothing
-                is written.
+            SchemaMismatchError: the data's columns or types differ from the table's, or a
+                non-nullable column holds nulls; nothing is written. (A ``RecordBatchReader`` is
+                checked as it is read: a bad batch after the first rolls the write back, leaving
+                a ``rollback`` instant and the rows as they were.)
             DuplicateKeyError: (keyed tables) a key of ``data`` is already in the table, or
                 appears twice in ``data``; nothing is written.
         """
