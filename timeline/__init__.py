@@ -53,7 +53,7 @@ from ._lock import Lease, LockRecord, TableLock
 from ._memory import MemoryStorage
 from ._open import open_storage
 from ._prefixed import PrefixedStorage
-from ._storage import Storage
+from ._storage import Storage, check_key
 from ._timeline import RollbackPlan, Timeline, TimelineOptions
 from ._view import TimelineView
 
@@ -97,6 +97,7 @@ __all__ = [
     "TimelineView",
     "TxnError",
     "WorkerEnvironmentError",
+    "check_key",
     "format_time",
     "next_time",
     "open_storage",

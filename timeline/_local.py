@@ -8,6 +8,13 @@ creators wins, in threads or processes. Because the link points at an inode whos
 complete and durable before the name appeared, no reader can see a torn file. ``put`` uses
 ``os.replace`` of a temporary file, which is atomic in visibility (last writer wins). Temporary
 files start with ``.`` and end with ``.tmp``; listings skip them.
+
+Failures. Every key is checked before use (``check_key``: relative, normalised, no ``..``), so
+no call reaches outside the root. An operating-system failure (disk full, permission denied, a
+name too long) becomes :class:`StorageError` naming the key, the root and the reason, with the
+original ``errno``; a write that fails removes its temporary file first, so a full disk is not
+filled further by leftovers. A name too long to exist, or a path through a file, is simply
+absent for ``read``, ``size`` and ``delete``.
 """
 
 from __future__ import annotations
@@ -24,9 +31,13 @@ import pyarrow as pa
 import pyarrow.fs
 
 from ._errors import ObjectExistsError, ObjectNotFoundError, StorageError
+from ._storage import check_key, check_prefix
 
 _TMP_SUFFIX = ".tmp"
 _counter = itertools.count()
+#: Errors that mean "no object can be at this key": a component is a file, or a name is longer
+#: than the filesystem allows.
+_ABSENT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG})
 
 
 def _is_temporary(name: str) -> bool:
@@ -53,7 +64,17 @@ class LocalStorage:
         return self._root
 
     def _abs(self, path: str) -> str:
-        return f"{self._root_text}/{path}" if path else self._root_text
+        return f"{self._root_text}/{check_key(path)}"
+
+    def _failed(self, action: str, path: str, exc: OSError) -> StorageError:
+        reason = exc.strerror or str(exc)
+        error = StorageError(
+            f"could not {action} {path!r} in the table folder {self._root_text!r}: {reason} "
+            f"(errno {exc.errno}); expected the local filesystem to accept it (free space, "
+            "permissions, name length)"
+        )
+        error.errno = exc.errno
+        return error
 
     def _temporary_beside(self, final: str) -> str:
         # Unique per process, thread and call: never shared by two writers, so never torn.
@@ -61,27 +82,37 @@ class LocalStorage:
         folder, name = os.path.split(final)
         return os.path.join(folder, f".{name}.{token}{_TMP_SUFFIX}")
 
-    def _write_temporary(self, final: str, data: bytes) -> str:
+    def _write_temporary(self, path: str, final: str, data: bytes) -> str:
         tmp = self._temporary_beside(final)
-        with _create(tmp) as handle:
-            handle.write(data)
-            if self._fsync:
-                handle.flush()
-                os.fsync(handle.fileno())
+        try:
+            with _create(tmp) as handle:
+                handle.write(data)
+                if self._fsync:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+        except BaseException as exc:
+            # A full disk fails the write or the close; never leave the partial file behind.
+            _unlink_quietly(tmp)
+            if isinstance(exc, OSError):
+                raise self._failed("write", path, exc) from exc
+            raise
         return tmp
 
     def read(self, path: str) -> bytes:
+        full = self._abs(path)
         try:
-            with open(self._abs(path), "rb") as handle:
+            with open(full, "rb") as handle:
                 return handle.read()
-        except (FileNotFoundError, NotADirectoryError):
-            raise ObjectNotFoundError(path) from None
         except IsADirectoryError:
             raise ObjectNotFoundError(path) from None
+        except OSError as exc:
+            if exc.errno in _ABSENT_ERRNOS:
+                raise ObjectNotFoundError(path) from None
+            raise self._failed("read", path, exc) from exc
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         final = self._abs(path)
-        tmp = self._write_temporary(final, data)
+        tmp = self._write_temporary(path, final, data)
         try:
             os.link(tmp, final)
         except FileExistsError:
@@ -92,7 +123,7 @@ class LocalStorage:
                     f"the filesystem under {str(self._root)!r} does not support hard links, "
                     "which metatxn needs for an atomic put-if-absent on local disk"
                 ) from exc
-            raise
+            raise self._failed("create", path, exc) from exc
         finally:
             _unlink_quietly(tmp)
         if self._fsync:
@@ -100,20 +131,28 @@ class LocalStorage:
 
     def put(self, path: str, data: bytes) -> None:
         final = self._abs(path)
-        tmp = self._write_temporary(final, data)
+        tmp = self._write_temporary(path, final, data)
         try:
             os.replace(tmp, final)
-        except BaseException:
+        except BaseException as exc:
             _unlink_quietly(tmp)
+            if isinstance(exc, OSError):
+                raise self._failed("replace", path, exc) from exc
             raise
 
     def list(self, prefix: str, *, recursive: bool = False) -> list[str]:
-        prefix = prefix.strip("/")
-        base = self._abs(prefix)
+        prefix = check_prefix(prefix)
+        base = f"{self._root_text}/{prefix}" if prefix else self._root_text
         keys: list[str] = []
         if recursive:
             cut = len(self._root_text) + 1
-            for folder, _dirs, files in os.walk(base):
+
+            def failed(exc: OSError) -> None:
+                # A folder removed while walking is simply gone; anything else is a failure.
+                if exc.errno not in _ABSENT_ERRNOS:
+                    raise self._failed("list", prefix, exc) from exc
+
+            for folder, _dirs, files in os.walk(base, onerror=failed):
                 rel = folder[cut:].replace(os.sep, "/")
                 for name in files:
                     if not _is_temporary(name):
@@ -121,8 +160,10 @@ class LocalStorage:
         else:
             try:
                 entries = os.scandir(base)
-            except (FileNotFoundError, NotADirectoryError):
-                return []
+            except OSError as exc:
+                if exc.errno in _ABSENT_ERRNOS:
+                    return []
+                raise self._failed("list", prefix, exc) from exc
             with entries:
                 for entry in entries:
                     if not _is_temporary(entry.name) and entry.is_file():
@@ -131,8 +172,12 @@ class LocalStorage:
         return keys
 
     def delete(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(self._abs(path))
+        except OSError as exc:
+            if exc.errno in _ABSENT_ERRNOS:
+                return
+            raise self._failed("delete", path, exc) from exc
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(self._abs(path))
@@ -140,8 +185,10 @@ class LocalStorage:
     def size(self, path: str) -> int:
         try:
             return os.stat(self._abs(path)).st_size
-        except FileNotFoundError:
-            raise ObjectNotFoundError(path) from None
+        except OSError as exc:
+            if exc.errno in _ABSENT_ERRNOS:
+                raise ObjectNotFoundError(path) from None
+            raise self._failed("stat", path, exc) from exc
 
     def arrow_filesystem(self) -> tuple[pa.fs.FileSystem, str]:
         """A pyarrow filesystem and the root's path in it, for reading and writing data files."""
@@ -161,7 +208,8 @@ def _create(path: str) -> BinaryIO:
 
 
 def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    # Called while another error is on its way out: that error is the one to report.
+    with contextlib.suppress(OSError):
         os.unlink(path)
 
 

@@ -5,6 +5,7 @@ operation here runs under one process-wide lock, and a file is installed in the 
 complete object, so a reader sees all of it or none of it, and the existence check plus insert of
 ``put_if_absent`` cannot interleave with another writer. The store is per process: tables on
 ``memory://`` are not shared across processes, so the race that matters is between threads.
+Keys are checked like every backend's (``check_key``): none reaches outside the root.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.fs
 
 from ._errors import ObjectExistsError, ObjectNotFoundError
+from ._storage import check_key, check_prefix
 
 # One lock for every MemoryStorage: they may share fsspec's process-wide store.
 _LOCK = threading.RLock()
@@ -37,7 +39,7 @@ class MemoryStorage:
         return self._uri
 
     def _abs(self, path: str) -> str:
-        return f"{self._root}/{path}" if path else self._root
+        return f"{self._root}/{check_key(path)}"
 
     def read(self, path: str) -> bytes:
         with _LOCK:
@@ -58,7 +60,8 @@ class MemoryStorage:
             self._fs.pipe_file(self._abs(path), bytes(data))
 
     def list(self, prefix: str, *, recursive: bool = False) -> list[str]:
-        base = self._abs(prefix.strip("/"))
+        prefix = check_prefix(prefix)
+        base = f"{self._root}/{prefix}" if prefix else self._root
         with _LOCK:
             if not self._fs.isdir(base):
                 return []

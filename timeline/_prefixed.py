@@ -7,7 +7,7 @@ guarantee of the inner storage holds unchanged, since each call maps to exactly 
 
 from __future__ import annotations
 
-from ._storage import Storage
+from ._storage import Storage, check_key, check_prefix
 
 
 class PrefixedStorage:
@@ -26,7 +26,8 @@ class PrefixedStorage:
         return f"{self._inner.uri.rstrip('/')}/{self._prefix}"
 
     def _key(self, path: str) -> str:
-        return f"{self._prefix}/{path}" if path else self._prefix
+        # Checked here too, so an error names the key as this view's caller gave it.
+        return f"{self._prefix}/{check_key(path)}"
 
     def read(self, path: str) -> bytes:
         return self._inner.read(self._key(path))
@@ -38,8 +39,10 @@ class PrefixedStorage:
         self._inner.put(self._key(path), data)
 
     def list(self, prefix: str, *, recursive: bool = False) -> list[str]:
+        prefix = check_prefix(prefix)
         cut = len(self._prefix) + 1
-        return [key[cut:] for key in self._inner.list(self._key(prefix.strip("/")), recursive=recursive)]
+        inner = f"{self._prefix}/{prefix}" if prefix else self._prefix
+        return [key[cut:] for key in self._inner.list(inner, recursive=recursive)]
 
     def delete(self, path: str) -> None:
         self._inner.delete(self._key(path))

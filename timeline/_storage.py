@@ -17,11 +17,19 @@ Not guaranteed: ``put`` (plain overwrite) is atomic in visibility but is last-wr
 only used for files that are not commit points (heartbeats, archive files written under the
 lock). ``delete`` of a missing key is not an error. fsspec's generic ``mode="create"`` is
 documented as not atomic on most filesystems, so no backend uses it.
+
+**Keys never leave the root.** Every backend checks each key with :func:`check_key` (and each
+listing prefix with :func:`check_prefix`) before it touches storage: a key is non-empty,
+relative, ``/``-separated, and has no empty, ``.`` or ``..`` segment and no NUL character. Keys
+come from metatxn itself, but some are read back from storage (markers name data files), so a
+damaged or hostile file must not be able to aim a delete outside the table.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
+
+from ._errors import InvalidOptionError
 
 
 @runtime_checkable
@@ -72,3 +80,32 @@ class Storage(Protocol):
 def join(*parts: str) -> str:
     """Join key parts with ``/``, ignoring empty parts."""
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+_BAD_SEGMENTS = frozenset({"", ".", ".."})
+
+
+def check_key(path: str) -> str:
+    """Return ``path`` if it is a key inside the root; raise :class:`InvalidOptionError` if not.
+
+    A key is non-empty, relative, ``/``-separated and normalised: no empty, ``.`` or ``..``
+    segment (so no leading, trailing or doubled ``/``), and no NUL character.
+    """
+    if not isinstance(path, str):
+        raise InvalidOptionError(f"storage key {path!r} is not a string; expected a table-relative "
+                                 "path such as '_timeline/table.json'")
+    if "\x00" in path or _BAD_SEGMENTS.intersection(path.split("/")):
+        raise InvalidOptionError(
+            f"storage key {path!r} is not a normalised table-relative path; expected "
+            "'/'-separated names with no empty, '.' or '..' segment, not absolute, which can "
+            "never leave the table's root"
+        )
+    return path
+
+
+def check_prefix(prefix: str) -> str:
+    """A listing prefix without its outer ``/``: empty (the root) or a valid key."""
+    stripped = prefix.strip("/")
+    if stripped:
+        check_key(stripped)
+    return stripped
