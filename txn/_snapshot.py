@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import date
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,7 +26,7 @@ from ._deltas import LiveDeltas
 from ._records import DataFile
 from ._scan import scan_file
 from ._storage_io import DataStore
-from ._writer import HIVE_NULL
+from ._writer import parse_hive_value
 
 
 def _converter(data_type: pa.DataType) -> Callable[[str], object]:
@@ -49,8 +48,8 @@ def _partition_parser(schema: pa.Schema) -> Callable[[str], dict[str, object]]:
         if partition:
             for part in partition.split("/"):
                 name, _, text = part.partition("=")
-                raw = unquote(text)
-                values[name] = None if raw == HIVE_NULL else converters[name](raw)
+                raw = parse_hive_value(text)
+                values[name] = None if raw is None else converters[name](raw)
         return values
 
     return parse

@@ -10,8 +10,20 @@ is stored; the name ends with ``_<T>.parquet`` (delete deltas, written the same 
 ``_<T>.deletedelta``), so the markers of ``T`` are found by one listing
 of ``_markers/`` (which holds only the markers of writes in flight). A rollback of ``T`` (after a
 crash, possibly in another process) deletes exactly the files its markers name, without listing
-data folders. Markers are removed once ``T`` is decided. The folder is flat so that no
-per-instant folders are left behind on filesystems that have real folders.
+data folders. Markers are removed once ``T`` is decided (a writer killed after its commit
+point leaves them; the next commit's tidy-up removes markers of completed instants). The folder
+is flat so that no per-instant folders are left behind on filesystems that have real folders.
+
+A marker is read back only through :func:`read_marker`, which checks that it names a data file
+or delete delta of its own name inside the table (power loss with fsync off can leave an empty
+marker, and a hostile one could name ``../anything``): nothing is deleted on a marker's word
+unless it passed.
+
+Partition folders: a value is escaped as Hive does (``quote``); the string value that equals
+the null folder name ``__HIVE_DEFAULT_PARTITION__`` is written ``%5F_HIVE_DEFAULT_PARTITION__``
+so it reads back as itself (:func:`parse_hive_value`). A folder name ``<column>=<value>`` longer
+than 255 bytes, the file-name limit of common filesystems, is refused with
+``InvalidOptionError`` before any file of that partition is written.
 
 Memory: input is buffered per partition until a file's worth (``target_file_bytes`` of Arrow
 memory) is reached, then sorted and written; beyond ``buffer_bytes`` in total the largest buffer
@@ -27,21 +39,27 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import stats_eligible
-from timeline import Storage
+from timeline import CorruptMetadataError, InvalidOptionError, Storage, check_key
 
 from ._storage_io import DataStore
 
 MARKERS_FOLDER = "_markers"
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-
-
+#: How a string value equal to ``HIVE_NULL`` is written, so that it is not read back as null.
+_HIVE_NULL_LITERAL = "%5F" + HIVE_NULL[1:]
+#: The longest partition folder name ``<column>=<value>`` (bytes, UTF-8): NAME_MAX of ext4, XFS,
+#: btrfs, APFS and tmpfs. Longer names fail on local disk, so they are refused on every backend.
+MAX_PARTITION_FOLDER_BYTES = 255
+#: What a marker names: data files and delete deltas, never metadata.
+_MARKED_SUFFIXES = (".parquet", ".deletedelta")
+_NOT_DATA_FOLDERS = frozenset({"_timeline", "_metadata", MARKERS_FOLDER})
 class ColumnStats(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """min/max (None when unknown), null count and value count of one column in one file."""
 
@@ -76,15 +94,70 @@ def markers_of(storage: Storage, instant_time: str) -> list[str]:
     return [key for key in storage.list(MARKERS_FOLDER) if marker_instant(key) == instant_time]
 
 
+def read_marker(storage: Storage, key: str) -> str:
+    """The table-relative path of the data file or delete delta that marker ``key`` names, checked.
+
+    The content must be UTF-8, a normalised relative path (no empty, ``.`` or ``..`` segment)
+    with at least one folder, outside ``_timeline/``, ``_metadata/`` and ``_markers/``, ending
+    with the marker's own file name (``..._<T>.parquet`` or ``..._<T>.deletedelta``). Anything
+    else raises :class:`CorruptMetadataError` naming the marker, so no caller deletes or trusts a
+    path a damaged or hostile marker names. A missing marker raises ``ObjectNotFoundError``.
+    """
+    data = storage.read(key)
+    name = key.rsplit("/", 1)[-1]
+    expected = (f"the UTF-8 table-relative path '<folder>/{name}' of the data file or delete "
+                "delta it is named after (normalised: no '..', '.' or empty segment)")
+    try:
+        path = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorruptMetadataError(key, expected, f"{len(data)} bytes that are not UTF-8") from None
+    if not path:
+        raise CorruptMetadataError(key, expected, "an empty file")
+    try:
+        check_key(path)
+    except InvalidOptionError:
+        raise CorruptMetadataError(key, expected, f"{path[:300]!r}") from None
+    folder, _, file_name = path.rpartition("/")
+    if (not folder or file_name != name or not name.endswith(_MARKED_SUFFIXES)
+            or folder.split("/", 1)[0] in _NOT_DATA_FOLDERS):
+        raise CorruptMetadataError(key, expected, f"{path[:300]!r}")
+    return path
+
+
 def hive_value(value: object) -> str:
-    """Render a partition value as a folder-name component (Hive escaping)."""
+    """Render a partition value as a folder-name component (Hive escaping).
+
+    The inverse is :func:`parse_hive_value` (then the column's type converts the text).
+    """
     if value is None:
         return HIVE_NULL
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, date):
         return value.isoformat()
-    return quote(str(value), safe=" -_.,:;@+~")
+    text = quote(str(value), safe=" -_.,:;@+~")
+    return _HIVE_NULL_LITERAL if text == HIVE_NULL else text
+
+
+def parse_hive_value(text: str) -> str | None:
+    """The value text of a folder-name component written by :func:`hive_value`; None for null."""
+    return None if text == HIVE_NULL else unquote(text)
+
+
+def partition_folder(column: str, value: object) -> str:
+    """``<column>=<value>``; ``InvalidOptionError`` if longer than a file name may be."""
+    folder = f"{column}={hive_value(value)}"
+    size = len(folder.encode())
+    if size > MAX_PARTITION_FOLDER_BYTES:
+        shown = str(value)
+        shown = shown if len(shown) <= 40 else f"{shown[:40]}... ({len(shown)} characters)"
+        raise InvalidOptionError(
+            f"partition column {column!r} has the value {shown!r}, whose folder name "
+            f"'{column}=<value>' is {size} bytes once escaped; expected at most "
+            f"{MAX_PARTITION_FOLDER_BYTES} bytes, the longest file name filesystems allow\n"
+            "Help: partition by a shorter column (a prefix, a bucket or a hash of this one)"
+        )
+    return folder
 
 
 def column_stats(table: pa.Table) -> dict[str, ColumnStats]:
@@ -250,7 +323,7 @@ class DataFileWriter:
         for start, end in itertools.pairwise(starts):
             part = ordered.slice(start, end - start)
             values = {name: part.column(name)[0].as_py() for name in self._partition_by}
-            path = "/".join(f"{name}={hive_value(values[name])}" for name in self._partition_by)
+            path = "/".join(partition_folder(name, values[name]) for name in self._partition_by)
             yield path, values, part
 
     def _flush(self, buffer: _Buffer) -> None:
