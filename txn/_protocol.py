@@ -19,6 +19,11 @@ One write is one instant ``T`` on the data timeline:
 Errors raised at or after the commit point are special: if completing ``T`` failed with an unknown
 outcome, ``CommitStateUnknownError`` propagates and nothing is deleted; if the commit landed and
 a later step failed, the failure is logged and the commit is returned.
+
+Recovery cannot be turned against the table: a marker's content is checked (``read_marker``)
+before the file it names is deleted, and a damaged marker is reported and dropped, its file left
+for ``validate()``; a rollback that fails on one instant is logged and the next writer retries
+it, so no single instant blocks every later writer.
 """
 
 from __future__ import annotations
@@ -31,9 +36,12 @@ from typing import Any
 from indexes import MetadataChanges, MetadataTable
 from timeline import (
     CommitStateUnknownError,
+    CorruptMetadataError,
     Heartbeat,
     Instant,
     Lease,
+    LockLostError,
+    ObjectNotFoundError,
     Storage,
     Timeline,
     TimelineView,
@@ -41,7 +49,7 @@ from timeline import (
 )
 
 from ._records import CommitMetadata, WritePlan
-from ._writer import MARKERS_FOLDER, markers_of
+from ._writer import MARKERS_FOLDER, marker_instant, markers_of, read_marker
 
 log = logging.getLogger("metatxn")
 
@@ -108,13 +116,21 @@ class Protocol:
 
     def commit(self, pending: Pending, build: Builder) -> tuple[Instant, CommitMetadata]:
         """Run step 4. Returns the completed instant and what it recorded."""
+        completed, metadata, _ = self._commit(pending, build)
+        return completed, metadata
+
+    def _commit(self, pending: Pending,
+                build: Builder) -> tuple[Instant, CommitMetadata, frozenset[str]]:
+        """``commit``, also returning the times of the instants completed when it landed."""
         completed: Instant | None = None
         metadata: CommitMetadata | None = None
+        done: frozenset[str] = frozenset()
         try:
             with self._timeline.lock() as lease:
                 changes, metadata = build(lease, self._timeline.view(lease))
                 self._metadata.write_delta(pending.instant.time, changes, lease=lease)
                 completed = self._timeline.complete(pending.instant, metadata, lease=lease)
+                done = frozenset(i.time for i in self._timeline.view(lease).completed())
                 self._after_commit_quietly(lease)
         except Exception:
             if completed is None:
@@ -123,7 +139,7 @@ class Protocol:
             log.warning("releasing the table lock after instant %s failed", completed.time,
                         exc_info=True)
         assert completed is not None and metadata is not None
-        return completed, metadata
+        return completed, metadata, done | {completed.time}
 
     def run(self, operation: str, action: str, *, new_segment: bool,
             write: Callable[[Pending], Any], build: Callable[[Pending, Any], Builder],
@@ -141,7 +157,7 @@ class Protocol:
         """
         try:
             written = write(pending)
-            result = self.commit(pending, build(pending, written))
+            completed, metadata, done = self._commit(pending, build(pending, written))
         except CommitStateUnknownError:
             # Never delete anything: the instant may have completed. Stop beating but keep the
             # heartbeat file, so the instant expires normally if it did not complete.
@@ -151,29 +167,43 @@ class Protocol:
             pending.heartbeat.stop(delete=False)
             self._roll_back_quietly(pending.instant)
             raise
-        # The commit landed: tidying up is best effort, and a later rollback or clean redoes it.
+        # The commit landed: tidying up is best effort, and the next commit redoes it.
         try:
             pending.heartbeat.stop()
-            self._remove_markers(pending.instant.time)
+            self._remove_committed_markers(done)
         except Exception:
             log.warning("cleaning up after committed instant %s failed", pending.instant.time,
                         exc_info=True)
-        return result
+        return completed, metadata
 
     # -- rollback and recovery -----------------------------------------------------------------
 
     def recover(self, lease: Lease) -> TimelineView:
-        """Roll back every pending instant whose writer's heartbeat expired; return the view."""
+        """Roll back every pending instant whose writer's heartbeat expired; return the view.
+
+        A rollback that fails (storage refusing a delete, a damaged plan) is logged and left:
+        the instant stays pending, the next writer tries again, and this write goes on. Only a
+        lost lock stops recovery, since nothing may be decided without it.
+        """
         view = self._timeline.view(lease)
         if not view.pending():
             return view  # no writer in flight, so none died in flight either
         for instant in self._timeline.expired(view):
             undo = self._undo(lease)
-            if instant.action == "rollback":
-                self._timeline.resume_rollback(instant, lease=lease, undo=undo)
-            else:
-                log.info("rolling back instant %s of a writer whose heartbeat expired", instant.time)
-                self._timeline.rollback(instant, lease=lease, undo=undo)
+            try:
+                if instant.action == "rollback":
+                    self._timeline.resume_rollback(instant, lease=lease, undo=undo)
+                else:
+                    log.info("rolling back instant %s of a writer whose heartbeat expired",
+                             instant.time)
+                    self._timeline.rollback(instant, lease=lease, undo=undo)
+            except LockLostError:
+                raise
+            except Exception:
+                step = "finish rollback" if instant.action == "rollback" else "roll back instant"
+                log.warning("could not %s %s of a dead writer; it stays pending for validate() "
+                            "to report and a later writer to retry", step, instant.time,
+                            exc_info=True)
         # A writer that died holding the lock left a data instant pending; it may also have left
         # a metadata instant pending.
         self._metadata.recover(lease=lease)
@@ -199,20 +229,41 @@ class Protocol:
 
     def _undo(self, lease: Lease) -> Callable[[Instant], dict[str, list[str]]]:
         def undo(target: Instant) -> dict[str, list[str]]:
-            deleted = []
+            deleted, damaged = [], []
             for marker in markers_of(self._storage, target.time):
-                path = self._storage.read(marker).decode()
-                self._storage.delete(path)
-                deleted.append(path)
+                try:
+                    path = read_marker(self._storage, marker)
+                except ObjectNotFoundError:
+                    continue  # removed since the listing: an earlier attempt finished it
+                except CorruptMetadataError as exc:
+                    # Its file (if any) cannot be located safely: validate() reports it as
+                    # unreferenced once the marker is gone, and a clean can remove it.
+                    log.warning("not deleting what marker %s of rolled-back instant %s names: %s",
+                                marker, target.time, exc)
+                    damaged.append(marker)
+                else:
+                    self._storage.delete(path)
+                    deleted.append(path)
+                self._storage.delete(marker)
             blocks = self._metadata.remove_instant(target.time, lease=lease)
-            self._remove_markers(target.time)
-            return {"files_deleted": deleted, "metadata_blocks_deleted": blocks}
+            record = {"files_deleted": deleted, "metadata_blocks_deleted": blocks}
+            if damaged:
+                record["damaged_markers"] = damaged
+            return record
 
         return undo
 
-    def _remove_markers(self, instant_time: str) -> None:
-        for marker in markers_of(self._storage, instant_time):
-            self._storage.delete(marker)
+    def _remove_committed_markers(self, done: frozenset[str]) -> None:
+        """Delete the markers of completed instants (this write's and any a killed writer left).
+
+        ``done`` holds the times completed when this write committed, seen under the lock. A
+        completed instant's files are committed, so its markers mean nothing any more; markers
+        of pending or rolled-back instants are left to their writer or their rollback. One
+        listing, which the removals keep as short as the writes in flight.
+        """
+        for marker in self._storage.list(MARKERS_FOLDER):
+            if marker_instant(marker) in done:
+                self._storage.delete(marker)
 
     def _after_commit_quietly(self, lease: Lease) -> None:
         try:

@@ -8,6 +8,7 @@ instant that names it completes, so a torn or orphaned data file is never read.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from collections.abc import Sequence
 
@@ -16,7 +17,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs
 import pyarrow.parquet as pq
 
-from timeline import InvalidOptionError, Storage
+from timeline import InvalidOptionError, Storage, StorageError
 
 
 class DataStore:
@@ -47,13 +48,24 @@ class DataStore:
         """
         full = self.full_path(path)
         folder = posixpath.dirname(full)
-        if folder not in self._made_folders:
-            self.filesystem.create_dir(folder, recursive=True)
-            self._made_folders.add(folder)
-        with self.filesystem.open_output_stream(full) as sink:
-            pq.write_table(table, sink, row_group_size=row_group_rows,
-                           write_statistics=statistics, use_dictionary=dictionary)
-            size: int = sink.tell()
+        try:
+            if folder not in self._made_folders:
+                self.filesystem.create_dir(folder, recursive=True)
+                self._made_folders.add(folder)
+            with self.filesystem.open_output_stream(full) as sink:
+                pq.write_table(table, sink, row_group_size=row_group_rows,
+                               write_statistics=statistics, use_dictionary=dictionary)
+                size: int = sink.tell()
+        except OSError as exc:
+            # A full disk would stay full of the partial file until the rollback, which itself
+            # needs room to record that it started: remove it now (its marker still names it).
+            with contextlib.suppress(OSError):
+                self.filesystem.delete_file(full)
+            error = StorageError(f"could not write data file {path!r} of the table at "
+                                 f"{self.storage.uri!r}: {exc}; expected the storage to accept "
+                                 "it (free space, permissions)")
+            error.errno = exc.errno
+            raise error from exc
         return size
 
     def dataset(

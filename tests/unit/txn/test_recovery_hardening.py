@@ -1,0 +1,367 @@
+"""Recovery that cannot be turned against the table.
+
+* A marker is read back only after it is checked (``read_marker``): a dead writer's marker that
+  names ``../victim.txt``, an absolute path, metadata, or is empty or not UTF-8 (power loss with
+  fsync off) deletes nothing and blocks nobody; its rollback completes and records it.
+* A rollback that fails on one instant is logged; the write that found it goes on, and a later
+  writer finishes it.
+* A partition value whose folder name would exceed 255 bytes is refused with
+  ``InvalidOptionError``; the string value ``__HIVE_DEFAULT_PARTITION__`` reads back as itself.
+* A full disk is a ``StorageError`` naming the file, and leaves no temporary files.
+* Markers of committed instants (a writer killed after its commit point) are removed by the next
+  commit, with no extra listing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import timeline
+import timeline._local as local_module
+import txn
+from tests.conftest import FakeClock
+from tests.faults import InjectedFault
+from tests.unit.txn.helpers import (
+    SCHEMA,
+    ArrowStorage,
+    CountingStorage,
+    Faulty,
+    batch_reader,
+    data_files_on_storage,
+    rows,
+    storage_of,
+    table_on,
+)
+from txn._writer import read_marker
+
+EXPIRY_MS = 10 * 60_000
+
+
+def _is_marker(path: str) -> bool:
+    return path.startswith("_markers/")
+
+
+def _batches(count: int) -> Iterator[pa.RecordBatch]:
+    for i in range(count):
+        yield rows(range(1_000 + i * 100, 1_100 + i * 100)).to_batches()[0]
+
+
+def _small_files(uri: str, clock: FakeClock, **kwargs: Any) -> txn.Table:
+    return txn.create_table(uri, SCHEMA, properties={"write.target_file_bytes": "2000"},
+                            clock=clock, **kwargs)
+
+
+def _dead_writer(uri: str, clock: FakeClock) -> timeline.Instant:
+    """A writer that died after its first data file: its instant is inflight, with a marker."""
+    faulty = Faulty(storage_of(uri))
+    faulty.arm(2, ops={"put_if_absent"}, match=_is_marker, crash=True)
+    with pytest.raises(InjectedFault):
+        table_on(uri, faulty, clock=clock).append(batch_reader(SCHEMA, _batches(10)))
+    dead = txn.open_table(uri, clock=clock).timeline()[-1]
+    assert dead.state == "inflight"
+    return dead
+
+
+def _rollback_record(uri: str, table: txn.Table) -> dict[str, Any]:
+    rollback = [i for i in table.timeline() if i.action == "rollback"][-1]
+    assert rollback.state == "completed"
+    record: dict[str, Any] = timeline.Timeline(storage_of(uri)).read_metadata(rollback)
+    return record
+
+
+# -- markers are checked before anything is deleted ----------------------------------------------
+
+
+HOSTILE = {
+    "parent": b"../victim.txt",
+    "parent-with-name": b"../{name}",
+    "absolute": b"/tmp/{name}",
+    "metadata": b"_timeline/{name}",
+    "another-name": b"segment_0/part-0-00000-other_20260101000000000.parquet",
+    "dot-segment": b"segment_0/./{name}",
+    "no-folder": b"{name}",
+    "empty": b"",
+    "not-utf8": b"\xff\xfe\x00segment",
+}
+
+
+@pytest.mark.allow_metatxn_warnings
+@pytest.mark.parametrize("content", sorted(HOSTILE))
+def test_a_dead_writers_damaged_or_hostile_marker_deletes_nothing_and_blocks_nobody(
+    tmp_path: Path, clock: FakeClock, content: str
+) -> None:
+    uri = str(tmp_path / "table")
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"keep me")
+    _small_files(uri, clock).append(rows(range(5)))
+    committed = data_files_on_storage(uri)
+    dead = _dead_writer(uri, clock)
+    name = f"part-1-00099-evil_{dead.time}.parquet"
+    marker = f"_markers/{name}"
+    storage = storage_of(uri)
+    storage.put_if_absent(marker, HOSTILE[content].replace(b"{name}", name.encode()))
+    with pytest.raises(txn.CorruptMetadataError, match=f"corrupt metadata file '{marker}'") as info:
+        read_marker(storage, marker)
+    assert info.value.path == marker
+
+    clock.advance(EXPIRY_MS)
+    survivor = txn.open_table(uri, clock=clock)
+    survivor.append(rows(range(5, 8)))
+
+    assert victim.read_bytes() == b"keep me"
+    assert os.path.isdir(uri) and storage.read("_timeline/table.json")
+    assert {i.time: i.state for i in survivor.timeline()}[dead.time] == "rolledback"
+    record = _rollback_record(uri, survivor)
+    assert record["damaged_markers"] == [marker]
+    assert len(record["files_deleted"]) == 1, "the dead writer's real file is still deleted"
+    assert storage.list("_markers") == []
+    assert set(committed) < set(data_files_on_storage(uri))
+    assert sorted(survivor.to_arrow()["id"].to_pylist()) == list(range(8))
+    assert survivor.validate().ok
+
+
+def test_read_marker_returns_the_path_a_sound_marker_names(memory_uri: str) -> None:
+    storage = storage_of(memory_uri)
+    name = "part-0-00000-abc_20260101000000000_20260102000000000.deletedelta"
+    storage.put_if_absent(f"_markers/{name}", f"region=eu/day=x/{name}".encode())
+    assert read_marker(storage, f"_markers/{name}") == f"region=eu/day=x/{name}"
+    with pytest.raises(timeline.ObjectNotFoundError):
+        read_marker(storage, "_markers/part-0-00001-abc_20260101000000000.parquet")
+
+
+def test_a_dead_writers_marker_naming_a_path_too_long_for_the_disk_is_rolled_back(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """What an earlier version left after ``Errno 36``: the rollback used to fail forever."""
+    uri = str(tmp_path / "table")
+    _small_files(uri, clock).append(rows(range(5)))
+    dead = _dead_writer(uri, clock)
+    name = f"part-1-00099-long_{dead.time}.parquet"
+    storage_of(uri).put_if_absent(f"_markers/{name}", f"region={'x' * 300}/{name}".encode())
+
+    clock.advance(EXPIRY_MS)
+    survivor = txn.open_table(uri, clock=clock)
+    survivor.append(rows(range(5, 6)))
+    assert {i.time: i.state for i in survivor.timeline()}[dead.time] == "rolledback"
+    assert storage_of(uri).list("_markers") == []
+    assert survivor.validate().ok
+
+
+# -- a failing rollback does not block writers -----------------------------------------------------
+
+
+class RefusingDeletes(ArrowStorage):
+    """Forwards everything, but refuses to delete data files while ``refusing`` is set."""
+
+    def __init__(self, inner: timeline.Storage) -> None:
+        self.inner = inner
+        self.refusing = True
+
+    @property
+    def uri(self) -> str:
+        return self.inner.uri
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def delete(self, path: str) -> None:
+        if self.refusing and path.endswith(".parquet") and not path.startswith("_"):
+            raise timeline.StorageError(f"could not delete {path!r}: permission denied")
+        self.inner.delete(path)
+
+
+@pytest.mark.allow_metatxn_warnings
+def test_a_rollback_that_keeps_failing_is_logged_and_later_writes_go_on(
+    table_uri: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    _small_files(table_uri, clock).append(rows(range(5)))
+    dead = _dead_writer(table_uri, clock)
+    clock.advance(EXPIRY_MS)
+    refusing = RefusingDeletes(storage_of(table_uri))
+    writer = table_on(table_uri, refusing, clock=clock)  # type: ignore[arg-type]
+
+    for start in (5, 6):  # the second time, the pending rollback has expired in turn
+        writer.append(rows(range(start, start + 1)))
+        clock.advance(EXPIRY_MS)
+    assert sorted(writer.to_arrow()["id"].to_pylist()) == list(range(7))
+    warnings = [r for r in caplog.records if "of a dead writer" in r.getMessage()]
+    rollback = next(i for i in writer.timeline() if i.action == "rollback")
+    assert [r.getMessage().split(" of a dead")[0] for r in warnings] == [
+        f"could not roll back instant {dead.time}", f"could not finish rollback {rollback.time}"]
+    assert all(isinstance(r.exc_info[1], timeline.StorageError) for r in warnings)  # type: ignore[index]
+    by_time = {i.time: i for i in writer.timeline()}
+    assert (by_time[dead.time].state, rollback.state) == ("rolledback", "inflight")
+
+    refusing.refusing = False
+    writer.append(rows(range(7, 8)))
+    assert [i.state for i in writer.timeline() if i.action == "rollback"] == ["completed"]
+    assert storage_of(table_uri).list("_markers") == []
+    assert writer.snapshot().count() == 8 and writer.validate().ok
+
+
+# -- partition values ------------------------------------------------------------------------------
+
+
+def _regional(uri: str) -> txn.Table:
+    return txn.create_table(uri, SCHEMA, partition_by=["region"])
+
+
+@pytest.mark.parametrize("value", ["x" * 300, "é" * 125])
+def test_a_partition_value_too_long_for_a_folder_name_is_refused_and_the_table_goes_on(
+    table_uri: str, value: str
+) -> None:
+    table = _regional(table_uri)
+    table.append(rows(range(3)))
+    with pytest.raises(txn.InvalidOptionError,
+                       match=r"partition column 'region' .* is \d+ bytes once escaped; "
+                             r"expected at most 255 bytes"):
+        table.append(pa.concat_tables([rows(range(3, 5)), rows(range(5, 6), region=value)]))
+    assert table.timeline()[-2].state == "rolledback"
+    assert storage_of(table_uri).list("_markers") == []
+    table.append(rows(range(5, 6), region="x" * (255 - len("region="))))
+    assert table.snapshot().count() == 4 and table.validate().ok
+
+
+def test_the_string_value_equal_to_the_null_folder_name_reads_back_as_itself(table_uri: str) -> None:
+    table = _regional(table_uri)
+    literal, escaped = "__HIVE_DEFAULT_PARTITION__", "%5F_HIVE_DEFAULT_PARTITION__"
+    table.append(pa.concat_tables([rows(range(2), region=literal), rows(range(2, 3), region=None),
+                                   rows(range(3, 4), region=escaped)]))
+    assert table.partitions() == [{"region": escaped}, {"region": None}, {"region": literal}]
+    by_rows = sorted((f.rows, str(f.partition["region"])) for f in table.snapshot().files())
+    assert by_rows == [(1, escaped), (1, "None"), (2, literal)]
+    got = {r["id"]: r["region"] for r in table.to_arrow().to_pylist()}
+    assert got == {0: literal, 1: literal, 2: None, 3: escaped}
+    assert table.validate().ok
+
+
+# -- a full disk -----------------------------------------------------------------------------------
+
+
+def _temporary_files(root: Path) -> list[str]:
+    return sorted(p.name for p in root.rglob("*") if p.name.startswith(".") and p.name.endswith(".tmp"))
+
+
+class _FullDisk:
+    """``open`` for writing under ``root`` fails like a full disk (ENOSPC on write)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = str(root)
+        self._open = builtins.open
+
+    def __call__(self, path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        handle = self._open(path, mode, *args, **kwargs)
+        if "w" in mode and str(path).startswith(self.root):
+            handle.close()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return handle
+
+
+@pytest.mark.allow_metatxn_warnings
+def test_an_injected_full_disk_fails_the_write_with_a_storage_error_and_the_table_recovers(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = str(tmp_path / "table")
+    table = _small_files(uri, clock)
+    table.append(rows(range(5)))
+    monkeypatch.setattr(local_module, "open", _FullDisk(tmp_path), raising=False)
+    with pytest.raises(txn.StorageError, match=r"could not write '.*'.*No space left") as info:
+        table.append(rows(range(5, 10)))
+    assert info.value.errno == errno.ENOSPC
+    assert _temporary_files(tmp_path) == []
+    monkeypatch.undo()
+
+    clock.advance(EXPIRY_MS)
+    table.append(rows(range(10, 12)))
+    assert sorted(table.to_arrow()["id"].to_pylist()) == [*range(5), 10, 11]
+    assert storage_of(uri).list("_markers") == []
+    assert table.validate().ok
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MB tmpfs, where the machine allows mounting one."""
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot mount a tmpfs here: {exc}")
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True, timeout=30)
+
+
+def _big(ids: range) -> pa.Table:
+    table = rows(ids)
+    noise = np.random.default_rng(0).random(len(table))
+    return table.set_column(table.schema.get_field_index("price"), "price", pa.array(noise))
+
+
+def test_a_real_full_disk_fails_the_write_with_a_storage_error_and_the_table_goes_on(
+    tiny_disk: Path, clock: FakeClock
+) -> None:
+    uri = str(tiny_disk / "table")
+    table = txn.create_table(uri, SCHEMA, clock=clock)
+    table.append(rows(range(5)))
+    with pytest.raises(txn.StorageError, match=r"could not write data file .*No space left") as info:
+        table.append(_big(range(100, 200_100)))
+    assert info.value.errno == errno.ENOSPC
+    assert _temporary_files(tiny_disk) == []
+    assert table.timeline()[-2].state == "rolledback", "the partial file was removed, so the "
+    "rollback had room to run at once"
+    table.append(rows(range(5, 7)))
+    assert table.snapshot().count() == 7
+    assert storage_of(uri).list("_markers") == []
+    assert table.validate().ok
+
+
+# -- markers of committed instants -----------------------------------------------------------------
+
+
+def test_markers_a_writer_killed_after_its_commit_left_are_removed_by_the_next_commit(
+    table_uri: str, clock: FakeClock
+) -> None:
+    _small_files(table_uri, clock).append(rows(range(5)))
+    for _ in range(2):
+        faulty = Faulty(storage_of(table_uri))
+        faulty.arm(1, ops={"delete"}, match=_is_marker, crash=True)
+        # Dies while removing its markers: the commit landed, so the write still returns.
+        table_on(table_uri, faulty, clock=clock).append(batch_reader(SCHEMA, _batches(3)))
+        assert faulty.dead
+        clock.advance(1_000)
+    left = storage_of(table_uri).list("_markers")
+    assert len(left) >= 4
+    assert all(i.state == "completed" for i in txn.open_table(table_uri, clock=clock).timeline())
+
+    counting = CountingStorage(storage_of(table_uri))
+    table_on(table_uri, counting, clock=clock).append(rows(range(100, 101)))
+    assert storage_of(table_uri).list("_markers") == []
+    assert [c for c in counting.calls if c == ("list", "_markers")] == [("list", "_markers")], (
+        "one listing of the markers per write, as before")
+
+
+def test_the_next_commit_leaves_the_markers_of_a_write_still_in_flight(
+    table_uri: str, clock: FakeClock
+) -> None:
+    _small_files(table_uri, clock).append(rows(range(5)))
+    dead = _dead_writer(table_uri, clock)  # its heartbeat has not expired: it may be slow
+    in_flight = storage_of(table_uri).list("_markers")
+    assert in_flight and all(dead.time in m for m in in_flight)
+    clock.advance(1_000)
+    txn.open_table(table_uri, clock=clock).append(rows(range(5, 6)))
+    assert storage_of(table_uri).list("_markers") == in_flight
