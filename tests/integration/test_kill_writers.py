@@ -138,7 +138,7 @@ def test_writers_killed_at_random_moments_leave_a_table_recovery_makes_whole(tmp
             assert key in found, (ack, key)
             row = found[key]
             assert row["writer"] == ack["writer"]
-            assert row["version"] >= ack["version"], (ack, row)  # type: ignore[operator]
+            assert row["version"] >= ack["version"], (ack, row)
 
     markers = Path(uri) / "_markers"
     assert not markers.exists() or os.listdir(markers) == [], "no stray markers after recovery"

@@ -188,7 +188,7 @@ def test_a_rollback_that_keeps_failing_is_logged_and_later_writes_go_on(
     dead = _dead_writer(table_uri, clock)
     clock.advance(EXPIRY_MS)
     refusing = RefusingDeletes(storage_of(table_uri))
-    writer = table_on(table_uri, refusing, clock=clock)  # type: ignore[arg-type]
+    writer = table_on(table_uri, refusing, clock=clock)
 
     for start in (5, 6):  # the second time, the pending rollback has expired in turn
         writer.append(rows(range(start, start + 1)))
