@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import queue
 import statistics
 import sys
 import threading
@@ -203,6 +204,25 @@ def _summarise(counts: Counter[tuple[str, bool, str]]) -> dict[str, int]:
     return dict(sorted(totals.items()))
 
 
+def _collect(source: Any, processes: list[Any], *, timeout: float) -> list[Any]:
+    """One item from each process; fail at once if a process died without sending one."""
+    items: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(items) < len(processes):
+        try:
+            items.append(source.get(timeout=0.5))
+        except queue.Empty:
+            dead = [p.exitcode for p in processes if p.exitcode is not None]
+            # A process that exited may still have its item in flight: look once more.
+            if len(dead) > len(items) and source.empty():
+                time.sleep(1)
+                if source.empty():
+                    raise RuntimeError(f"a worker process exited early (exit codes {dead})") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(items)} of {len(processes)} workers answered") from None
+    return items
+
+
 def run_one(server: Any, counter: RequestCounter, *, policy: str, writers: int, readers: int,
             seconds: float, rows: int, max_poll_ms: int | None) -> RunResult:
     import pyarrow as pa
@@ -226,12 +246,11 @@ def run_one(server: Any, counter: RequestCounter, *, policy: str, writers: int, 
     for process in processes:
         process.start()
     try:
-        for _ in processes:
-            ready.get(timeout=300)
+        _collect(ready, processes, timeout=300)
         counter.take()
         started = time.perf_counter()
         go.set()
-        outcomes = [results.get(timeout=seconds + 300) for _ in processes]
+        outcomes = _collect(results, processes, timeout=seconds + 300)
         elapsed = time.perf_counter() - started
         counts = counter.take()
     finally:
@@ -261,13 +280,13 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 def render(results: list[RunResult]) -> str:
     headers = ["policy", "writers", "readers", "commits", "s", "commits/s", "commit p50 ms",
                "commit max ms", "writer requests/commit", "lock-folder requests/commit",
-               "lock LIST+GET/commit", "reads", "reader requests"]
+               "lock-folder reads/commit (LIST+HEAD+GET)", "reads", "reader requests"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for r in results:
         lock_looks = None
         if r.commits:
-            lock_looks = (r.requests.get("writer.lock.LIST", 0)
-                          + r.requests.get("writer.lock.GET", 0)) / r.commits
+            lock_looks = sum(r.requests.get(f"writer.lock.{op}", 0)
+                             for op in ("LIST", "HEAD", "GET")) / r.commits
         row = [r.policy, str(r.writers), str(r.readers), str(r.commits), _fmt(r.seconds),
                _fmt(r.commits_per_s, 2), _fmt(r.commit_p50_ms), _fmt(r.commit_max_ms),
                _fmt(r.per_commit("writer")), _fmt(r.per_commit("writer.lock")),
