@@ -9,15 +9,45 @@ the same block cannot replace one that landed.
 
 from __future__ import annotations
 
+import contextlib
 import io
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from timeline import CorruptMetadataError, Storage
+from timeline import CorruptMetadataError, Storage, StorageError, TxnError
+
+#: What decoding a damaged file can raise: pyarrow's errors (``ArrowInvalid`` is also a
+#: ``ValueError``, ``ArrowIOError`` an ``OSError``), msgspec's, and lookups of missing columns
+#: or schema metadata.
+_DECODING_ERRORS = (pa.ArrowException, msgspec.DecodeError, KeyError, IndexError, ValueError,
+                    TypeError, OSError)
+
+
+@contextlib.contextmanager
+def decoding(path: str, expected: str) -> Iterator[None]:
+    """Turn any failure to decode ``path`` into :class:`CorruptMetadataError`.
+
+    The one place where the metadata table's files are decoded: every reader of a block, a base,
+    a record-index file or ``retention.json`` decodes inside it. A file that disappeared
+    (``FileNotFoundError``) passes through unchanged: readers list again when cleaning raced
+    them. An operating-system error with an errno (permission, I/O) becomes
+    :class:`StorageError`: the file may be fine.
+    """
+    try:
+        yield
+    except (TxnError, FileNotFoundError):
+        raise
+    except OSError as exc:
+        if exc.errno is not None:  # the system refused the read: not the file's fault
+            raise StorageError(f"reading {path} failed: {exc}") from exc
+        raise CorruptMetadataError(path, expected, f"{type(exc).__name__}: {exc}") from None
+    except _DECODING_ERRORS as exc:
+        raise CorruptMetadataError(path, expected, f"{type(exc).__name__}: {exc}") from None
 
 
 def _encode(path: str, table: pa.Table, parquet_options: Mapping[str, Any] | None) -> bytes:
@@ -54,7 +84,7 @@ def read_block(storage: Storage, path: str, schema: pa.Schema, *, decode: bool =
         CorruptMetadataError: the bytes do not hold a table with those columns.
     """
     data = storage.read(path)
-    try:
+    with decoding(path, f"a metadata table file with columns {schema.names}"):
         if path.endswith(".parquet"):
             # Metadata files are small: decoding on this thread beats waking a thread pool.
             table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
@@ -69,6 +99,20 @@ def read_block(storage: Storage, path: str, schema: pa.Schema, *, decode: bool =
                     raise ValueError(f"column {field.name} is {found}, expected {field.type}")
             return table
         return table if table.schema.equals(schema) else table.cast(schema)
-    except (pa.ArrowException, KeyError, ValueError) as exc:
-        raise CorruptMetadataError(path, f"a metadata table file with columns {schema.names}",
-                                   str(exc)) from None
+
+
+#: ``CorruptMetadataError.found`` of a file that is missing.
+MISSING = "no such file, after listing again"
+
+
+def missing_block(error: FileNotFoundError) -> CorruptMetadataError:
+    """The error for a metadata file still missing after listing again: damage, not a race.
+
+    Readers list, then read; cleaning may delete in between, so a missing file first makes them
+    list again. A file a fresh listing or a completed instant still names, and that is gone,
+    was lost.
+    """
+    path = getattr(error, "path", None) or error.filename or str(error)
+    return CorruptMetadataError(str(path), "a metadata table file that a completed instant "
+                                "recorded (its listing or its instant's deltacommit names it)",
+                                MISSING)

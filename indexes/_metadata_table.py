@@ -30,18 +30,22 @@ import pyarrow as pa
 
 from timeline import (
     Clock,
+    CorruptMetadataError,
+    Instant,
     InvalidOptionError,
     Lease,
+    ObjectNotFoundError,
     PrefixedStorage,
     Storage,
     Timeline,
     TimelineOptions,
     TxnError,
     next_time,
+    parse_time,
     system_clock,
 )
 
-from ._blocks import read_block, write_block
+from ._blocks import MISSING, decoding, missing_block, read_block, write_block
 from ._layout import (
     COLUMN_STATS,
     DELETES,
@@ -99,6 +103,19 @@ class _Retention(msgspec.Struct, frozen=True, kw_only=True, tag="retention", tag
 
 
 _retention_decoder = msgspec.json.Decoder(_Retention)
+
+
+class _DeltaRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The commit metadata of a deltacommit: what its data instant wrote here."""
+
+    #: partition -> bytes of the log block written.
+    bytes: dict[str, int] = msgspec.field(default_factory=dict)
+    #: record-index shard ("0003") -> entries written.
+    record_index_entries: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+#: Deltacommit records kept in memory (they never change: one read per instant per process).
+_RECORDS_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -161,6 +178,10 @@ class MetadataTable:
                                  options=timeline_options)
         #: The newest usable base horizon this object saw (a hint for when to compact).
         self._horizon_hint: str | None = None
+        #: Completed deltacommits on the metadata timeline at its last listing, by time.
+        self._deltacommits: dict[str, Instant] = {}
+        #: What each deltacommit recorded (None: unreadable, so nothing to check against).
+        self._records: dict[str, _DeltaRecord | None] = {}
         self.schemas = {
             FILES: FILES_SCHEMA,
             COLUMN_STATS: column_stats_schema(table_schema),
@@ -218,6 +239,7 @@ class MetadataTable:
                 removed.append(path)
         if self.record_index is not None:
             removed += self.record_index.remove(instant_time)
+        self._records.pop(instant_time, None)
         current = self.timeline.view(lease).get(instant_time)
         if current is not None and current.is_pending:
             self.timeline.abort(current, lease=lease)
@@ -247,17 +269,23 @@ class MetadataTable:
         blocks completed after it need reading, unless a newer base replaced them.
 
         Readers take no lock, so cleaning may delete a base or block between our listing and our
-        read; the resolution is then redone from a fresh listing.
+        read; the resolution is then redone from a fresh listing. Every block that a completed
+        data instant in the window recorded in its deltacommit must be there: a block still
+        missing after listing again is damage, never fewer rows.
 
         Raises:
             SnapshotExpiredError: the snapshot is older than what the table retains.
+            CorruptMetadataError: a block or base cannot be decoded, or a block a completed
+                instant recorded is missing.
         """
         for attempt in range(3):
             try:
                 return self._resolve(completed, upper_inclusive, partitions=partitions, since=since)
-            except FileNotFoundError:
+            except FileNotFoundError as exc:
                 if attempt == 2:
-                    raise
+                    # Cleaning deletes what snapshots older than its floor need: expired, not lost.
+                    self._check_resolvable(upper_inclusive or "9" * 17)
+                    raise missing_block(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _resolve(
@@ -278,15 +306,18 @@ class MetadataTable:
             base, logs = self._plan(partition, completed, bound, usable,
                                     files_listing if partition == FILES else None)
             earlier: object = None
+            low = base.horizon if base is not None else ""  # the window of blocks to read
             if since is not None and since[1].has(partition) and (
                     base is None or base.horizon <= since[0]):
                 earlier = since[1].partition(partition)
                 logs = [b for b in logs if completed[b.instant_time] > since[0]]
+                low = since[0]
                 used_base = True
             elif base is not None:
                 earlier = read_block(self.storage, base.path, self.schemas[partition])
                 read.append(base.path)
                 used_base = True
+            self._check_recorded(partition, logs, completed, low, bound, usable)
             blocks = [read_block(self.storage, b.path, self.schemas[partition]) for b in logs]
             read += [b.path for b in logs]
             if partition == SEGMENTS:
@@ -335,9 +366,57 @@ class MetadataTable:
         chosen.sort(key=lambda block: completed[block.instant_time])
         return base, chosen
 
+    def _check_recorded(self, partition: str, logs: Sequence[LogBlock], completed: Mapping[str, str],
+                        low_exclusive: str, bound: str, usable: Mapping[str, str]) -> None:
+        """Every data instant completed in ``(low_exclusive, bound]`` whose deltacommit records a
+        block of ``partition`` has that block among ``logs`` (the listing).
+
+        Raises:
+            ObjectNotFoundError: such a block is missing (the caller lists again, then reports
+                it as damage).
+        """
+        listed = {block.instant_time for block in logs}
+        for instant_time, done_at in completed.items():
+            if not low_exclusive < done_at <= bound or instant_time in listed:
+                continue
+            record = self.recorded(instant_time)
+            if record is not None and partition in record.bytes:
+                # A completed compaction that folded the block means its base is what is lost.
+                folding = sorted((h, m) for m, h in usable.items() if done_at <= h <= bound)
+                raise ObjectNotFoundError(
+                    base_path(partition_folder(partition), folding[-1][1], folding[-1][0])
+                    if folding else log_path(partition_folder(partition), instant_time))
+
+    def recorded(self, instant_time: str) -> _DeltaRecord | None:
+        """What data instant ``instant_time`` recorded in its deltacommit, if that is on the
+        active metadata timeline and readable (else None: nothing to check against; validate
+        reports a damaged deltacommit). Read once per process: deltacommits never change."""
+        if instant_time in self._records:
+            return self._records[instant_time]
+        instant = self._deltacommits.get(instant_time)
+        if instant is None:
+            return None
+        try:
+            record: _DeltaRecord | None = self.timeline.read_metadata(instant, _DeltaRecord)
+        except (FileNotFoundError, CorruptMetadataError):
+            record = None
+        self._records[instant_time] = record
+        while len(self._records) > _RECORDS_KEPT:
+            self._records.pop(next(iter(self._records)))
+        return record
+
+    def recorded_shards(self, instant_time: str) -> set[int]:
+        """The record-index shards ``instant_time`` recorded entries for (empty if unknown)."""
+        record = self.recorded(instant_time)
+        if record is None:
+            return set()
+        return {int(shard) for shard, count in record.record_index_entries.items()
+                if count and shard.isdigit()}
+
     def _completed_compactions(self, files_listing: list[str] | None = None) -> dict[str, str]:
         """Completed metadata compactions: compaction time -> horizon (from the base names)."""
         view = self.timeline.load()
+        self._deltacommits = {i.time: i for i in view.completed() if i.action == "deltacommit"}
         done = {i.time for i in view.completed() if i.action == "compaction"}
         horizons: dict[str, str] = {}
         if files_listing is None:
@@ -358,27 +437,85 @@ class MetadataTable:
                 reads: cleaning publishes its floor before it deletes anything).
         """
         assert self.record_index is not None, "a table without a record key has no record index"
-        entries = self.record_index.lookup(keys, completed, bound, self.done_compactions(),
-                                           instants=instants)
+        try:
+            entries = self.record_index.lookup(keys, completed, bound, self.done_compactions(),
+                                               instants=instants, recorded=self.recorded_shards)
+        except CorruptMetadataError as exc:
+            if exc.found == MISSING:
+                self._check_resolvable(bound)  # cleaned for an expired snapshot, not lost
+            raise
         self._check_resolvable(bound)
         return entries
 
     def done_compactions(self) -> set[str]:
         """The times of the completed metadata compactions on the active metadata timeline."""
-        return {i.time for i in self.timeline.load().completed() if i.action == "compaction"}
+        view = self.timeline.load()
+        self._deltacommits = {i.time: i for i in view.completed() if i.action == "deltacommit"}
+        return {i.time for i in view.completed() if i.action == "compaction"}
 
-    def _check_resolvable(self, bound: str) -> None:
+    def read_retention(self) -> str | None:
+        """The oldest completion time snapshots can still resolve at (None: nothing cleaned).
+
+        Raises:
+            CorruptMetadataError: ``retention.json`` cannot be decoded.
+        """
         try:
             data = self.storage.read(RETENTION_PATH)
         except FileNotFoundError:
+            return None
+        with decoding(RETENTION_PATH, "a JSON retention record (kind 'retention') with a "
+                                      "17-digit resolvable_from"):
+            retention = _retention_decoder.decode(data)
+            parse_time(retention.resolvable_from)
+        return retention.resolvable_from
+
+    def _check_resolvable(self, bound: str) -> None:
+        resolvable_from = self.read_retention()
+        if resolvable_from is None:
             return
-        retention = _retention_decoder.decode(data)
-        if bound < retention.resolvable_from:
+        if bound < resolvable_from:
             raise SnapshotExpiredError(
                 f"the snapshot as of {bound} is no longer retained: the metadata table can resolve "
-                f"snapshots completed at or after {retention.resolvable_from}\n"
+                f"snapshots completed at or after {resolvable_from}\n"
                 "Help: raise the table property metadata.retain_commits to keep more history"
             )
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def damaged_files(self, completed: Mapping[str, str]) -> list[CorruptMetadataError]:
+        """Every file here that cannot be decoded, and every block a completed instant recorded
+        that is missing (for validation: nothing raises on damage).
+
+        ``completed`` is as for :meth:`resolve`.
+        """
+        damaged = [CorruptMetadataError(f"{METADATA_FOLDER}/{e.path}", e.expected, e.found)
+                   for e in self.timeline.damaged_files()]
+        usable = self._completed_compactions()
+        everything = "9" * 17
+        for partition, schema in self.schemas.items():
+            listing = self.storage.list(partition_folder(partition))
+            bases, logs = parse_listing(listing)
+            for path in [b.path for b in bases] + [b.path for b in logs]:
+                try:
+                    read_block(self.storage, path, schema)
+                except CorruptMetadataError as exc:
+                    damaged.append(exc)
+                except FileNotFoundError:
+                    continue  # cleaned since the listing
+            base, chosen = self._plan(partition, completed, everything, usable, listing)
+            try:
+                self._check_recorded(partition, chosen, completed,
+                                     base.horizon if base is not None else "", everything, usable)
+            except ObjectNotFoundError as exc:
+                damaged.append(missing_block(exc))
+        if self.record_index is not None:
+            damaged += self.record_index.damaged_files(completed, self.done_compactions(),
+                                                       self.recorded_shards)
+        try:
+            self.read_retention()
+        except CorruptMetadataError as exc:
+            damaged.append(exc)
+        return damaged
 
     # -- maintenance ---------------------------------------------------------------------------
 

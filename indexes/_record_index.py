@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
@@ -37,13 +37,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from timeline import CorruptMetadataError, Storage
+from timeline import CorruptMetadataError, ObjectNotFoundError, Storage
 
-from ._blocks import read_block
+from ._blocks import decoding, missing_block, read_block
 from ._keys import shard_of
 from ._layout import METADATA_FOLDER, RECORD_INDEX, BaseFile, base_path, parse_listing, shard_folder
 
 INDEX_FOLDER: Final = f"{METADATA_FOLDER}/{RECORD_INDEX}"
+_LOG_EXPECTED: Final = "a record-index log: an Arrow IPC file of index entries, one shard per batch"
+_BASE_EXPECTED: Final = ("a record-index base: an Arrow IPC file of index entries sorted by key, "
+                         "with its batches' key ranges")
 ENTRY_FIELDS: Final = (
     pa.field("segment", pa.string()),
     pa.field("file", pa.string()),
@@ -251,10 +254,19 @@ class RecordIndex:
     # -- reading -------------------------------------------------------------------------------
 
     def files(self, completed: Mapping[str, str], bound: str, done: set[str],
-              shards: Iterable[int] | None = None) -> IndexFiles:
+              shards: Iterable[int] | None = None,
+              recorded: Callable[[str], set[int]] | None = None) -> IndexFiles:
         """What resolves the index at completion time ``bound``: the bases of ``shards`` (all
         when None) and the log files. ``done`` holds the completed metadata compactions: a base
-        counts only once its compaction completed."""
+        counts only once its compaction completed.
+
+        ``recorded(T)`` gives the shards completed instant ``T`` recorded entries for (its
+        deltacommit): if one of them is read here, above its base's horizon, ``T`` must have a
+        log file.
+
+        Raises:
+            ObjectNotFoundError: a log file an instant recorded is missing.
+        """
         if shards is None:
             listing = self.storage.list(INDEX_FOLDER, recursive=True)
         else:
@@ -275,16 +287,41 @@ class RecordIndex:
         logs = [(log, completed[log.instant_time]) for log in self._logs(listing)
                 if "" < completed.get(log.instant_time, "") <= bound]
         logs.sort(key=lambda item: item[1])
-        return IndexFiles(bases, logs)
+        result = IndexFiles(bases, logs)
+        if recorded is not None:
+            self._check_recorded(result, completed, bound, shards, recorded)
+        return result
+
+    def _check_recorded(self, found: IndexFiles, completed: Mapping[str, str], bound: str,
+                        shards: Iterable[int] | None,
+                        recorded: Callable[[str], set[int]]) -> None:
+        logged = {log.instant_time for log, _ in found.logs}
+        wanted = None if shards is None else set(shards)
+        floors = {} if wanted is None else {shard: found.floor(shard) for shard in wanted}
+        low = min(floors.values(), default="") if wanted is not None else ""
+        for instant_time, done_at in completed.items():
+            if instant_time in logged or not low < done_at <= bound:
+                continue
+            for shard in recorded(instant_time):
+                if (wanted is None or shard in wanted) and found.floor(shard) < done_at:
+                    if any(done_at <= base.horizon for base in found.bases.values()):
+                        # Another shard's base folded the log: this shard's base is lost.
+                        raise ObjectNotFoundError(f"{shard_folder(shard)}/ (its base)")
+                    raise ObjectNotFoundError(f"{INDEX_FOLDER}/{instant_time}.log.arrow")
 
     def lookup(self, keys: pa.Table, completed: Mapping[str, str], bound: str,
-               done: set[str], *, instants: bool = False) -> pa.Table:
+               done: set[str], *, instants: bool = False,
+               recorded: Callable[[str], set[int]] | None = None) -> pa.Table:
         """The merged entries of ``keys`` (columns ``key_0``...), tombstones included.
 
         Only the shards the keys hash to are read: their bases (in parallel: storage latency
         dominates), and their batches of the log files. Entries read from a base carry no
         ``instant`` (they are older than any log entry) unless ``instants`` asks for it. The
         caller must check the snapshot is still retained (``MetadataTable.lookup_keys`` does).
+
+        Raises:
+            CorruptMetadataError: an index file cannot be decoded, or one that a completed
+                instant recorded (``recorded``, see :meth:`files`) is missing.
         """
         if keys.num_rows == 0:
             return self.schema.empty_table()
@@ -292,15 +329,16 @@ class RecordIndex:
         by_shard = self.split(wanted)
         for attempt in range(3):
             try:
-                return self._lookup(wanted, by_shard, completed, bound, done, instants)
-            except FileNotFoundError:  # cleaned between listing and reading: list again
+                return self._lookup(wanted, by_shard, completed, bound, done, instants, recorded)
+            except FileNotFoundError as exc:  # cleaned between listing and reading: list again
                 if attempt == 2:
-                    raise
+                    raise missing_block(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _lookup(self, wanted: pa.Table, by_shard: dict[int, pa.Table], completed: Mapping[str, str],
-                bound: str, done: set[str], instants: bool) -> pa.Table:
-        files = self.files(completed, bound, done, by_shard)
+                bound: str, done: set[str], instants: bool,
+                recorded: Callable[[str], set[int]] | None) -> pa.Table:
+        files = self.files(completed, bound, done, by_shard, recorded)
         with_base = [s for s in by_shard if s in files.bases]
 
         def read_base(shard: int) -> pa.Table:
@@ -333,6 +371,12 @@ class RecordIndex:
         """The entries of a log file whose key is wanted, from the batches of the wanted shards
         whose floor is below ``done_at`` (the log's completion time); dictionaries still
         encoded. Batches are sorted by key, so an integer key is found by binary search."""
+        with decoding(path, _LOG_EXPECTED):
+            return self._match_log_batches(path, floors, done_at, by_shard, sorted_wanted)
+
+    def _match_log_batches(self, path: str, floors: Mapping[int, str], done_at: str,
+                           by_shard: Mapping[int, pa.Table],
+                           sorted_wanted: Mapping[int, np.ndarray[Any, Any] | None]) -> pa.Table:
         reader = ipc.open_file(self._open(path))
         shards = self._shards_of(path, reader.schema)
         parts = []
@@ -366,13 +410,14 @@ class RecordIndex:
     def _read_log(self, path: str, floors: Mapping[int, str], done_at: str) -> pa.Table:
         """The batches of a log file for the shards in ``floors`` whose floor is below
         ``done_at`` (the log's completion time), dictionaries still encoded."""
-        reader = ipc.open_file(self._open(path))
-        shards = self._shards_of(path, reader.schema)
-        batches = [reader.get_batch(i) for i, shard in enumerate(shards)
-                   if shard in floors and floors[shard] < done_at]
-        if not batches:
-            return pa.Table.from_batches([], reader.schema).select(self.schema.names)
-        return pa.Table.from_batches(batches).select(self.schema.names)
+        with decoding(path, _LOG_EXPECTED):
+            reader = ipc.open_file(self._open(path))
+            shards = self._shards_of(path, reader.schema)
+            batches = [reader.get_batch(i) for i, shard in enumerate(shards)
+                       if shard in floors and floors[shard] < done_at]
+            if not batches:
+                return pa.Table.from_batches([], reader.schema).select(self.schema.names)
+            return pa.Table.from_batches(batches).select(self.schema.names)
 
     def _shards_of(self, path: str, schema: pa.Schema) -> list[int]:
         shards = self._log_shards.get(path)
@@ -382,6 +427,9 @@ class RecordIndex:
             except (KeyError, msgspec.DecodeError) as exc:
                 raise CorruptMetadataError(path, "a record-index log with its batch shards",
                                            str(exc)) from None
+            if any(not 0 <= shard < self.shards for shard in shards):
+                raise CorruptMetadataError(path, f"a record-index log of shards 0..{self.shards - 1}",
+                                           f"shards {sorted(set(shards))}")
             self._log_shards[path] = shards
             while len(self._log_shards) > _FOOTERS_KEPT:
                 self._log_shards.pop(next(iter(self._log_shards)))
@@ -390,11 +438,14 @@ class RecordIndex:
     def _log_shard_set(self, path: str) -> set[int]:
         """The shards a log file holds entries of (reads its footer once)."""
         if path not in self._log_shards:
-            self._shards_of(path, ipc.open_file(pa.BufferReader(self.storage.read(path))).schema)
+            data = self.storage.read(path)
+            with decoding(path, _LOG_EXPECTED):
+                self._shards_of(path, ipc.open_file(pa.BufferReader(data)).schema)
         return set(self._log_shards[path])
 
     def _read_base(self, path: str, wanted: pa.Table, instants: bool) -> pa.Table:
-        return self._read_batches(path, self._open(path), wanted, instants)
+        with decoding(path, _BASE_EXPECTED):
+            return self._read_batches(path, self._open(path), wanted, instants)
 
     def _read_batches(self, path: str, source: Any, wanted: pa.Table, instants: bool) -> pa.Table:
         """Read only the batches whose range of the first key column can hold a wanted key.
@@ -431,11 +482,13 @@ class RecordIndex:
             if shard in files.bases:
                 parts[shard].append(read_block(self.storage, files.bases[shard].path, self.schema))
         for log, done_at in files.logs:
-            reader = ipc.open_file(pa.BufferReader(self.storage.read(log.path)))
-            for i, shard in enumerate(self._shards_of(log.path, reader.schema)):
-                if shard in wanted and floors[shard] < done_at:
-                    parts[shard].append(pa.Table.from_batches([reader.get_batch(i)])
-                                        .select(self.schema.names).cast(self.schema))
+            data = self.storage.read(log.path)
+            with decoding(log.path, _LOG_EXPECTED):
+                reader = ipc.open_file(pa.BufferReader(data))
+                for i, shard in enumerate(self._shards_of(log.path, reader.schema)):
+                    if shard in wanted and floors[shard] < done_at:
+                        parts[shard].append(pa.Table.from_batches([reader.get_batch(i)])
+                                            .select(self.schema.names).cast(self.schema))
         return {shard: merge_entries(tables, self.schema) for shard, tables in parts.items() if tables}
 
     def _shards_in(self, files: IndexFiles) -> set[int]:
@@ -444,11 +497,37 @@ class RecordIndex:
             shards |= self._log_shard_set(log.path)
         return shards
 
-    def read_all(self, completed: Mapping[str, str], bound: str, done: set[str]) -> pa.Table:
+    def read_all(self, completed: Mapping[str, str], bound: str, done: set[str],
+                 recorded: Callable[[str], set[int]] | None = None) -> pa.Table:
         """Every merged entry at ``bound`` (for validation), tombstones included."""
-        files = self.files(completed, bound, done)
+        files = self.files(completed, bound, done, recorded=recorded)
         merged = self._merged(files, self._shards_in(files))
         return pa.concat_tables(merged.values()) if merged else self.schema.empty_table()
+
+    def damaged_files(self, completed: Mapping[str, str], done: set[str],
+                      recorded: Callable[[str], set[int]]) -> list[CorruptMetadataError]:
+        """Every index file that cannot be decoded, and a log file a completed instant recorded
+        that is missing (for validation: nothing raises on damage)."""
+        damaged: list[CorruptMetadataError] = []
+        for key in self.storage.list(INDEX_FOLDER, recursive=True):
+            try:
+                if _shard_of_path(key) is not None:
+                    if parse_listing([key])[0]:
+                        read_block(self.storage, key, self.schema)
+                        with decoding(key, _BASE_EXPECTED):
+                            _Footer.of(ipc.open_file(pa.BufferReader(self.storage.read(key))).schema)
+                elif parse_index_log(key) is not None:
+                    self._log_shards.pop(key, None)
+                    self._read_log(key, dict.fromkeys(range(self.shards), ""), "~")
+            except CorruptMetadataError as exc:
+                damaged.append(exc)
+            except FileNotFoundError:
+                continue  # cleaned since the listing
+        try:
+            self.files(completed, "9" * 17, done, recorded=recorded)
+        except ObjectNotFoundError as exc:
+            damaged.append(missing_block(exc))
+        return damaged
 
     # -- maintenance ---------------------------------------------------------------------------
 
