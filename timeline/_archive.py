@@ -86,12 +86,26 @@ def write_archive(storage: Storage, instants: Iterable[ArchivedInstant]) -> str:
 
 
 def merge_archives(storage: Storage, *, max_files: int) -> None:
-    """Fold all archive files into one when there are more than ``max_files``."""
+    """Fold all archive files into one when there are more than ``max_files``.
+
+    A damaged archive file is left as it is (reading the history names it, and validation
+    reports it); the others are still merged, so the number of files stays bounded.
+    """
     paths = archive_files(storage)
     if len(paths) <= max_files:
         return
-    merged = read_all(storage)
-    kept = write_archive(storage, merged.values())
+    merged: dict[str, ArchivedInstant] = {}
+    readable = []
     for path in paths:
+        try:
+            instants = read_archive(storage, path)
+        except CorruptMetadataError:
+            continue
+        readable.append(path)
+        merged.update((instant.time, instant) for instant in instants)
+    if len(readable) < 2:
+        return
+    kept = write_archive(storage, merged.values())
+    for path in readable:
         if path != kept:
             storage.delete(path)

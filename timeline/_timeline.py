@@ -17,7 +17,14 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ._archive import ArchivedInstant, merge_archives, read_all, write_archive
+from ._archive import (
+    ArchivedInstant,
+    archive_files,
+    merge_archives,
+    read_all,
+    read_archive,
+    write_archive,
+)
 from ._clock import Clock, next_time, system_clock
 from ._errors import (
     CommitStateUnknownError,
@@ -26,7 +33,7 @@ from ._errors import (
     InvalidOptionError,
     ObjectExistsError,
 )
-from ._heartbeat import Heartbeat, heartbeat_path, last_beat_ms
+from ._heartbeat import HEARTBEAT_FOLDER, Heartbeat, HeartbeatRecord, heartbeat_path, last_beat_ms
 from ._instant import (
     ACTIONS,
     COMPLETED,
@@ -39,7 +46,7 @@ from ._instant import (
     parse_file_name,
     parse_time,
 )
-from ._lock import Lease, TableLock
+from ._lock import LOCK_FOLDER, Lease, LockRecord, TableLock
 from ._storage import Storage
 from ._view import TimelineView
 
@@ -102,6 +109,8 @@ class RollbackPlan(msgspec.Struct, frozen=True, kw_only=True, tag="rollback_plan
 
 _encoder = msgspec.json.Encoder()
 _file_decoder = msgspec.json.Decoder(InstantFile)
+_heartbeat_decoder = msgspec.json.Decoder(HeartbeatRecord)
+_lock_decoder = msgspec.json.Decoder(LockRecord)
 
 
 def default_owner() -> str:
@@ -453,13 +462,67 @@ class Timeline:
             return []
         cutoff = chosen[-1].completed_at or ""
         chosen += [i for i in view.rolled_back() if i.time < cutoff]
-        records = [self._archived(i) for i in chosen]
+        records = []
+        for instant in list(chosen):
+            try:
+                records.append(self._archived(instant))
+            except CorruptMetadataError:
+                # A damaged instant file stays active (validate reports it): archiving it would
+                # lose what it holds, and stopping here would let the timeline grow for good.
+                chosen.remove(instant)
+        if not records:
+            return []
         write_archive(self.storage, records)
         self._session = None  # the files below leave the active timeline
         for instant in chosen:
             self._remove_active(instant)
         merge_archives(self.storage, max_files=self.options.archive_max_files)
         return chosen
+
+    def damaged_files(self) -> list[CorruptMetadataError]:
+        """Decode every file of the timeline folder: instant files, archives, heartbeats and
+        lock records; return what cannot be decoded (for validation; nothing raises)."""
+        damaged: list[CorruptMetadataError] = []
+        listing = self.storage.list(TIMELINE_FOLDER)
+        names = {key.rsplit("/", 1)[1] for key in listing}
+        terminal = {parsed.time for name in names if (parsed := parse_file_name(name)) is not None
+                    and parsed.state in (COMPLETED, ROLLEDBACK)}
+        for key in listing:
+            name = key.rsplit("/", 1)[1]
+            instant = parse_file_name(name)
+            if instant is None:
+                if looks_like_instant(name):
+                    damaged.append(CorruptMetadataError(key, "an instant file name"))
+                continue
+            requested = file_name(instant.time, instant.action, REQUESTED)
+            if instant.state == INFLIGHT and instant.time not in terminal and requested not in names:
+                # Only archival deletes a requested file, and only of a terminal instant.
+                damaged.append(CorruptMetadataError(
+                    f"{TIMELINE_FOLDER}/{requested}", f"the plan of pending instant {instant.time}",
+                    "no such file"))
+            try:
+                _decode_file(key, self.storage.read(key))
+            except CorruptMetadataError as exc:
+                damaged.append(exc)
+            except FileNotFoundError:
+                continue  # archived or rolled back since the listing
+        for path in archive_files(self.storage):
+            try:
+                read_archive(self.storage, path)
+            except CorruptMetadataError as exc:
+                damaged.append(exc)
+        for folder, decode, expected in (
+            (HEARTBEAT_FOLDER, _heartbeat_decoder.decode, "a JSON heartbeat (kind 'heartbeat')"),
+            (LOCK_FOLDER, _lock_decoder.decode, "a JSON lock record (kind 'lock')"),
+        ):
+            for path in self.storage.list(folder):
+                try:
+                    decode(self.storage.read(path))
+                except FileNotFoundError:
+                    continue
+                except msgspec.DecodeError as exc:
+                    damaged.append(CorruptMetadataError(path, expected, str(exc)))
+        return damaged
 
     def _archived(self, instant: Instant) -> ArchivedInstant:
         path = _path(instant.time, instant.action, instant.state, instant.completed_at)
