@@ -16,8 +16,9 @@ live deltas of a file are always disjoint (a write deletes only rows that are li
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -27,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from indexes import DELETES_SCHEMA, live
+from timeline import CorruptMetadataError, ObjectNotFoundError, StorageError, TxnError
 
 from ._storage_io import DataStore
 from ._writer import marker_path
@@ -58,10 +60,42 @@ def write_delta(store: DataStore, data_file: str, instant_time: str, positions: 
     return DeltaStatus(path=path, file=data_file, rows=len(positions), size=size)
 
 
-def read_positions(store: DataStore, path: str) -> Positions:
-    with store.filesystem.open_input_file(store.full_path(path)) as handle:
-        table = pq.ParquetFile(handle).read(columns=["position"], use_threads=False)
-    return np.asarray(table["position"].to_numpy(), dtype=np.int64)
+@contextlib.contextmanager
+def reading_file(path: str, expected: str) -> Iterator[None]:
+    """Turn a failure to read table file ``path`` (a data file or a delete delta) into a
+    ``TxnError`` naming it: :class:`ObjectNotFoundError` when it is gone,
+    :class:`CorruptMetadataError` when its bytes are not ``expected``, :class:`StorageError`
+    when the system refused the read."""
+    try:
+        yield
+    except TxnError:
+        raise
+    except FileNotFoundError:
+        raise ObjectNotFoundError(path) from None
+    except OSError as exc:
+        if exc.errno is not None:
+            raise StorageError(f"reading {path} failed: {exc}") from exc
+        raise CorruptMetadataError(path, expected, f"{type(exc).__name__}: {exc}") from None
+    except (pa.ArrowException, KeyError, ValueError, TypeError) as exc:
+        raise CorruptMetadataError(path, expected, f"{type(exc).__name__}: {exc}") from None
+
+
+def read_positions(store: DataStore, path: str, rows: int | None = None) -> Positions:
+    """The positions a delete delta holds; ``rows``: how many its ``deletes`` record says.
+
+    Raises:
+        ObjectNotFoundError: the delta is gone.
+        CorruptMetadataError: it is not a Parquet file of ``rows`` int64 positions.
+    """
+    expected = "a Parquet delete delta with an int64 'position' column"
+    with reading_file(path, expected):
+        with store.filesystem.open_input_file(store.full_path(path)) as handle:
+            table = pq.ParquetFile(handle).read(columns=["position"], use_threads=False)
+        positions = np.asarray(table["position"].to_numpy(), dtype=np.int64)
+    if rows is not None and len(positions) != rows:
+        raise CorruptMetadataError(path, f"{expected} of {rows} positions (its deletes record)",
+                                   f"{len(positions)} positions")
+    return positions
 
 
 @dataclass
@@ -93,7 +127,8 @@ class LiveDeltas:
         """The deleted positions of ``data_file``, sorted (empty if none)."""
         cached = self._positions.get(data_file)
         if cached is None:
-            parts = [read_positions(self.store, path) for path in self.paths(data_file)]
+            parts = [read_positions(self.store, path, rows)
+                     for path, rows in self.by_file.get(data_file, ())]
             cached = np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
             self._positions[data_file] = cached
         return cached

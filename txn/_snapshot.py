@@ -24,7 +24,7 @@ from timeline import InvalidOptionError
 
 from ._deltas import LiveDeltas
 from ._records import DataFile
-from ._scan import scan_file
+from ._scan import check_data_files, scan_file
 from ._storage_io import DataStore
 from ._writer import parse_hive_value
 
@@ -169,7 +169,8 @@ class Snapshot:
         position = {self._store.full_path(p): i for i, p in enumerate(self._paths())}
         try:
             kept = [position[f.path] for f in dataset.get_fragments(filter=expression)]
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
+            check_data_files(self._store, self._paths(), exc)
             raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None
         return self._data_files(sorted(kept))
 
@@ -190,7 +191,8 @@ class Snapshot:
             return empty.select(columns) if columns is not None else empty
         try:
             return self._read(expression, columns)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
+            check_data_files(self._store, self._paths(), exc)
             raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None
 
     def _read(self, expression: ds.Expression | None, columns: list[str] | None) -> pa.Table:
@@ -223,7 +225,8 @@ class Snapshot:
             if self._deltas.by_file:
                 return sum(part.num_rows for part in self._read_parts(expression, []))
             return int(self._dataset(expression).count_rows(filter=expression))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
+            check_data_files(self._store, self._paths(), exc)
             raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None
 
     def __repr__(self) -> str:
