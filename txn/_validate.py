@@ -25,11 +25,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, live
+from timeline import CorruptMetadataError, ObjectNotFoundError, Storage, TxnError
 
-from ._deltas import DELTA_SUFFIX, LiveDeltas, read_positions
+from ._deltas import DELTA_SUFFIX, LiveDeltas, read_positions, reading_file
 from ._keys import describe, index_keys, repeated
 from ._records import Problem, ValidationReport
-from ._scan import scan_file
+from ._scan import DATA_FILE_EXPECTED, scan_file
 from ._writer import MARKERS_FOLDER, marker_instant
 
 if TYPE_CHECKING:
@@ -39,14 +40,24 @@ _NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/")
 
 
 def validate(table: Table) -> ValidationReport:
+    """Report every disagreement and every damaged or missing file; never raises on damage."""
     storage = table._storage
-    view = table._timeline.load()
+    problems: list[Problem] = []
+    try:
+        view = table._timeline.load()
+    except TxnError as exc:
+        return ValidationReport(problems=[_damaged(exc)])
+    problems += [_damaged(exc) for exc in table._timeline.damaged_files()]
     last = view.last_completed()
     completed = {i.time: i.completed_at or "" for i in view.completed()}
-    metadata = table._metadata.resolve(completed, last.completed_at if last else None,
-                                       partitions=(FILES, SEGMENTS, COLUMN_STATS, DELETES))
+    problems += [_damaged(exc) for exc in table._metadata.damaged_files(completed)]
+    problems += _check_markers(table)
+    try:
+        metadata = table._metadata.resolve(completed, last.completed_at if last else None,
+                                           partitions=(FILES, SEGMENTS, COLUMN_STATS, DELETES))
+    except TxnError as exc:
+        return ValidationReport(problems=_unique([*problems, _damaged(exc)]))
     assert metadata.files is not None and metadata.segments is not None
-    problems: list[Problem] = []
     listed = metadata.files.to_pylist()
     live_files = live(metadata.files)
 
@@ -64,8 +75,8 @@ def validate(table: Table) -> ValidationReport:
         if not row["deleted"]:
             try:
                 rows = _footer_rows(table, path)
-            except (pa.ArrowException, OSError) as exc:
-                problems.append(Problem("unreadable file", path, f"not a readable Parquet file: {exc}"))
+            except TxnError as exc:
+                problems.append(_damaged(exc, "unreadable file"))
                 continue
             if rows != row["rows"]:
                 problems.append(Problem("row count mismatch", path,
@@ -96,8 +107,11 @@ def validate(table: Table) -> ValidationReport:
     file_rows = dict(zip(live_files["path"].to_pylist(), live_files["rows"].to_pylist(), strict=True))
     problems += _check_deltas(table, metadata.deletes.to_pylist(), file_rows)
     if table.record_key_columns and last is not None:
-        problems += _check_record_index(table, completed, last.completed_at or "", live_files,
-                                        LiveDeltas.of(table._store, metadata.deletes))
+        try:
+            problems += _check_record_index(table, completed, last.completed_at or "", live_files,
+                                            LiveDeltas.of(table._store, metadata.deletes))
+        except TxnError as exc:
+            problems.append(_damaged(exc))
 
     known = {row["path"] for row in listed} | set(metadata.deletes["path"].to_pylist())
     # Markers of an instant that is not completed claim their files: a write in progress, or a
@@ -106,14 +120,66 @@ def validate(table: Table) -> ValidationReport:
     done = {i.time for i in view.completed()}
     for marker in storage.list(MARKERS_FOLDER):
         if marker_instant(marker) not in done:
-            in_progress.add(storage.read(marker).decode())
+            claimed = _read_marker(storage, marker)
+            if isinstance(claimed, str):
+                in_progress.add(claimed)
     for key in storage.list("", recursive=True):
         if key.startswith(_NOT_DATA) or not key.endswith((".parquet", DELTA_SUFFIX)):
             continue
         if key not in known and key not in in_progress:
             problems.append(Problem("unreferenced file", key,
                                     "on storage but in no committed instant or pending write"))
-    return ValidationReport(problems=problems, files_checked=len(listed))
+    return ValidationReport(problems=_unique(problems), files_checked=len(listed))
+
+
+def _damaged(error: TxnError, kind: str = "damaged file") -> Problem:
+    """A damaged (``kind``) or missing file, or a storage failure, as a problem naming the file."""
+    if isinstance(error, CorruptMetadataError):
+        kind = "missing file" if error.found.startswith("no such file") else kind
+        return Problem(kind, error.path, f"expected {error.expected}"
+                       + (f", found {error.found}" if error.found else ""))
+    if isinstance(error, ObjectNotFoundError):
+        return Problem("missing file", error.path, str(error))
+    return Problem("unreadable file", getattr(error, "path", "") or "", str(error))
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    """Problems in order, each damaged file reported once."""
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for problem in problems:
+        key = (problem.kind, problem.path) if problem.kind in ("damaged file", "missing file") \
+            else (problem.kind, f"{problem.path}\n{problem.detail}")
+        if key not in seen:
+            seen.add(key)
+            kept.append(problem)
+    return kept
+
+
+def _read_marker(storage: Storage, marker: str) -> str | Problem:
+    """The table-relative path a marker names, or the problem with it."""
+    try:
+        data = storage.read(marker)
+    except FileNotFoundError:
+        return Problem("missing file", marker, "listed, then gone (its write finished meanwhile)")
+    try:
+        path = data.decode()
+    except UnicodeDecodeError as exc:
+        return Problem("damaged file", marker, f"expected a UTF-8 table-relative path, found {exc}")
+    if not path or path.startswith("/") or "\n" in path or path.rsplit("/", 1)[-1] != \
+            marker.rsplit("/", 1)[-1]:
+        return Problem("damaged file", marker, f"expected the path of the file it marks, ending "
+                                               f"{marker.rsplit('/', 1)[-1]!r}, found {path!r}")
+    return path
+
+
+def _check_markers(table: Table) -> list[Problem]:
+    problems = []
+    for marker in table._storage.list(MARKERS_FOLDER):
+        claimed = _read_marker(table._storage, marker)
+        if isinstance(claimed, Problem) and claimed.kind == "damaged file":
+            problems.append(claimed)
+    return problems
 
 
 def _check_deltas(table: Table, deltas: list[dict[str, object]], file_rows: dict[str, int]) -> list[Problem]:
@@ -139,8 +205,8 @@ def _check_deltas(table: Table, deltas: list[dict[str, object]], file_rows: dict
             continue
         try:
             positions = read_positions(table._store, path)
-        except (pa.ArrowException, OSError) as exc:
-            problems.append(Problem("unreadable file", path, f"not a readable delete delta: {exc}"))
+        except TxnError as exc:
+            problems.append(_damaged(exc, "unreadable file"))
             continue
         if len(positions) != row["rows"]:
             problems.append(Problem("row count mismatch", path, f"metadata says {row['rows']} "
@@ -158,9 +224,14 @@ def _check_record_index(table: Table, completed: dict[str, str], bound: str, liv
     assert index is not None
     columns = table.record_key_columns
     rows = []
+    unreadable = []
     for path in live_files["path"].to_pylist():
-        keys, positions = scan_file(table._store, path, table._schema, filter=None, columns=columns,
-                                    deleted=deltas.positions(path))
+        try:
+            keys, positions = scan_file(table._store, path, table._schema, filter=None,
+                                        columns=columns, deleted=deltas.positions(path))
+        except TxnError:
+            unreadable.append(path)  # reported by the file checks; its entries are not judged
+            continue
         located = index_keys(keys, columns)
         rows.append(located.append_column("file", pa.array([path] * keys.num_rows, pa.string()))
                     .append_column("position", pa.array(positions, pa.int64())))
@@ -172,9 +243,11 @@ def _check_record_index(table: Table, completed: dict[str, str], bound: str, liv
         problems.append(Problem("duplicate key", "record_index",
                                 f"{twice.num_rows} key(s) held by more than one live row: "
                                 f"{describe(twice, columns)}"))
-    entries = index.read_all(completed, bound, table._metadata.done_compactions())
-    alive = entries.filter(pc.and_(pc.invert(entries["deleted"]),
-                                   pc.is_in(entries["file"], value_set=live_files["path"].combine_chunks())))
+    entries = index.read_all(completed, bound, table._metadata.done_compactions(),
+                             table._metadata.recorded_shards)
+    readable = pc.invert(pc.is_in(live_files["path"], value_set=pa.array(unreadable, pa.string())))
+    alive = entries.filter(pc.and_(pc.invert(entries["deleted"]), pc.is_in(
+        entries["file"], value_set=live_files.filter(readable)["path"].combine_chunks())))
     at_place = truth.join(alive.select([*index.keys, "file", "position"]),
                           keys=[*index.keys, "file", "position"], join_type="inner")
     if at_place.num_rows != truth.num_rows:
@@ -194,7 +267,8 @@ def _check_record_index(table: Table, completed: dict[str, str], bound: str, liv
 
 def _footer_rows(table: Table, path: str) -> int:
     store = table._store
-    with store.filesystem.open_input_file(store.full_path(path)) as handle:
+    with reading_file(path, DATA_FILE_EXPECTED), \
+            store.filesystem.open_input_file(store.full_path(path)) as handle:
         rows: int = pq.ParquetFile(handle).metadata.num_rows
     return rows
 
