@@ -106,13 +106,15 @@ def _one(files: list[str], pattern: str, *, last: bool = True) -> str:
 def _newest_block(partition: str) -> Callable[[Template], str]:
     def pick(t: Template) -> str:
         # The newest block of a completed instant (the pending writer's block is not read).
-        return _one([f for f in t.files if t.pending not in f], rf"_metadata/{partition}/\d{{17}}\.log\.arrow")
+        return _one([f for f in t.files if t.pending not in f],
+                    rf"_metadata/{partition}/\d{{17}}\.log\.arrow")
     return pick
 
 
 def _newest_base(partition: str, suffix: str = "parquet") -> Callable[[Template], str]:
     def pick(t: Template) -> str:
-        bases = [f for f in t.files if re.fullmatch(rf"_metadata/{partition}/\d{{17}}_\d{{17}}\.base\.{suffix}", f)]
+        pattern = rf"_metadata/{partition}/\d{{17}}_\d{{17}}\.base\.{suffix}"
+        bases = [f for f in t.files if re.fullmatch(pattern, f)]
         return max(bases, key=lambda f: f.rsplit("/", 1)[1])
     return pick
 

@@ -290,3 +290,79 @@ def test_commits_in_the_same_millisecond_never_collide_with_metadata_compactions
     compactions = [i for i in _metadata(table).timeline.load() if i.action == "compaction"]
     assert len(compactions) >= 5 and all(i.state == "completed" for i in compactions)
     assert not {i.time for i in compactions} & {c.instant for c in commits}
+
+
+# -- damaged and missing files ------------------------------------------------------------------
+
+
+def _problems(report: txn.ValidationReport) -> set[tuple[str, str]]:
+    return {(p.kind, p.path) for p in report.problems}
+
+
+@pytest.mark.parametrize("partition", [FILES, SEGMENTS, DELETES, "record_index"])
+def test_a_missing_block_of_a_completed_commit_is_an_error_not_fewer_rows(
+    table_uri: str, partition: str
+) -> None:
+    """The deltacommit of a completed instant records the blocks it wrote: a reader that finds
+    one missing raises, naming it, instead of answering without that commit."""
+    table = txn.create_table(table_uri, SCHEMA, record_key="id",
+                             properties={"record_index.shards": "2"})
+    table.append(rows(range(10)))
+    commit = table.delete(keys=[3]) if partition == DELETES else table.upsert(rows([4, 10, 11]))
+    assert commit is not None
+    lost = f"_metadata/{partition}/{commit.instant}.log.arrow"
+    storage_of(table_uri).delete(lost)
+    reopened = txn.open_table(table_uri)
+    read = {FILES: reopened.to_arrow, DELETES: reopened.to_arrow, SEGMENTS: reopened.segments,
+            "record_index": lambda: reopened.lookup([3, 4, 10])}[partition]
+    with pytest.raises(txn.CorruptMetadataError, match=re.escape(lost)) as info:
+        read()
+    assert info.value.path == lost
+    assert ("missing file", lost) in _problems(reopened.validate())
+
+
+def _compacted_keyed(uri: str) -> txn.Table:
+    table = txn.create_table(uri, SCHEMA, record_key="id",
+                             properties={"metadata.compact_after": "2", "metadata.retain_commits": "2",
+                                         "record_index.shards": "2"})
+    for i in range(6):
+        table.append(rows(range(i * 10, i * 10 + 5)))
+    table.upsert(rows([1, 100]))
+    return table
+
+
+@pytest.mark.parametrize("damage", [b"", b"{", b"\xff\xfe garbage"])
+def test_a_damaged_retention_record_is_named_by_lookups_writes_and_validate(
+    table_uri: str, damage: bytes
+) -> None:
+    _compacted_keyed(table_uri)
+    storage = storage_of(table_uri)
+    assert storage.exists("_metadata/retention.json")
+    storage.put("_metadata/retention.json", damage)
+    reopened = txn.open_table(table_uri)
+    with pytest.raises(txn.CorruptMetadataError, match=r"_metadata/retention\.json"):
+        reopened.lookup([1])
+    with pytest.raises(txn.CorruptMetadataError, match=r"_metadata/retention\.json"):
+        reopened.upsert(rows([1]))
+    assert ("damaged file", "_metadata/retention.json") in _problems(reopened.validate())
+
+
+@pytest.mark.parametrize("kind", ["log", "base"])
+def test_a_damaged_record_index_file_is_named_by_lookups_and_validate(
+    table_uri: str, kind: str
+) -> None:
+    table = _compacted_keyed(table_uri)
+    storage = storage_of(table_uri)
+    files = storage.list("_metadata/record_index", recursive=True)
+    if kind == "log":
+        damaged = f"_metadata/record_index/{table.timeline()[-1].time}.log.arrow"
+    else:
+        damaged = max((f for f in files if f.endswith(".base.arrow")),
+                      key=lambda f: f.rsplit("/", 1)[1])
+    assert damaged in files
+    storage.put(damaged, storage.read(damaged)[:40])
+    reopened = txn.open_table(table_uri)
+    with pytest.raises(txn.CorruptMetadataError, match=re.escape(damaged)):
+        reopened.lookup([*range(60), 100])
+    report = reopened.validate()  # reports, never raises
+    assert ("damaged file", damaged) in _problems(report)

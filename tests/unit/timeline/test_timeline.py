@@ -893,3 +893,36 @@ def test_history_read_while_another_writer_archives_still_lists_every_instant(
         assert not missing, f"archival before reader call #{nth} hid {sorted(missing)}"
         if nth <= len(probe.calls):
             assert moved, f"the reader made fewer than {nth} calls"
+
+
+def test_archival_skips_a_damaged_completed_file_and_the_timeline_stays_bounded(
+    archiving: Timeline,
+) -> None:
+    """A completed file that no longer decodes stays active (what it held is not lost in the
+    archive); every other instant is archived as usual, so the timeline stays bounded, and the
+    damaged file is reported by ``damaged_files``."""
+    first = commit_and_archive(archiving, 1)[0]
+    damaged = f"_timeline/{first.file_name}"
+    archiving.storage.put(damaged, b"{not json")
+    commit_and_archive(archiving, 40)
+    completed = archiving.load().completed()
+    assert len(completed) <= ARCHIVING.archive_trigger + 1
+    assert first in completed, "the damaged instant stays active"
+    assert len(archiving.history()) == 41
+    assert [e.path for e in archiving.damaged_files()] == [damaged]
+
+
+def test_damaged_files_finds_each_kind_of_timeline_file(tl: Timeline) -> None:
+    done = commit(tl)
+    pending = tl.start(tl.request("commit"))
+    tl.heartbeat(pending).beat()
+    assert tl.damaged_files() == []
+    storage = tl.storage
+    storage.put(f"_timeline/{done.file_name}", b"")
+    storage.put("_timeline/heartbeats/" + pending.time, b"\xff")
+    lock = storage.list("_timeline/lock")[-1]
+    storage.put(lock, b"[")
+    storage.delete(f"_timeline/{pending.time}.commit.requested")
+    found = {e.path for e in tl.damaged_files()}
+    assert found == {f"_timeline/{done.file_name}", "_timeline/heartbeats/" + pending.time, lock,
+                     f"_timeline/{pending.time}.commit.requested"}

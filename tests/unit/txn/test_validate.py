@@ -6,8 +6,12 @@ It is clean after any sequence of successful writes, and reports each kind of di
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
 import txn
 from tests.unit.txn.helpers import SCHEMA, data_files_on_storage, rows, storage_of
@@ -134,3 +138,62 @@ def test_every_problem_is_reported_at_once(table_uri: str) -> None:
         ("size mismatch", commits[1].paths_added[0]),
         ("unreferenced file", "segment_7/stray.parquet"),
     ])
+
+
+# -- damaged files are named by readers and reported by validate --------------------------------
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+def test_a_damaged_data_file_is_named_not_blamed_on_the_filter(table_uri: str, damage: str) -> None:
+    table, commits = _loaded(table_uri)
+    [broken] = commits[1].paths_added
+    storage = storage_of(table_uri)
+    if damage == "deleted":
+        storage.delete(broken)
+    else:
+        storage.put(broken, storage.read(broken)[:30])
+    # A missing file is a StorageError that is also a FileNotFoundError.
+    error = txn.StorageError if damage == "deleted" else txn.CorruptMetadataError
+    with pytest.raises(error, match=re.escape(broken)) as info:
+        table.to_arrow()
+    assert getattr(info.value, "path", None) == broken
+    assert damage != "deleted" or isinstance(info.value, FileNotFoundError)
+    with pytest.raises(error, match=re.escape(broken)):
+        table.snapshot().count(pc.field("id") > 2)
+    assert _kinds(table.validate())[0][1] == broken
+
+
+@pytest.mark.parametrize("damage", [b"", b"garbage", "deleted"])
+def test_a_damaged_delete_delta_is_named(table_uri: str, damage: bytes | str) -> None:
+    table = txn.create_table(table_uri, SCHEMA, record_key="id")
+    table.append(rows(range(10)))
+    table.delete(keys=[2, 3])
+    [delta] = [p for p in storage_of(table_uri).list("", recursive=True) if p.endswith(".deletedelta")]
+    storage = storage_of(table_uri)
+    if damage == "deleted":
+        storage.delete(delta)
+    else:
+        storage.put(delta, damage)  # type: ignore[arg-type]
+    reopened = txn.open_table(table_uri)
+    with pytest.raises(txn.TxnError, match=re.escape(delta)):
+        reopened.to_arrow()
+    report = reopened.validate()  # a keyed table: reports, never raises
+    assert delta in {p.path for p in report.problems}
+
+
+def test_a_keyed_table_with_a_truncated_data_file_is_reported_not_raised(table_uri: str) -> None:
+    table = txn.create_table(table_uri, SCHEMA, record_key="id")
+    commit = table.append(rows(range(10)))
+    table.append(rows(range(10, 20)))
+    [broken] = commit.paths_added
+    storage = storage_of(table_uri)
+    storage.put(broken, b"\1" * storage.size(broken))
+    assert _kinds(table.validate()) == [("unreadable file", broken)]
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe\x00", b"somewhere/else.parquet"])
+def test_a_damaged_marker_is_reported_not_raised(table_uri: str, content: bytes) -> None:
+    table, _ = _loaded(table_uri)
+    marker = "_markers/part-0-00000-0123456789abcdef_20990101000000000.parquet"
+    storage_of(table_uri).put(marker, content)
+    assert _kinds(table.validate()) == [("damaged file", marker)]
