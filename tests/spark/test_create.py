@@ -223,7 +223,7 @@ def test_a_writer_that_loses_the_creation_checks_its_rows_against_the_winner_s_t
     ("properties", {"write.target_file_bytes": "1000"},
      r"table property write.target_file_bytes='1000' differs from the table's \(not set\)"),
     ("properties", {"write.target_file_bytes": "many"},
-     r"write.target_file_bytes='many': expected a positive"),
+     r"write.target_file_bytes='many': expected a whole number from 1,000"),
     ("partition_by", "region", "must be a list of column names"),
 ])
 def test_layout_options_that_differ_from_the_table_write_nothing(
