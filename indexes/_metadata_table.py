@@ -246,8 +246,17 @@ class MetadataTable:
         return removed
 
     def recover(self, *, lease: Lease) -> None:
-        """Retire metadata instants left pending by a writer that died holding the lock."""
-        for instant in self.timeline.view(lease).pending():
+        """Retire metadata instants left pending by a writer that died holding the lock.
+
+        Every lock holder runs this first, so a compaction that died is retired before any later
+        one runs. A pending compaction older than a completed one therefore did not die: its
+        completed file was lost. Its bases are kept (deleting them would lose what they folded)
+        and :meth:`damaged_files` reports it.
+        """
+        view = self.timeline.view(lease)
+        for instant in view.pending():
+            if instant.action == "compaction" and _lost_completion(instant, view.completed()):
+                continue
             if instant.action == "compaction":
                 horizon = self.timeline.read_plan(instant, dict).get("horizon", _NOTHING)
                 for partition in self.schemas:
@@ -490,6 +499,12 @@ class MetadataTable:
         """
         damaged = [CorruptMetadataError(f"{METADATA_FOLDER}/{e.path}", e.expected, e.found)
                    for e in self.timeline.damaged_files()]
+        view = self.timeline.load()
+        damaged += [CorruptMetadataError(
+            f"{METADATA_FOLDER}/_timeline/{instant.time}_<completion>.compaction",
+            f"the completed file of compaction {instant.time} (a later compaction completed, so "
+            "this one did too)", "no such file") for instant in view.pending()
+            if instant.action == "compaction" and _lost_completion(instant, view.completed())]
         usable = self._completed_compactions()
         everything = "9" * 17
         for partition, schema in self.schemas.items():
@@ -638,3 +653,9 @@ class MetadataTable:
             oldest = self.record_index.oldest_base_compaction(self.done_compactions())
             fence = min(filter(None, (fence, oldest)), default=None)
         self.timeline.archive(lease=lease, fence_exclusive=fence)
+
+
+def _lost_completion(instant: Instant, completed: Sequence[Instant]) -> bool:
+    """Whether pending compaction ``instant`` is older than a completed compaction: it cannot
+    have died (every lock holder retires a dead one first), so its completed file was lost."""
+    return any(done.action == "compaction" and done.time > instant.time for done in completed)

@@ -147,6 +147,8 @@ KINDS: dict[str, Callable[[Template], str]] = {
     "mdt-deltacommit": lambda t: _one([f for f in t.files if t.pending not in f],
                                       r"_metadata/_timeline/\d{17}_\d{17}\.deltacommit"),
     "mdt-compaction": lambda t: _one(t.files, r"_metadata/_timeline/\d{17}_\d{17}\.compaction"),
+    "mdt-compaction-oldest": lambda t: _one(t.files, r"_metadata/_timeline/\d{17}_\d{17}\.compaction",
+                                            last=False),
     "mdt-archive": lambda t: _one(t.files, r"_metadata/_timeline/archive/.*\.archive"),
     "files-log": _newest_block("files"),
     "column-stats-log": _newest_block("column_stats"),

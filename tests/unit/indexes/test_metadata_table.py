@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import datetime, timezone
 from typing import Any
@@ -366,3 +367,26 @@ def test_a_damaged_record_index_file_is_named_by_lookups_and_validate(
         reopened.lookup([*range(60), 100])
     report = reopened.validate()  # reports, never raises
     assert ("damaged file", damaged) in _problems(report)
+
+
+def test_a_compaction_whose_completed_file_is_lost_keeps_its_bases(table_uri: str) -> None:
+    """A pending compaction older than a completed one did not die (every lock holder retires a
+    dead one first): its completed file was lost. The next writer must not delete its bases as
+    if it had died, and validate reports the lost file."""
+    _compacted_keyed(table_uri)
+    storage = storage_of(table_uri)
+    kept = sorted(k for k in storage.list("_metadata/files") if k.endswith(".base.parquet"))
+    assert len(kept) >= 2, "the floor and a newer base"
+    time = kept[0].rsplit("/", 1)[1][:17]  # the floor's compaction
+    [lost] = [k for k in storage.list("_metadata/_timeline")
+              if re.fullmatch(rf"_metadata/_timeline/{time}_\d{{17}}\.compaction", k)]
+    bases = [k for k in storage.list("_metadata", recursive=True)
+             if re.search(rf"/{time}_\d{{17}}\.base\.", k)]
+    storage.delete(lost)
+    writer = txn.open_table(table_uri)
+    # The lost compaction folded blocks that reads and this write's maintenance may need.
+    with contextlib.suppress(txn.CorruptMetadataError):
+        writer.append(rows([500]))
+    assert all(storage.exists(base) for base in bases)
+    report = txn.open_table(table_uri).validate()
+    assert any(p.kind == "missing file" and time in p.path for p in report.problems), str(report)
