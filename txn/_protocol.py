@@ -188,6 +188,7 @@ class Protocol:
         view = self._timeline.view(lease)
         if not view.pending():
             return view  # no writer in flight, so none died in flight either
+        failed = False
         for instant in self._timeline.expired(view):
             undo = self._undo(lease)
             try:
@@ -204,10 +205,17 @@ class Protocol:
                 log.warning("could not %s %s of a dead writer; it stays pending for validate() "
                             "to report and a later writer to retry", step, instant.time,
                             exc_info=True)
+                # The failed step may have landed (a lost response), which the lease's view does
+                # not know. The other instants are still decided correctly from it (the failed
+                # step touched only this instant and its rollback, and rollback times come from
+                # the timeline's own counter), but see the return below.
+                failed = True
         # A writer that died holding the lock left a data instant pending; it may also have left
         # a metadata instant pending.
         self._metadata.recover(lease=lease)
-        return self._timeline.view(lease)
+        # After a failure, the caller picks its instant time and segment from a fresh listing,
+        # so they are above whatever the failed step wrote.
+        return self._timeline.load() if failed else self._timeline.view(lease)
 
     def roll_back(self, instant: Instant, lease: Lease | None = None) -> Instant:
         if lease is None:

@@ -209,6 +209,35 @@ def test_a_rollback_that_keeps_failing_is_logged_and_later_writes_go_on(
     assert writer.snapshot().count() == 8 and writer.validate().ok
 
 
+def test_a_recovery_step_that_landed_but_reported_a_failure_does_not_collide_with_the_write(
+    table_uri: str, clock: FakeClock
+) -> None:
+    """The rollback instant's requested file lands, the response is lost: the write goes on, and
+    its own instant must not take the rollback's time (the lease's cached view missed it)."""
+    _small_files(table_uri, clock).append(rows(range(5)))
+    dead = _dead_writer(table_uri, clock)
+    clock.advance(EXPIRY_MS)
+    faulty = Faulty(storage_of(table_uri))
+    faulty.arm(1, when="after", ops={"put_if_absent"},
+               match=lambda path: path.endswith(".rollback.requested"))
+    commit = table_on(table_uri, faulty, clock=clock).append(rows(range(5, 6)))
+    assert faulty.fault is not None and faulty.fault.landed
+
+    instants = txn.open_table(table_uri, clock=clock).timeline()  # loads: no time taken twice
+    assert len({i.time for i in instants}) == len(instants)
+    assert {i.time: i.state for i in instants}[commit.instant] == "completed"
+
+    clock.advance(EXPIRY_MS)
+    survivor = txn.open_table(table_uri, clock=clock)
+    survivor.append(rows(range(6, 7)))
+    states = {i.time: i for i in survivor.timeline()}
+    assert states[dead.time].state == "rolledback"
+    # The orphaned rollback instant is finished too (undo is idempotent).
+    assert {i.state for i in survivor.timeline() if i.action == "rollback"} == {"completed"}
+    assert storage_of(table_uri).list("_markers") == []
+    assert survivor.snapshot().count() == 7 and survivor.validate().ok
+
+
 # -- partition values ------------------------------------------------------------------------------
 
 
