@@ -11,7 +11,13 @@ Checks, for the latest snapshot:
 * every delete delta listed exists with its recorded size; live ones hold their recorded number
   of positions, all inside a live data file; none on storage is unknown (same marker rule);
 * keyed tables: the record index has exactly one live entry per live row, pointing at the file
-  and position that hold the key, and no live entry for a key that is not in the table.
+  and position that hold the key, and no live entry for a key that is not in the table;
+* every file the table keeps decodes: instant files, archives, heartbeats and lock records of
+  both timelines, every block and base of the metadata table and of the record index,
+  ``retention.json``, data files, delete deltas and markers; and every block a completed
+  instant recorded is there.
+
+It never raises on damage: each damaged or missing file is a problem that names it.
 
 Validation is the one operation that lists data folders; reads never do.
 """
