@@ -37,7 +37,7 @@ from .._records import Commit
 from .._scan import scan_file
 from .._storage_io import DataStore
 from .._table import Table
-from .._writer import DataFileWriter, FileStatus, markers_of
+from .._writer import DataFileWriter, FileStatus, markers_of, read_marker
 from ._tables import Layout, resolve, save_mode
 from ._types import conform
 from ._workers import ensure_workers_run_metatxn
@@ -215,7 +215,7 @@ def _remove_unreported(table: Table, instant_time: str, files: set[str], parts: 
     """Delete what task attempts that failed or were retried wrote for ``instant_time``."""
     storage = table._storage
     for marker in markers_of(storage, instant_time):
-        path = storage.read(marker).decode()
+        path = read_marker(storage, marker)  # checked: never delete what a damaged marker names
         if path.endswith(".parquet") and path not in files:
             storage.delete(path)
             storage.delete(marker)
