@@ -9,7 +9,9 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -139,3 +141,21 @@ def _no_swallowed_errors(request: pytest.FixtureRequest, caplog: pytest.LogCaptu
         pytest.fail("metatxn logged unexpected warnings:\n" + "\n".join(
             f"{r.getMessage()}: {r.exc_info[1]!r}" if r.exc_info else r.getMessage()
             for r in swallowed))
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MB tmpfs, where the machine allows mounting one (root in a permissive container)."""
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot mount a tmpfs here: {exc}")
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True, timeout=30)

@@ -210,7 +210,9 @@ def _accepted_options(s3fs: Any) -> frozenset[str] | None:
     try:
         session = importlib.import_module("aiobotocore.session")
         names = set(_FSSPEC_OPTIONS)
-        for function in (s3fs.S3FileSystem.__init__, session.AioSession.__init__):
+        asyn = importlib.import_module("fsspec.asyn")
+        for function in (s3fs.S3FileSystem.__init__, session.AioSession.__init__,
+                         asyn.AsyncFileSystem.__init__):
             names.update(p.name for p in inspect.signature(function).parameters.values()
                          if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self")
     except (ImportError, TypeError, ValueError):  # pragma: no cover - another s3fs layout

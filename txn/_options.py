@@ -219,6 +219,36 @@ def check_properties(properties: object) -> dict[str, str]:
     return checked
 
 
+def stored_property_warnings(properties: dict[str, str]) -> list[str]:
+    """What is wrong with the properties of an existing table's ``table.json``.
+
+    A value that cannot be read (not a whole number in the digits 0-9, not a boolean) raises
+    InvalidOptionError: the file is damaged. A readable value outside the bounds new tables
+    accept (a table created before the bounds, or edited by hand) is returned as a warning
+    instead: refusing to open it would lock its owner out of their data.
+    """
+    warnings: list[str] = []
+    for key, value in properties.items():
+        known = KNOWN_PROPERTIES.get(key)
+        if known is None:
+            continue
+        check = known[0]
+        try:
+            check(value)
+        except ValueError as exc:
+            readable = (isinstance(check, _WholeNumber) and isinstance(value, str) and value.isascii()
+                        and value.isdigit() and len(value) <= 30)
+            if not readable:
+                raise InvalidOptionError(f"table property {key}={value!r}: {exc}") from None
+            warnings.append(f"table property {key}={value!r} is outside the bounds new tables accept: "
+                            f"{exc}")
+    try:
+        _check_together(properties)
+    except InvalidOptionError as exc:
+        warnings.append(str(exc))
+    return warnings
+
+
 def _check_together(properties: dict[str, str]) -> None:
     """Rules between properties, each checked on the values the table would use (given or
     default)."""

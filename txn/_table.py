@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from collections.abc import Callable
@@ -56,12 +57,15 @@ from ._options import (
     check_schema,
     metadata_options,
     record_index_shards,
+    stored_property_warnings,
     timeline_options,
 )
 from ._protocol import DATA_ACTIONS, Protocol
 from ._records import Commit, Segment, ValidationReport, WritePlan
 from ._snapshot import Snapshot
 from ._storage_io import DataStore
+
+log = logging.getLogger("metatxn")
 
 #: A source of unique ids (table ids, file ids). Injected so tests are deterministic.
 IdFactory = Callable[[], str]
@@ -494,10 +498,11 @@ def open_table(
         config = decode_config(data)
     except CorruptMetadataError as exc:
         raise CorruptMetadataError(f"{text.rstrip('/')}/{exc.path}", exc.expected, exc.found) from None
-    try:  # table.json edited or damaged by hand: its properties must still keep the table usable
-        check_properties(config.properties)
+    try:  # table.json damaged, or made before the bounds of design/properties.md
+        for warning in stored_property_warnings(config.properties):
+            log.warning("%s: %s (see design/properties.md)", config_path, warning)
     except InvalidOptionError as exc:
-        raise CorruptMetadataError(config_path, "table properties within their bounds (see "
+        raise CorruptMetadataError(config_path, "table properties metatxn can read (see "
                                    "design/properties.md)", str(exc)) from None
     return Table(text, storage, config, clock=clock or system_clock, ids=ids or random_id,
                  storage_options=storage_options)

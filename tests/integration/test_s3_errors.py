@@ -26,7 +26,7 @@ def _objects(server: S3Server, bucket: str) -> list[str]:
 
 @pytest.mark.parametrize(("option", "hint"), [("bogus_option", "'bogus_option'"),
                                                 ("endpoint", "did you mean 'endpoint_url'"),
-                                                ("batch_size", "'batch_size'")])
+                                                ("batchsize", "did you mean 'batch_size'")])
 def test_an_option_s3fs_does_not_know_is_refused_before_any_request(
         s3_server: S3Server, s3_uri: S3Location, option: str, hint: str) -> None:
     uri, options = s3_uri

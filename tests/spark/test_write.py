@@ -413,7 +413,7 @@ def test_a_dead_driver_is_rolled_back_by_the_next_writer(
 
     uri = str(tmp_path / "orders")
     table = txn.create_table(uri, ORDERS, record_key="id", properties={
-        "record_index.shards": "4", "heartbeat.interval_ms": "100", "heartbeat.timeout_ms": "400"})
+        "record_index.shards": "4", "heartbeat.interval_ms": "1000", "heartbeat.timeout_ms": "2000"})
     table.append(orders(range(100)))
     visible, files = rows_by(table.to_arrow()), file_bytes(uri)
 
@@ -432,7 +432,7 @@ def test_a_dead_driver_is_rolled_back_by_the_next_writer(
     assert rows_by(txn.spark.read(spark, uri).toArrow()) == visible, "readers do not see them"
     assert table.validate().ok, "files claimed by a pending instant's markers are not problems"
 
-    time.sleep(0.6)  # the dead writer's heartbeat expires
+    time.sleep(2.2)  # the dead writer's heartbeat expires
     txn.spark.write(frame(spark, orders(range(500, 700)), 2), uri, "append")
     by_time = {i.time: i for i in table.timeline()}
     assert by_time[dead.time].state == "rolledback"

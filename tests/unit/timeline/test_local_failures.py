@@ -14,7 +14,6 @@ from __future__ import annotations
 import builtins
 import errno
 import os
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -208,24 +207,6 @@ def test_a_name_too_long_to_exist_is_absent(tmp_path: Path) -> None:
 
 
 # -- a real full disk --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MB tmpfs, where the machine allows mounting one (root in a permissive container)."""
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"cannot mount a tmpfs here: {exc}")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=True, timeout=30)
 
 
 def test_a_real_full_disk_is_a_storage_error_and_leaves_no_temporary_file(tiny_disk: Path) -> None:

@@ -139,6 +139,24 @@ def test_a_table_json_with_a_property_out_of_bounds_is_corrupt(memory_uri: str) 
         txn.open_table(memory_uri)
 
 
+@pytest.mark.allow_metatxn_warnings
+def test_a_table_made_before_the_bounds_still_opens_with_a_warning(
+        memory_uri: str, caplog: pytest.LogCaptureFixture) -> None:
+    import msgspec
+
+    from txn._config import TABLE_CONFIG_PATH, decode_config, encode_config
+
+    txn.create_table(memory_uri, SCHEMA).append(rows(range(3)))
+    storage = storage_of(memory_uri)
+    config = decode_config(storage.read(TABLE_CONFIG_PATH))
+    older = msgspec.structs.replace(config, properties={"heartbeat.interval_ms": "100",
+                                                        "heartbeat.timeout_ms": "400"})
+    storage.put(TABLE_CONFIG_PATH, encode_config(older))
+    table = txn.open_table(memory_uri)
+    assert table.to_arrow().num_rows == 3
+    assert "heartbeat.interval_ms='100' is outside the bounds new tables accept" in caplog.text
+
+
 # -- 11. the table location and storage options are checked with TxnErrors -------------------------
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import builtins
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -315,24 +314,6 @@ def test_an_injected_full_disk_fails_the_write_with_a_storage_error_and_the_tabl
     assert sorted(table.to_arrow()["id"].to_pylist()) == [*range(5), 10, 11]
     assert storage_of(uri).list("_markers") == []
     assert table.validate().ok
-
-
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MB tmpfs, where the machine allows mounting one."""
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"cannot mount a tmpfs here: {exc}")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=True, timeout=30)
 
 
 def _big(ids: range) -> pa.Table:
