@@ -20,6 +20,12 @@ Errors raised at or after the commit point are special: if completing ``T`` fail
 outcome, ``CommitStateUnknownError`` propagates and nothing is deleted; if the commit landed and
 a later step failed, the failure is logged and the commit is returned.
 
+Markers: a write that committed deletes its own markers by name (the paths of the files and
+deltas it wrote give their names), so the commit path never lists ``_markers/``. A writer killed
+after its commit point leaves its markers; they are swept (one listing) by the table maintenance
+that runs when a metadata compaction is due, with those of rolled-back instants
+(:meth:`Protocol.sweep_markers`). A rollback lists the markers to find what ``T`` wrote.
+
 Recovery cannot be turned against the table: a marker's content is checked (``read_marker``)
 before the file it names is deleted, and a damaged marker is reported and dropped, its file left
 for ``validate()``; a rollback that fails on one instant is logged and the next writer retries
@@ -29,7 +35,8 @@ it, so no single instant blocks every later writer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import posixpath
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +56,7 @@ from timeline import (
 )
 
 from ._records import CommitMetadata, WritePlan
-from ._writer import MARKERS_FOLDER, marker_instant, markers_of, read_marker
+from ._writer import MARKERS_FOLDER, marker_instant, marker_path, markers_of, read_marker
 
 log = logging.getLogger("metatxn")
 
@@ -116,21 +123,16 @@ class Protocol:
 
     def commit(self, pending: Pending, build: Builder) -> tuple[Instant, CommitMetadata]:
         """Run step 4. Returns the completed instant and what it recorded."""
-        completed, metadata, _ = self._commit(pending, build)
-        return completed, metadata
+        return self._commit(pending, build)
 
-    def _commit(self, pending: Pending,
-                build: Builder) -> tuple[Instant, CommitMetadata, frozenset[str]]:
-        """``commit``, also returning the times of the instants completed when it landed."""
+    def _commit(self, pending: Pending, build: Builder) -> tuple[Instant, CommitMetadata]:
         completed: Instant | None = None
         metadata: CommitMetadata | None = None
-        done: frozenset[str] = frozenset()
         try:
             with self._timeline.lock() as lease:
                 changes, metadata = build(lease, self._timeline.view(lease))
                 self._metadata.write_delta(pending.instant.time, changes, lease=lease)
                 completed = self._timeline.complete(pending.instant, metadata, lease=lease)
-                done = frozenset(i.time for i in self._timeline.view(lease).completed())
                 self._after_commit_quietly(lease)
         except Exception:
             if completed is None:
@@ -139,7 +141,7 @@ class Protocol:
             log.warning("releasing the table lock after instant %s failed", completed.time,
                         exc_info=True)
         assert completed is not None and metadata is not None
-        return completed, metadata, done | {completed.time}
+        return completed, metadata
 
     def run(self, operation: str, action: str, *, new_segment: bool,
             write: Callable[[Pending], Any], build: Callable[[Pending, Any], Builder],
@@ -157,7 +159,7 @@ class Protocol:
         """
         try:
             written = write(pending)
-            completed, metadata, done = self._commit(pending, build(pending, written))
+            completed, metadata = self._commit(pending, build(pending, written))
         except CommitStateUnknownError:
             # Never delete anything: the instant may have completed. Stop beating but keep the
             # heartbeat file, so the instant expires normally if it did not complete.
@@ -170,7 +172,7 @@ class Protocol:
         # The commit landed: tidying up is best effort, and the next commit redoes it.
         try:
             pending.heartbeat.stop()
-            self._remove_committed_markers(done)
+            self._remove_markers(written)
         except Exception:
             log.warning("cleaning up after committed instant %s failed", pending.instant.time,
                         exc_info=True)
@@ -261,17 +263,42 @@ class Protocol:
 
         return undo
 
-    def _remove_committed_markers(self, done: frozenset[str]) -> None:
-        """Delete the markers of completed instants (this write's and any a killed writer left).
+    def _remove_markers(self, written: Any) -> None:
+        """Delete the markers of the files a committed write wrote, by name (no listing).
 
-        ``done`` holds the times completed when this write committed, seen under the lock. A
-        completed instant's files are committed, so its markers mean nothing any more; markers
-        of pending or rolled-back instants are left to their writer or their rollback. One
-        listing, which the removals keep as short as the writes in flight.
+        ``written`` is what the write phase returned: its ``statuses`` (data files) and
+        ``deltas`` (delete deltas) carry the paths, and a marker is named after its file. A
+        Spark write has already deleted the markers of files no task reported. Whatever is left
+        (a writer killed here) is removed by :meth:`sweep_markers`.
         """
+        for path in _written_paths(written):
+            self._storage.delete(marker_path(posixpath.basename(path)))
+
+    def sweep_markers(self, lease: Lease) -> list[str]:
+        """Delete the markers of decided instants; return them. Runs under the lock, off the
+        commit path (table maintenance), with one listing of ``_markers/``.
+
+        Decided: completed, or rolled back with no rollback still pending (a pending rollback,
+        possibly of that instant, still needs its markers to find the files to delete). A
+        marker whose instant is not on the active timeline belongs to an archived, so decided,
+        instant (markers are written only after their instant is requested, under the lock
+        held here), unless a rollback is pending (its target may be archived already). Markers
+        of pending instants are left to their writer or its rollback.
+        """
+        view = self._timeline.view(lease)
+        rolling_back = any(i.action == "rollback" and i.is_pending for i in view.instants)
+        decided = {i.time for i in (view.completed() if rolling_back else view.instants)
+                   if not i.is_pending}
+        removed = []
         for marker in self._storage.list(MARKERS_FOLDER):
-            if marker_instant(marker) in done:
+            time = marker_instant(marker)
+            archived = not rolling_back and time.isdigit() and view.get(time) is None
+            if time in decided or archived:
                 self._storage.delete(marker)
+                removed.append(marker)
+        if removed:
+            log.info("removed %d marker(s) of decided instants", len(removed))
+        return removed
 
     def _after_commit_quietly(self, lease: Lease) -> None:
         try:
@@ -279,6 +306,13 @@ class Protocol:
         except Exception:
             log.warning("table maintenance after a commit failed; the next commit retries it",
                         exc_info=True)
+
+
+def _written_paths(written: Any) -> Iterator[str]:
+    """The paths of the data files and delete deltas in a write phase's result."""
+    for group in (getattr(written, "statuses", None), getattr(written, "deltas", None)):
+        for item in group or ():
+            yield item.path
 
 
 __all__ = ["DATA_ACTIONS", "MARKERS_FOLDER", "Builder", "Pending", "Protocol"]

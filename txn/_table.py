@@ -372,7 +372,8 @@ class Table:
         return str(max(taken, default=-1) + 1)
 
     def _maintain(self, lease: Lease) -> None:
-        """After each commit, under the lock: metadata compaction and cleaning, then archival.
+        """After each commit, under the lock: metadata compaction and cleaning (with the sweep
+        of leftover markers), then archival.
 
         Each step first checks, from state already in hand, whether it has anything to do, so
         a commit that needs no maintenance pays no storage call for it.
@@ -384,6 +385,9 @@ class Table:
         if self._metadata.compact_if_due(order, lease=lease, data_max_time=view.max_time()) is not None:
             self._metadata.clean(writes, lease=lease)
             self._metadata.archive(lease=lease)
+            # Markers a writer killed after its commit point left: one listing every
+            # ``metadata.compact_after`` commits, never on the commit path itself.
+            self._protocol.sweep_markers(lease)
         if len(order) > self._timeline.options.archive_trigger:
             # Keep on the active timeline every commit whose blocks a kept base does not fold,
             # and the retained commits (cleaning counts retention over the active timeline).

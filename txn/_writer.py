@@ -10,8 +10,9 @@ is stored; the name ends with ``_<T>.parquet`` (delete deltas, written the same 
 ``_<T>.deletedelta``), so the markers of ``T`` are found by one listing
 of ``_markers/`` (which holds only the markers of writes in flight). A rollback of ``T`` (after a
 crash, possibly in another process) deletes exactly the files its markers name, without listing
-data folders. Markers are removed once ``T`` is decided (a writer killed after its commit
-point leaves them; the next commit's tidy-up removes markers of completed instants). The folder
+data folders. Markers are removed once ``T`` is decided: a committed writer deletes its own by
+name, a rollback those it lists; what a writer killed after its commit point leaves is swept by
+the table maintenance that runs with a metadata compaction. The folder
 is flat so that no per-instant folders are left behind on filesystems that have real folders.
 
 A marker is read back only through :func:`read_marker`, which checks that it names a data file

@@ -14,6 +14,7 @@ rolls ``T`` back.
 from __future__ import annotations
 
 import functools
+import logging
 import pickle
 import secrets
 from collections.abc import Iterator
@@ -25,7 +26,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import RecordIndex
-from timeline import DuplicateKeyError, SchemaMismatchError, open_storage
+from timeline import (
+    CorruptMetadataError,
+    DuplicateKeyError,
+    ObjectNotFoundError,
+    SchemaMismatchError,
+    open_storage,
+)
 
 from .._deltas import LiveDeltas, Positions, stage_deletes
 from .._keys import SHOWN, describe, index_keys
@@ -41,6 +48,8 @@ from .._writer import DataFileWriter, FileStatus, markers_of, read_marker
 from ._tables import Layout, resolve, save_mode
 from ._types import conform
 from ._workers import ensure_workers_run_metatxn
+
+logger = logging.getLogger("metatxn")
 
 #: A task's report: one row per file or index file. The payload is pickled (same code on both
 #: ends, never stored): statistics keep their exact Python types (dates, decimals, bytes).
@@ -215,7 +224,16 @@ def _remove_unreported(table: Table, instant_time: str, files: set[str], parts: 
     """Delete what task attempts that failed or were retried wrote for ``instant_time``."""
     storage = table._storage
     for marker in markers_of(storage, instant_time):
-        path = read_marker(storage, marker)  # checked: never delete what a damaged marker names
+        try:
+            path = read_marker(storage, marker)  # checked: never delete what a damaged marker names
+        except ObjectNotFoundError:
+            continue
+        except CorruptMetadataError as exc:
+            # As a rollback does: its file (if any) cannot be located safely, so it stays for
+            # validate() to report; the marker goes once the instant is decided.
+            logger.warning("not deleting what marker %s of instant %s names: %s", marker,
+                           instant_time, exc)
+            continue
         if path.endswith(".parquet") and path not in files:
             storage.delete(path)
             storage.delete(marker)

@@ -8,8 +8,10 @@
 * A partition value whose folder name would exceed 255 bytes is refused with
   ``InvalidOptionError``; the string value ``__HIVE_DEFAULT_PARTITION__`` reads back as itself.
 * A full disk is a ``StorageError`` naming the file, and leaves no temporary files.
-* Markers of committed instants (a writer killed after its commit point) are removed by the next
-  commit, with no extra listing.
+* A commit deletes its own markers by name and never lists ``_markers/``; markers a writer killed
+  after its commit point left (or a rolled-back instant's) are swept by the table maintenance that
+  runs with a metadata compaction; markers of writes in flight stay.
+* ``txn.spark``'s removal of failed task attempts' files skips a damaged marker (logged).
 """
 
 from __future__ import annotations
@@ -343,10 +345,33 @@ def test_a_real_full_disk_fails_the_write_with_a_storage_error_and_the_table_goe
 # -- markers of committed instants -----------------------------------------------------------------
 
 
-def test_markers_a_writer_killed_after_its_commit_left_are_removed_by_the_next_commit(
+def _marker_listings(counting: CountingStorage) -> list[tuple[str, str]]:
+    return [c for c in counting.calls if c[0] == "list" and c[1].startswith("_markers")]
+
+
+def test_a_commit_removes_its_own_markers_by_name_without_listing_them(
     table_uri: str, clock: FakeClock
 ) -> None:
-    _small_files(table_uri, clock).append(rows(range(5)))
+    _small_files(table_uri, clock, record_key="id").append(rows(range(20)))
+    counting = CountingStorage(storage_of(table_uri))
+    table = table_on(table_uri, counting, clock=clock)
+    table.upsert(rows(range(10, 30)))  # new data files and delete deltas
+    assert storage_of(table_uri).list("_markers") == []
+    assert _marker_listings(counting) == [], "the commit path never lists _markers/"
+    removed = [c[1] for c in counting.calls if c[0] == "delete" and _is_marker(c[1])]
+    assert any(m.endswith(".parquet") for m in removed)
+    assert any(m.endswith(".deletedelta") for m in removed)
+    assert table.validate().ok
+
+
+def test_markers_a_writer_killed_after_its_commit_left_are_swept_by_maintenance_only(
+    table_uri: str, clock: FakeClock
+) -> None:
+    compact_after = 4
+    txn.create_table(table_uri, SCHEMA, clock=clock,
+                     properties={"write.target_file_bytes": "2000",
+                                 "metadata.compact_after": str(compact_after)}
+                     ).append(rows(range(5)))
     for _ in range(2):
         faulty = Faulty(storage_of(table_uri))
         faulty.arm(1, ops={"delete"}, match=_is_marker, crash=True)
@@ -358,11 +383,22 @@ def test_markers_a_writer_killed_after_its_commit_left_are_removed_by_the_next_c
     assert len(left) >= 4
     assert all(i.state == "completed" for i in txn.open_table(table_uri, clock=clock).timeline())
 
-    counting = CountingStorage(storage_of(table_uri))
-    table_on(table_uri, counting, clock=clock).append(rows(range(100, 101)))
+    swept_by = []
+    for n in range(compact_after):
+        counting = CountingStorage(storage_of(table_uri))
+        table_on(table_uri, counting, clock=clock).append(rows(range(100 + n, 101 + n)))
+        listings = _marker_listings(counting)
+        if listings:
+            assert listings == [("list", "_markers")], "one listing per maintenance run"
+            assert any(c[0] == "put_if_absent" and "compaction" in c[1] for c in counting.calls), (
+                "_markers/ is listed only by the maintenance that runs with a metadata compaction")
+            swept_by.append(n)
+        if not swept_by:
+            assert storage_of(table_uri).list("_markers") == left, "the commit path leaves them"
+        clock.advance(1_000)
+    assert len(swept_by) == 1, "a metadata compaction is due once per compact_after commits"
     assert storage_of(table_uri).list("_markers") == []
-    assert [c for c in counting.calls if c == ("list", "_markers")] == [("list", "_markers")], (
-        "one listing of the markers per write, as before")
+    assert txn.open_table(table_uri, clock=clock).validate().ok
 
 
 def test_the_next_commit_leaves_the_markers_of_a_write_still_in_flight(
@@ -375,3 +411,57 @@ def test_the_next_commit_leaves_the_markers_of_a_write_still_in_flight(
     clock.advance(1_000)
     txn.open_table(table_uri, clock=clock).append(rows(range(5, 6)))
     assert storage_of(table_uri).list("_markers") == in_flight
+
+
+def test_the_marker_sweep_removes_rolled_back_leftovers_and_leaves_writes_in_flight(
+    table_uri: str, clock: FakeClock
+) -> None:
+    txn.create_table(table_uri, SCHEMA, clock=clock,
+                     properties={"write.target_file_bytes": "2000", "metadata.compact_after": "2"}
+                     ).append(rows(range(5)))
+    rolled = _dead_writer(table_uri, clock)
+    clock.advance(EXPIRY_MS)
+    txn.open_table(table_uri, clock=clock).append(rows(range(5, 6)))  # rolls it back
+    assert txn.open_table(table_uri, clock=clock).timeline()[1].state == "rolledback"
+    # A paused writer of the rolled-back instant announces a file after its rollback.
+    late = f"part-9-00000-late_{rolled.time}.parquet"
+    storage_of(table_uri).put_if_absent(f"_markers/{late}", f"segment_9/{late}".encode())
+    dead = _dead_writer(table_uri, clock)  # its heartbeat has not expired: it may be slow
+    in_flight = storage_of(table_uri).list("_markers")
+    in_flight.remove(f"_markers/{late}")
+    assert in_flight and all(dead.time in m for m in in_flight)
+    for n in range(3):  # a metadata compaction, so the sweep, runs at least once
+        clock.advance(1_000)
+        txn.open_table(table_uri, clock=clock).append(rows(range(10 + n, 11 + n)))
+    assert storage_of(table_uri).list("_markers") == in_flight
+
+
+@pytest.mark.allow_metatxn_warnings
+def test_a_damaged_marker_does_not_fail_the_removal_of_a_spark_writes_unreported_files(
+    table_uri: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from txn.spark._write import _remove_unreported
+
+    table = _small_files(table_uri, clock)
+    table.append(rows(range(5)))
+    pending = table._protocol.begin("append", "commit", new_segment=True)
+    t = pending.instant.time
+    storage = storage_of(table_uri)
+    files = {name: f"segment_{pending.segment}/{name}" for name in
+             (f"part-a_{t}.parquet", f"part-b_{t}.parquet", f"part-c_{t}.parquet")}
+    for name, path in files.items():
+        storage.put_if_absent(path, b"data")
+        storage.put_if_absent(f"_markers/{name}", path.encode())
+    damaged = f"_markers/part-c_{t}.parquet"
+    storage.delete(damaged)
+    storage.put_if_absent(damaged, b"")  # power loss with fsync off
+    reported = files[f"part-a_{t}.parquet"]
+
+    _remove_unreported(table, t, {reported}, set())
+
+    assert storage.exists(reported)
+    assert not storage.exists(files[f"part-b_{t}.parquet"]), "a failed attempt's file is removed"
+    assert storage.exists(files[f"part-c_{t}.parquet"]), "nothing a damaged marker names is deleted"
+    assert any(damaged in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    pending.heartbeat.stop(delete=False)
+    table._protocol.roll_back(pending.instant)
