@@ -14,6 +14,13 @@ Old records are garbage-collected, keeping the newest few. Because a deleted num
 created again by a writer with a very stale listing, a writer re-lists after its put and holds the
 lock only if its record is the highest; a recreated old number is never the highest.
 
+A head record that cannot be decoded (power loss with fsync off, a damaged disk, a user's edit)
+would block every writer for good if it were an error. Instead a waiter treats it as a lease that
+ends ``lease_ms`` after the waiter first saw it damaged (by its own clock), then takes the lock
+over with ``head + 1`` exactly as from an expired record, so exactly one waiter takes it. A live
+holder whose record got damaged renews (``head + 1``) within its lease, before any waiter takes
+over. The takeover is logged with the damaged file's name; ``validate()`` reports the file.
+
 The lease bounds how long a crashed holder blocks others. It assumes clocks across writers agree
 to well within the lease (60 s by default). Before a commit point, the holder calls
 :meth:`Lease.ensure_held`, which re-checks the head and the remaining lease; that narrows, but
@@ -31,6 +38,7 @@ moment the holder's lease ends, when the lock may be taken over, nor past its ow
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -41,6 +49,8 @@ import msgspec
 from ._clock import Clock
 from ._errors import CorruptMetadataError, LockLostError, LockTimeoutError, ObjectExistsError
 from ._storage import Storage
+
+log = logging.getLogger("metatxn")
 
 LOCK_FOLDER = "_timeline/lock"
 _SEQ_DIGITS = 12
@@ -177,6 +187,8 @@ class TableLock:
         self.max_poll_ms = max(poll_ms, DEFAULT_MAX_POLL_MS if max_poll_ms is None else max_poll_ms)
         self._sleep = sleep
         self._jitter = jitter or random.Random(f"lock-jitter:{owner}").random
+        #: A damaged head record (its sequence number) and when this writer first saw it.
+        self._damaged: tuple[int, int] | None = None
 
     def _sequence_numbers(self) -> list[int]:
         names = (key.rsplit("/", 1)[1] for key in self.storage.list(LOCK_FOLDER))
@@ -213,11 +225,18 @@ class TableLock:
         delay_ms = max(1, self.poll_ms)
         while True:
             head = self.head_seq()
-            current = self._read(head) if head else None
+            try:
+                current = self._read(head) if head else None
+            except CorruptMetadataError as exc:
+                current = self._damaged_record(head, exc)
             now = self.clock()
             if head and current is None:
                 continue  # garbage-collected under us: list again
             if current is None or current.released or now >= current.expires_ms:
+                if self._damaged is not None and self._damaged[0] == head:
+                    log.warning("taking the table lock over from damaged lock record %s, "
+                                "unreadable for a whole lease (%d ms)", _record_path(head),
+                                self.lease_ms)
                 mine = LockRecord(seq=head + 1, owner=self.owner, acquired_ms=now,
                                   expires_ms=now + self.lease_ms)
                 try:
@@ -244,6 +263,17 @@ class TableLock:
             self._sleep(wait_ms / 1000)
             slept_ms += wait_ms
             delay_ms = min(delay_ms * 2, self.max_poll_ms)
+
+    def _damaged_record(self, seq: int, error: CorruptMetadataError) -> LockRecord:
+        """A stand-in for damaged head record ``seq``: a lease ending ``lease_ms`` after this
+        writer first saw it damaged (see the module docstring)."""
+        if self._damaged is None or self._damaged[0] != seq:
+            self._damaged = (seq, self.clock())
+            log.warning("%s; this lock record counts as held until one lease (%d ms) from now, "
+                        "then the lock is taken over", error, self.lease_ms)
+        first_seen = self._damaged[1]
+        return LockRecord(seq=seq, owner=f"unknown (damaged lock record {_record_path(seq)})",
+                          acquired_ms=first_seen, expires_ms=first_seen + self.lease_ms)
 
     def _abandon(self, mine: LockRecord) -> None:
         """Release a record whose acquisition could not be confirmed, so no one waits a lease."""
