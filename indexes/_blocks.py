@@ -36,7 +36,7 @@ def decoding(path: str, expected: str) -> Iterator[None]:
     a record-index file or ``retention.json`` decodes inside it. A file that disappeared
     (``FileNotFoundError``) passes through unchanged: readers list again when cleaning raced
     them. An operating-system error with an errno (permission, I/O) becomes
-    :class:`StorageError`: the file may be fine.
+    :class:`StorageError` whose ``.path`` names the file: the file may be fine.
     """
     try:
         yield
@@ -44,7 +44,9 @@ def decoding(path: str, expected: str) -> Iterator[None]:
         raise
     except OSError as exc:
         if exc.errno is not None:  # the system refused the read: not the file's fault
-            raise StorageError(f"reading {path} failed: {exc}") from exc
+            failed = StorageError(f"reading {path} failed: {exc}")
+            failed.path = path  # type: ignore[attr-defined]  # so validate can name the file
+            raise failed from exc
         raise CorruptMetadataError(path, expected, f"{type(exc).__name__}: {exc}") from None
     except _DECODING_ERRORS as exc:
         raise CorruptMetadataError(path, expected, f"{type(exc).__name__}: {exc}") from None

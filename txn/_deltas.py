@@ -60,12 +60,19 @@ def write_delta(store: DataStore, data_file: str, instant_time: str, positions: 
     return DeltaStatus(path=path, file=data_file, rows=len(positions), size=size)
 
 
+def storage_error(path: str, error: OSError) -> StorageError:
+    """The :class:`StorageError` for a read of ``path`` the system refused; ``.path`` names it."""
+    failed = StorageError(f"reading {path} failed: {error}")
+    failed.path = path  # type: ignore[attr-defined]
+    return failed
+
+
 @contextlib.contextmanager
 def reading_file(path: str, expected: str) -> Iterator[None]:
     """Turn a failure to read table file ``path`` (a data file or a delete delta) into a
     ``TxnError`` naming it: :class:`ObjectNotFoundError` when it is gone,
     :class:`CorruptMetadataError` when its bytes are not ``expected``, :class:`StorageError`
-    when the system refused the read."""
+    when the system refused the read (its ``.path`` names the file)."""
     try:
         yield
     except TxnError:
@@ -74,7 +81,7 @@ def reading_file(path: str, expected: str) -> Iterator[None]:
         raise ObjectNotFoundError(path) from None
     except OSError as exc:
         if exc.errno is not None:
-            raise StorageError(f"reading {path} failed: {exc}") from exc
+            raise storage_error(path, exc) from exc
         raise CorruptMetadataError(path, expected, f"{type(exc).__name__}: {exc}") from None
     except (pa.ArrowException, KeyError, ValueError, TypeError) as exc:
         raise CorruptMetadataError(path, expected, f"{type(exc).__name__}: {exc}") from None

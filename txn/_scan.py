@@ -11,14 +11,14 @@ read.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NoReturn
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
-from timeline import StorageError, TxnError
+from timeline import CorruptMetadataError, StorageError, TxnError
 
 from ._deltas import Positions, reading_file
 from ._storage_io import DataStore
@@ -28,40 +28,98 @@ _FORMAT = ds.ParquetFileFormat()
 DATA_FILE_EXPECTED = "a Parquet data file of the table's schema"
 
 
-def check_data_files(store: DataStore, paths: Sequence[str], error: BaseException) -> None:
-    """After a scan of ``paths`` failed with ``error``: raise a ``TxnError`` naming the data file
-    at fault, if one is missing or cannot be opened (else return: the caller's filter is).
+def check_schema(path: str, found: pa.Schema, schema: pa.Schema) -> None:
+    """Raise :class:`CorruptMetadataError` unless data file ``path``, whose Parquet schema is
+    ``found``, holds every column of the table's ``schema`` with its type (Arrow would read a
+    missing column as nulls: another table's file must not pass for this one's)."""
+    for field in schema:
+        index = found.get_field_index(field.name)
+        kind = found.field(index).type if index >= 0 else None
+        if kind is not None and pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        if kind != field.type:
+            raise CorruptMetadataError(
+                path, DATA_FILE_EXPECTED,
+                f"column {field.name!r} " + (f"of type {kind}" if kind is not None else "missing")
+                + f" (the table's is {field.type}); the file's columns: {found.names[:20]}")
 
-    Opens each footer, so it costs a read per file, on the error path only.
+
+def read_data_file(store: DataStore, path: str, schema: pa.Schema, *,
+                   filter: ds.Expression | None = None,
+                   columns: Sequence[str] | None = None) -> pa.Table:
+    """Read data file ``path`` whole (every page of ``columns``, all by default), then keep the
+    rows matching ``filter`` (already checked against ``schema``: any error is the file's).
+
+    Raises:
+        ObjectNotFoundError: the data file is gone.
+        CorruptMetadataError: it is not a Parquet file of ``schema`` or a page does not decode.
+        StorageError: the system refused the read (the file may be fine); ``.path`` names it.
+    """
+    with reading_file(path, DATA_FILE_EXPECTED):
+        fragment = _fragment(store, path)
+        check_schema(path, fragment.physical_schema, schema)
+        wanted = list(schema.names if columns is None else columns)
+        return fragment.to_table(schema=schema, columns=wanted, filter=filter, use_threads=False)
+
+
+def _fragment(store: DataStore, path: str) -> ds.ParquetFileFragment:
+    return _FORMAT.make_fragment(store.full_path(path), filesystem=store.filesystem)
+
+
+def check_data_file(store: DataStore, path: str, schema: pa.Schema) -> int:
+    """Decode every page of data file ``path`` (one column at a time); return its row count.
+
+    Raises as :func:`read_data_file` does.
+    """
+    with reading_file(path, DATA_FILE_EXPECTED):
+        fragment = _fragment(store, path)
+        check_schema(path, fragment.physical_schema, schema)
+        rows: int = fragment.metadata.num_rows
+        for name in schema.names:
+            read = fragment.to_table(schema=schema, columns=[name], use_threads=False).num_rows
+            if read != rows:
+                raise CorruptMetadataError(path, DATA_FILE_EXPECTED, f"{read} values of column "
+                                           f"{name!r} where the footer says {rows} rows")
+    return rows
+
+
+def raise_for_files(store: DataStore, paths: Sequence[str], schema: pa.Schema,
+                    error: BaseException, *, filter: ds.Expression | None = None,
+                    columns: Sequence[str] | None = None) -> NoReturn:
+    """After a scan of ``paths`` with a filter already checked against ``schema`` failed with
+    ``error``: raise a ``TxnError`` naming the data file at fault.
+
+    The filter is never blamed (it was bound to the schema up front), so each file is read again
+    on its own (on the error path only); the first that fails raises its own error. If every
+    file reads now, the failure was the storage's: :class:`StorageError`.
     """
     if isinstance(error, TxnError):
         raise error
     for path in paths:
-        with reading_file(path, DATA_FILE_EXPECTED), \
-                store.filesystem.open_input_file(store.full_path(path)) as handle:
-            pq.ParquetFile(handle).metadata  # noqa: B018 - decoding the footer is the check
-    if isinstance(error, OSError) and not isinstance(error, pa.ArrowException):
-        raise StorageError(f"reading data files failed: {error}") from error
+        read_data_file(store, path, schema, filter=filter, columns=columns)
+    raise StorageError(f"reading data files failed, then each read on its own: "
+                       f"{type(error).__name__}: {error}") from error
 
 
 def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expression | None,
               columns: Sequence[str], deleted: Positions | None = None) -> tuple[pa.Table, Positions]:
     """The live rows of ``path`` matching ``filter``: ``columns`` of them and their positions.
 
+    ``filter`` must already be checked against ``schema`` (callers bind it to the schema first),
+    so every error while scanning is the file's.
+
     Raises:
         ObjectNotFoundError: the data file is gone.
-        CorruptMetadataError: it cannot be decoded (with no ``filter``, any decoding error is
-            the file's; with one, only errors opening it: the others may be the filter's).
+        CorruptMetadataError: it is not a Parquet file of ``schema``, or does not decode.
+        StorageError: the system refused the read; ``.path`` names the file.
     """
     with reading_file(path, DATA_FILE_EXPECTED):
-        fragment = _FORMAT.make_fragment(store.full_path(path), filesystem=store.filesystem)
+        fragment = _fragment(store, path)
         metadata = fragment.metadata
+        check_schema(path, fragment.physical_schema, schema)
         starts = np.concatenate([[0], np.cumsum([metadata.row_group(i).num_rows
                                                  for i in range(metadata.num_row_groups)])])
-    if filter is None:
-        with reading_file(path, DATA_FILE_EXPECTED):
-            return _scan_groups(fragment, starts, schema, None, columns, deleted)
-    return _scan_groups(fragment, starts, schema, filter, columns, deleted)
+        return _scan_groups(fragment, starts, schema, filter, columns, deleted)
 
 
 def _scan_groups(fragment: ds.ParquetFileFragment, starts: np.ndarray, schema: pa.Schema,

@@ -7,6 +7,11 @@ expression, and Arrow drops every file whose guarantee contradicts the filter be
 Files with live delete deltas (of completed instants only, like everything else) are scanned
 one row group at a time with their deleted positions masked out (``_scan``); the others go
 through one Arrow dataset scan.
+
+A filter is bound to the schema before any file is read, so a scan that fails afterwards failed
+because of a file: the files are then read again one by one (``raise_for_files``), and the
+error names the one at fault (``CorruptMetadataError``, ``ObjectNotFoundError``), or is a
+``StorageError`` if each reads on its own.
 """
 
 from __future__ import annotations
@@ -20,11 +25,11 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from indexes import MetadataSnapshot, live
-from timeline import InvalidOptionError
+from timeline import InvalidOptionError, StorageError
 
 from ._deltas import LiveDeltas
 from ._records import DataFile
-from ._scan import check_data_files, scan_file
+from ._scan import raise_for_files, scan_file
 from ._storage_io import DataStore
 from ._writer import parse_hive_value
 
@@ -169,9 +174,9 @@ class Snapshot:
         position = {self._store.full_path(p): i for i, p in enumerate(self._paths())}
         try:
             kept = [position[f.path] for f in dataset.get_fragments(filter=expression)]
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
-            check_data_files(self._store, self._paths(), exc)
-            raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None
+        except (pa.ArrowException, OSError) as exc:  # the filter was checked: not its fault
+            raise StorageError(f"listing the data files that can match {expression} failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
         return self._data_files(sorted(kept))
 
     def to_arrow(self, filter: ds.Expression | None = None,
@@ -191,9 +196,9 @@ class Snapshot:
             return empty.select(columns) if columns is not None else empty
         try:
             return self._read(expression, columns)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
-            check_data_files(self._store, self._paths(), exc)
-            raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None
+        except (pa.ArrowException, OSError) as exc:
+            raise_for_files(self._store, self._paths(), self._schema, exc, filter=expression,
+                            columns=columns)
 
     def _read(self, expression: ds.Expression | None, columns: list[str] | None) -> pa.Table:
         return pa.concat_tables(self._read_parts(expression, columns))
@@ -225,9 +230,9 @@ class Snapshot:
             if self._deltas.by_file:
                 return sum(part.num_rows for part in self._read_parts(expression, []))
             return int(self._dataset(expression).count_rows(filter=expression))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
-            check_data_files(self._store, self._paths(), exc)
-            raise InvalidOptionError(f"filter {expression} does not apply to this table: {exc}") from None
+        except (pa.ArrowException, OSError) as exc:
+            raise_for_files(self._store, self._paths(), self._schema, exc, filter=expression,
+                            columns=[])
 
     def __repr__(self) -> str:
         return f"txn.Snapshot(instant={self._instant!r}, files={self._files.num_rows})"

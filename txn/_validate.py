@@ -4,6 +4,7 @@ Checks, for the latest snapshot:
 
 * every file the metadata table lists (live, or removed but not yet cleaned) exists, with the
   recorded size, and live files have the recorded row count in their Parquet footer;
+* every page of every live data file decodes, with the table's columns and types;
 * every live file has column statistics, and belongs to a live segment whose row count is the
   sum of its files';
 * no data file on storage is unknown to the metadata table, unless a pending instant's marker
@@ -14,8 +15,10 @@ Checks, for the latest snapshot:
   and position that hold the key, and no live entry for a key that is not in the table;
 * every file the table keeps decodes: instant files, archives, heartbeats and lock records of
   both timelines, every block and base of the metadata table and of the record index,
-  ``retention.json``, data files, delete deltas and markers; and every block a completed
-  instant recorded is there.
+  ``retention.json``, data files, delete deltas and markers (``read_marker``'s check); and every
+  block a completed instant recorded is there;
+* no instant is left pending by a writer that stopped beating (not rolled back yet: recovery
+  retries it, but one that keeps failing shows here), and no ``rollback`` instant is pending.
 
 It never raises on damage: each damaged or missing file is a problem that names it.
 
@@ -28,16 +31,15 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, live
-from timeline import CorruptMetadataError, ObjectNotFoundError, Storage, TxnError
+from timeline import CorruptMetadataError, ObjectNotFoundError, TimelineView, TxnError
 
-from ._deltas import DELTA_SUFFIX, LiveDeltas, read_positions, reading_file
+from ._deltas import DELTA_SUFFIX, LiveDeltas, read_positions
 from ._keys import describe, index_keys, repeated
 from ._records import Problem, ValidationReport
-from ._scan import DATA_FILE_EXPECTED, scan_file
-from ._writer import MARKERS_FOLDER, marker_instant
+from ._scan import check_data_file, scan_file
+from ._writer import MARKERS_FOLDER, marker_instant, read_marker
 
 if TYPE_CHECKING:
     from ._table import Table
@@ -54,9 +56,13 @@ def validate(table: Table) -> ValidationReport:
     except TxnError as exc:
         return ValidationReport(problems=[_damaged(exc)])
     problems += [_damaged(exc) for exc in table._timeline.damaged_files()]
+    problems += _check_pending(table, view)
     last = view.last_completed()
     completed = {i.time: i.completed_at or "" for i in view.completed()}
-    problems += [_damaged(exc) for exc in table._metadata.damaged_files(completed)]
+    try:
+        problems += [_damaged(exc) for exc in table._metadata.damaged_files(completed)]
+    except TxnError as exc:  # e.g. a file of the metadata timeline that cannot be named
+        problems.append(_damaged(exc))
     problems += _check_markers(table)
     try:
         metadata = table._metadata.resolve(completed, last.completed_at if last else None,
@@ -80,7 +86,7 @@ def validate(table: Table) -> ValidationReport:
             continue
         if not row["deleted"]:
             try:
-                rows = _footer_rows(table, path)
+                rows = check_data_file(table._store, path, table._schema)
             except TxnError as exc:
                 problems.append(_damaged(exc, "unreadable file"))
                 continue
@@ -126,9 +132,10 @@ def validate(table: Table) -> ValidationReport:
     done = {i.time for i in view.completed()}
     for marker in storage.list(MARKERS_FOLDER):
         if marker_instant(marker) not in done:
-            claimed = _read_marker(storage, marker)
-            if isinstance(claimed, str):
-                in_progress.add(claimed)
+            try:
+                in_progress.add(read_marker(storage, marker))
+            except TxnError:
+                continue  # reported by _check_markers (or gone: its write finished meanwhile)
     for key in storage.list("", recursive=True):
         if key.startswith(_NOT_DATA) or not key.endswith((".parquet", DELTA_SUFFIX)):
             continue
@@ -162,29 +169,39 @@ def _unique(problems: list[Problem]) -> list[Problem]:
     return kept
 
 
-def _read_marker(storage: Storage, marker: str) -> str | Problem:
-    """The table-relative path a marker names, or the problem with it."""
-    try:
-        data = storage.read(marker)
-    except FileNotFoundError:
-        return Problem("missing file", marker, "listed, then gone (its write finished meanwhile)")
-    try:
-        path = data.decode()
-    except UnicodeDecodeError as exc:
-        return Problem("damaged file", marker, f"expected a UTF-8 table-relative path, found {exc}")
-    if not path or path.startswith("/") or "\n" in path or path.rsplit("/", 1)[-1] != \
-            marker.rsplit("/", 1)[-1]:
-        return Problem("damaged file", marker, f"expected the path of the file it marks, ending "
-                                               f"{marker.rsplit('/', 1)[-1]!r}, found {path!r}")
-    return path
-
-
 def _check_markers(table: Table) -> list[Problem]:
+    """Every marker names, as ``read_marker`` checks, a file its instant wrote."""
     problems = []
     for marker in table._storage.list(MARKERS_FOLDER):
-        claimed = _read_marker(table._storage, marker)
-        if isinstance(claimed, Problem) and claimed.kind == "damaged file":
-            problems.append(claimed)
+        try:
+            read_marker(table._storage, marker)
+        except FileNotFoundError:
+            continue  # listed, then gone: its write finished meanwhile
+        except TxnError as exc:
+            problems.append(_damaged(exc))
+    return problems
+
+
+def _check_pending(table: Table, view: TimelineView) -> list[Problem]:
+    """Pending instants whose writer stopped beating (dead, not yet rolled back), and rollbacks
+    left pending: recovery retries them, but one that keeps failing must not go unseen."""
+    problems = []
+    try:
+        expired = {i.time for i in table._timeline.expired(view)}
+    except TxnError as exc:
+        return [_damaged(exc)]
+    for instant in view.pending():
+        path = f"_timeline/{instant.file_name}"
+        if instant.action == "rollback":
+            problems.append(Problem("pending rollback", path, (
+                f"rollback instant {instant.time} is not completed"
+                + (": its writer stopped beating; the next writer retries it"
+                   if instant.time in expired else " (in progress, or its writer died)"))))
+        elif instant.time in expired:
+            problems.append(Problem("expired instant", path, (
+                f"instant {instant.time} ({instant.action}) is pending and its writer stopped "
+                "beating: not rolled back yet (the next writer retries; if this stays, the "
+                "rollback keeps failing: see the warnings it logs)")))
     return problems
 
 
@@ -269,12 +286,3 @@ def _check_record_index(table: Table, completed: dict[str, str], bound: str, liv
                                 f"{alive.num_rows - at_place.num_rows} live index entr(ies) for no "
                                 f"live row, e.g. keys {describe(stray, columns)}"))
     return problems
-
-
-def _footer_rows(table: Table, path: str) -> int:
-    store = table._store
-    with reading_file(path, DATA_FILE_EXPECTED), \
-            store.filesystem.open_input_file(store.full_path(path)) as handle:
-        rows: int = pq.ParquetFile(handle).metadata.num_rows
-    return rows
-

@@ -6,6 +6,7 @@ It is clean after any sequence of successful writes, and reports each kind of di
 
 from __future__ import annotations
 
+import io
 import re
 
 import pyarrow as pa
@@ -13,8 +14,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+import timeline
 import txn
+import txn._scan as txn_scan
+from indexes._blocks import decoding
+from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, data_files_on_storage, rows, storage_of
+from timeline import RollbackPlan
+from txn._deltas import reading_file
 
 
 def _loaded(uri: str, **kwargs: object) -> tuple[txn.Table, list[txn.Commit]]:
@@ -197,3 +204,157 @@ def test_a_damaged_marker_is_reported_not_raised(table_uri: str, content: bytes)
     marker = "_markers/part-0-00000-0123456789abcdef_20990101000000000.parquet"
     storage_of(table_uri).put(marker, content)
     assert _kinds(table.validate()) == [("damaged file", marker)]
+
+
+# -- damage past the footer: every error names the file, never the filter -----------------------
+
+
+def _damage_a_page(storage: timeline.Storage, path: str) -> None:
+    """Overwrite the second half of the first column chunk's pages; the footer stays intact."""
+    data = bytearray(storage.read(path))
+    chunk = pq.ParquetFile(io.BytesIO(bytes(data))).metadata.row_group(0).column(0)
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    end = start + chunk.total_compressed_size
+    for i in range((start + end) // 2, end):
+        data[i] = (7 * i + 13) % 256
+    storage.put(path, bytes(data))
+    assert pq.ParquetFile(io.BytesIO(bytes(data))).metadata.num_rows > 0, "the footer decodes"
+
+
+def _reads_name(table: txn.Table, path: str, error: type[txn.TxnError] = txn.CorruptMetadataError,
+                keyed: bool = False) -> None:
+    reads = [lambda: table.to_arrow(), lambda: table.to_arrow(pc.field("id") > 2),
+             lambda: table.snapshot().count(pc.field("id") > 2),
+             lambda: table.to_arrow(pc.field("id") > 2, columns=["price"])]
+    if keyed:
+        reads.append(lambda: table.delete(pc.field("id") == 7))
+    for read in reads:
+        with pytest.raises(error, match=re.escape(path)) as info:
+            read()
+        assert getattr(info.value, "path", None) == path
+        assert not isinstance(info.value, txn.InvalidOptionError)
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed-with-deltas"])
+def test_a_damaged_page_behind_an_intact_footer_is_named_by_reads_and_validate(
+        table_uri: str, keyed: bool) -> None:
+    table = txn.create_table(table_uri, SCHEMA, record_key="id" if keyed else None)
+    commit = table.append(rows(range(2000)))
+    table.append(rows(range(5000, 5010)))
+    if keyed:
+        table.delete(keys=[3])  # the damaged file is scanned row group by row group
+    [broken] = commit.paths_added
+    _damage_a_page(storage_of(table_uri), broken)
+    table = txn.open_table(table_uri)
+    _reads_name(table, broken, keyed=keyed)
+    assert _kinds(table.validate()) == [("unreadable file", broken)]
+
+
+def _other_table(ids: range, **columns: pa.Array) -> pa.Table:
+    return pa.table({"id": pa.array([str(i) for i in ids]), **columns}) if not columns \
+        else pa.table(columns)
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed-with-deltas"])
+def test_a_parquet_file_of_another_table_is_named_by_reads(table_uri: str, keyed: bool) -> None:
+    table = txn.create_table(table_uri, SCHEMA, record_key="id" if keyed else None)
+    commit = table.append(rows(range(20)))
+    table.append(rows(range(50, 55)))
+    if keyed:
+        table.delete(keys=[3])
+    [swapped] = commit.paths_added
+    other = pa.BufferOutputStream()
+    pq.write_table(pa.table({"id": [f"k{i}" for i in range(20)], "price": ["x"] * 20}), other)
+    storage_of(table_uri).put(swapped, other.getvalue().to_pybytes())
+    table = txn.open_table(table_uri)
+    _reads_name(table, swapped, keyed=keyed)
+    problems = txn.open_table(table_uri).validate().problems
+    assert swapped in {p.path for p in problems}
+
+
+def test_a_parquet_file_of_another_schema_and_the_same_size_is_reported(table_uri: str) -> None:
+    table, commits = _loaded(table_uri)
+    [swapped] = commits[0].paths_added
+    storage = storage_of(table_uri)
+    other = pa.table({"a": pa.array(range(5), pa.int64()), "b": pa.array(["x"] * 5)})
+    storage.put(swapped, _parquet_of_size(other, storage.size(swapped)))
+    report = table.validate()
+    assert _kinds(report) == [("unreadable file", swapped)]
+    assert "'id' missing" in report.problems[0].detail
+
+
+@pytest.mark.parametrize("transient", [pa.ArrowIOError("connection reset"),
+                                       pa.ArrowInvalid("connection reset mid-footer")])
+def test_a_scan_that_fails_but_whose_files_all_read_again_is_a_storage_error(
+        table_uri: str, monkeypatch: pytest.MonkeyPatch, transient: Exception) -> None:
+    """The filter was checked up front: it is never blamed for a failure the files do not
+    repeat when each is read again."""
+    table, _ = _loaded(table_uri)
+
+    class Flaky:
+        def to_table(self, *args: object, **kwargs: object) -> None:
+            raise transient
+
+        count_rows = to_table
+
+    monkeypatch.setattr(txn.Snapshot, "_dataset", lambda *args, **kwargs: Flaky())
+    for read in (lambda: table.to_arrow(), lambda: table.to_arrow(pc.field("id") > 2),
+                 lambda: table.snapshot().count(pc.field("id") > 2)):
+        with pytest.raises(txn.StorageError, match="connection reset"):
+            read()
+
+
+def test_a_refused_read_of_a_data_file_is_reported_with_its_path(
+        table_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    table, commits = _loaded(table_uri)
+    [refused] = commits[0].paths_added
+    real = txn_scan._fragment
+
+    def fragment(store: object, path: str) -> object:
+        if path == refused:
+            raise PermissionError(13, "Permission denied", path)
+        return real(store, path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(txn_scan, "_fragment", fragment)
+    report = table.validate()
+    assert _kinds(report) == [("unreadable file", refused)]
+    with pytest.raises(txn.StorageError) as info:
+        txn_scan.read_data_file(table._store, refused, table.schema)
+    assert info.value.path == refused  # type: ignore[attr-defined]
+
+
+def test_storage_errors_of_the_shared_readers_carry_the_path() -> None:
+    with pytest.raises(txn.StorageError) as info, reading_file("a/b.parquet", "a data file"):
+        raise PermissionError(13, "Permission denied")
+    assert info.value.path == "a/b.parquet"  # type: ignore[attr-defined]
+    with pytest.raises(txn.StorageError) as info, decoding("_metadata/files/x.log.arrow", "a block"):
+        raise PermissionError(13, "Permission denied")
+    assert info.value.path == "_metadata/files/x.log.arrow"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("content", ["../x/{name}", "_timeline/{name}", "_metadata/{name}",
+                                     "a/./{name}", "{name}"])
+def test_a_marker_naming_a_path_read_marker_refuses_is_reported(table_uri: str, content: str) -> None:
+    table, _ = _loaded(table_uri)
+    name = "part-0-00000-0123456789abcdef_20990101000000000.parquet"
+    marker = f"_markers/{name}"
+    storage_of(table_uri).put(marker, content.format(name=name).encode())
+    assert _kinds(table.validate()) == [("damaged file", marker)]
+
+
+# -- instants left pending ----------------------------------------------------------------------
+
+
+def test_an_expired_instant_and_a_pending_rollback_are_reported(table_uri: str, clock: FakeClock) -> None:
+    table = txn.create_table(table_uri, SCHEMA, clock=clock)
+    table.append(rows(range(5)))
+    dead = table._timeline.request("commit", None)
+    assert table.validate().ok, "a pending write whose writer still beats is no problem"
+    clock.advance(10 * 60_000)
+    [problem] = table.validate().problems
+    assert (problem.kind, problem.path) == ("expired instant", f"_timeline/{dead.file_name}")
+    assert dead.time in problem.detail
+    plan = RollbackPlan(target_time=dead.time, target_action="commit")
+    rollback = table._timeline.request("rollback", plan)
+    kinds = _kinds(table.validate())
+    assert ("pending rollback", f"_timeline/{rollback.file_name}") in kinds
