@@ -22,7 +22,11 @@ time; any metadata instant found pending by a lock holder was left by a writer t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import msgspec
@@ -114,8 +118,91 @@ class _DeltaRecord(msgspec.Struct, frozen=True, kw_only=True):
     record_index_entries: dict[str, int] = msgspec.field(default_factory=dict)
 
 
-#: Deltacommit records kept in memory (they never change: one read per instant per process).
+#: Unreadable deltacommits remembered per MetadataTable (a readable one goes in ``_RECORDED``).
 _RECORDS_KEPT = 4096
+#: Deltacommit records kept per process, across every table and handle, least recently used out:
+#: a record is a few hundred bytes, so this is a few MB at most.
+_RECORDED_KEPT = 16_384
+#: Deltacommits read in parallel when a check finds several it has not seen (storage latency
+#: dominates: a cold check costs about one round trip per this many instants).
+_RECORD_READERS = 16
+#: Deltacommit reads of one check are made one after the other for at most this long.
+_SERIAL_BUDGET_S = 0.002
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """What one completed deltacommit recorded, as the checks need it."""
+
+    #: The metadata partitions it wrote a log block of.
+    partitions: frozenset[str]
+    #: The record-index shards it wrote entries for.
+    shards: frozenset[int]
+
+    @classmethod
+    def of(cls, record: _DeltaRecord) -> _Recorded:
+        return cls(frozenset(record.bytes),
+                   frozenset(int(shard) for shard, count in record.record_index_entries.items()
+                             if count and shard.isdigit()))
+
+
+class _RecordedCache:
+    """Process-wide: ``(table location, instant time)`` -> ``(completed_at, record)``.
+
+    A completed deltacommit never changes, so what it recorded is read once per process, by
+    whichever handle of the table needs it first. An entry is used only for the deltacommit file
+    it was read from (same completion time), so a table recreated at the same location, or an
+    instant recorded again after a rollback, is never answered from an older file. Only records
+    that decoded are kept here: an unreadable deltacommit is retried by each new handle.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[tuple[str, str], tuple[str, _Recorded]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, location: str, instant: Instant) -> _Recorded | None:
+        key = (location, instant.time)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] != instant.completed_at:
+                return None
+            self._entries.move_to_end(key)
+            return entry[1]
+
+    def put(self, location: str, instant: Instant, recorded: _Recorded) -> None:
+        key = (location, instant.time)
+        with self._lock:
+            self._entries[key] = (instant.completed_at or "", recorded)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+    def forget(self, location: str, instant_time: str) -> None:
+        with self._lock:
+            self._entries.pop((location, instant_time), None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_RECORDED = _RecordedCache(_RECORDED_KEPT)
+_READERS: list[ThreadPoolExecutor] = []
+_READERS_LOCK = threading.Lock()
+
+
+def _readers() -> ThreadPoolExecutor:
+    """Threads for deltacommit reads (their own: a check may run while index reads hold the
+    record index's threads)."""
+    with _READERS_LOCK:
+        if not _READERS:
+            _READERS.append(ThreadPoolExecutor(max_workers=_RECORD_READERS,
+                                               thread_name_prefix="metatxn-deltacommit"))
+        return _READERS[0]
 
 
 @dataclass(frozen=True)
@@ -180,8 +267,12 @@ class MetadataTable:
         self._horizon_hint: str | None = None
         #: Completed deltacommits on the metadata timeline at its last listing, by time.
         self._deltacommits: dict[str, Instant] = {}
-        #: What each deltacommit recorded (None: unreadable, so nothing to check against).
-        self._records: dict[str, _DeltaRecord | None] = {}
+        #: Where the table is: with an instant time, the key of ``_RECORDED``.
+        self._location = storage.uri
+        #: Deltacommits found unreadable (time -> completed_at): nothing to check against.
+        self._unreadable: dict[str, str | None] = {}
+        #: ``recorded_shards(T)``: the record-index shards ``T`` recorded (see RecordIndex.files).
+        self.recorded_shards = _ShardsRecorded(self)
         self.schemas = {
             FILES: FILES_SCHEMA,
             COLUMN_STATS: column_stats_schema(table_schema),
@@ -239,7 +330,8 @@ class MetadataTable:
                 removed.append(path)
         if self.record_index is not None:
             removed += self.record_index.remove(instant_time)
-        self._records.pop(instant_time, None)
+        self._unreadable.pop(instant_time, None)
+        _RECORDED.forget(self._location, instant_time)
         current = self.timeline.view(lease).get(instant_time)
         if current is not None and current.is_pending:
             self.timeline.abort(current, lease=lease)
@@ -380,47 +472,78 @@ class MetadataTable:
         """Every data instant completed in ``(low_exclusive, bound]`` whose deltacommit records a
         block of ``partition`` has that block among ``logs`` (the listing).
 
+        Only instants of the window whose block is not in the listing are looked up; what their
+        deltacommits recorded is read once per process (see ``_RecordedCache``), and the ones
+        not read yet are read in parallel.
+
         Raises:
             ObjectNotFoundError: such a block is missing (the caller lists again, then reports
                 it as damage).
         """
         listed = {block.instant_time for block in logs}
-        for instant_time, done_at in completed.items():
-            if not low_exclusive < done_at <= bound or instant_time in listed:
-                continue
+        unlisted = [(instant_time, done_at) for instant_time, done_at in completed.items()
+                    if low_exclusive < done_at <= bound and instant_time not in listed]
+        self.prefetch_recorded(instant_time for instant_time, _ in unlisted)
+        for instant_time, done_at in unlisted:
             record = self.recorded(instant_time)
-            if record is not None and partition in record.bytes:
+            if record is not None and partition in record.partitions:
                 # A completed compaction that folded the block means its base is what is lost.
                 folding = sorted((h, m) for m, h in usable.items() if done_at <= h <= bound)
                 raise ObjectNotFoundError(
                     base_path(partition_folder(partition), folding[-1][1], folding[-1][0])
                     if folding else log_path(partition_folder(partition), instant_time))
 
-    def recorded(self, instant_time: str) -> _DeltaRecord | None:
+    def recorded(self, instant_time: str) -> _Recorded | None:
         """What data instant ``instant_time`` recorded in its deltacommit, if that is on the
-        active metadata timeline and readable (else None: nothing to check against; validate
-        reports a damaged deltacommit). Read once per process: deltacommits never change."""
-        if instant_time in self._records:
-            return self._records[instant_time]
+        active metadata timeline (as of this object's last listing) and readable (else None:
+        nothing to check against; validate reports a damaged deltacommit). Read once per
+        process: a completed deltacommit never changes."""
         instant = self._deltacommits.get(instant_time)
         if instant is None:
             return None
-        try:
-            record: _DeltaRecord | None = self.timeline.read_metadata(instant, _DeltaRecord)
-        except (FileNotFoundError, CorruptMetadataError):
-            record = None
-        self._records[instant_time] = record
-        while len(self._records) > _RECORDS_KEPT:
-            self._records.pop(next(iter(self._records)))
-        return record
+        found = _RECORDED.get(self._location, instant)
+        if found is not None or self._unreadable.get(instant_time, "") == instant.completed_at:
+            return found
+        return self._note(instant, self._read_recorded(instant))
 
-    def recorded_shards(self, instant_time: str) -> set[int]:
-        """The record-index shards ``instant_time`` recorded entries for (empty if unknown)."""
-        record = self.recorded(instant_time)
-        if record is None:
-            return set()
-        return {int(shard) for shard, count in record.record_index_entries.items()
-                if count and shard.isdigit()}
+    def prefetch_recorded(self, instant_times: Iterable[str]) -> None:
+        """Read the deltacommits of ``instant_times`` not read yet (by any handle of this
+        process), so that :meth:`recorded` answers them from memory: one after the other while
+        that is fast, the rest in parallel once reads prove slow (an object store)."""
+        missing = []
+        for instant_time in instant_times:
+            instant = self._deltacommits.get(instant_time)
+            if instant is not None and _RECORDED.get(self._location, instant) is None and \
+                    self._unreadable.get(instant_time, "") != instant.completed_at:
+                missing.append(instant)
+        # Serially while reads are fast (local disk, memory: threads would cost more than they
+        # save); once they have taken _SERIAL_BUDGET_S, the rest in parallel (object stores).
+        started = time.perf_counter()
+        done = 0
+        while done < len(missing) and time.perf_counter() - started < _SERIAL_BUDGET_S:
+            self._note(missing[done], self._read_recorded(missing[done]))
+            done += 1
+        rest = missing[done:]
+        if rest:
+            for instant, found in zip(rest, _readers().map(self._read_recorded, rest), strict=True):
+                self._note(instant, found)
+
+    def _read_recorded(self, instant: Instant) -> _Recorded | None:
+        """Read one deltacommit (any thread); a readable one goes into the process cache."""
+        try:
+            record = self.timeline.read_metadata(instant, _DeltaRecord)
+        except (FileNotFoundError, CorruptMetadataError):
+            return None
+        found = _Recorded.of(record)
+        _RECORDED.put(self._location, instant, found)
+        return found
+
+    def _note(self, instant: Instant, found: _Recorded | None) -> _Recorded | None:
+        if found is None:
+            self._unreadable[instant.time] = instant.completed_at
+            while len(self._unreadable) > _RECORDS_KEPT:
+                self._unreadable.pop(next(iter(self._unreadable)))
+        return found
 
     def _completed_compactions(self, files_listing: list[str] | None = None) -> dict[str, str]:
         """Completed metadata compactions: compaction time -> horizon (from the base names)."""
@@ -653,6 +776,21 @@ class MetadataTable:
             oldest = self.record_index.oldest_base_compaction(self.done_compactions())
             fence = min(filter(None, (fence, oldest)), default=None)
         self.timeline.archive(lease=lease, fence_exclusive=fence)
+
+
+class _ShardsRecorded:
+    """``recorded(T)``, for the record index: the shards completed instant ``T`` recorded
+    entries for (empty if unknown); ``prefetch`` reads many deltacommits at once."""
+
+    def __init__(self, table: MetadataTable) -> None:
+        self._table = table
+
+    def __call__(self, instant_time: str) -> set[int]:
+        record = self._table.recorded(instant_time)
+        return set(record.shards) if record is not None else set()
+
+    def prefetch(self, instant_times: Iterable[str]) -> None:
+        self._table.prefetch_recorded(instant_times)
 
 
 def _lost_completion(instant: Instant, completed: Sequence[Instant]) -> bool:

@@ -299,9 +299,12 @@ class RecordIndex:
         wanted = None if shards is None else set(shards)
         floors = {} if wanted is None else {shard: found.floor(shard) for shard in wanted}
         low = min(floors.values(), default="") if wanted is not None else ""
-        for instant_time, done_at in completed.items():
-            if instant_time in logged or not low < done_at <= bound:
-                continue
+        unlogged = [(instant_time, done_at) for instant_time, done_at in completed.items()
+                    if instant_time not in logged and low < done_at <= bound]
+        prefetch = getattr(recorded, "prefetch", None)  # reads many deltacommits at once
+        if prefetch is not None:
+            prefetch(instant_time for instant_time, _ in unlogged)
+        for instant_time, done_at in unlogged:
             for shard in recorded(instant_time):
                 if (wanted is None or shard in wanted) and found.floor(shard) < done_at:
                     if any(done_at <= base.horizon for base in found.bases.values()):
