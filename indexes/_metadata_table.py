@@ -22,6 +22,7 @@ time; any metadata instant found pending by a lock holder was left by a writer t
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import OrderedDict
@@ -541,8 +542,9 @@ class MetadataTable:
     def _note(self, instant: Instant, found: _Recorded | None) -> _Recorded | None:
         if found is None:
             self._unreadable[instant.time] = instant.completed_at
-            while len(self._unreadable) > _RECORDS_KEPT:
-                self._unreadable.pop(next(iter(self._unreadable)))
+            if len(self._unreadable) > _RECORDS_KEPT:  # the oldest out (threads may race here)
+                with contextlib.suppress(RuntimeError, KeyError, StopIteration):
+                    del self._unreadable[next(iter(self._unreadable))]
         return found
 
     def _completed_compactions(self, files_listing: list[str] | None = None) -> dict[str, str]:
