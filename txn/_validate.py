@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, live
+from indexes._layout import base_path, parse_listing, partition_folder
 from timeline import CorruptMetadataError, ObjectNotFoundError, TimelineView, TxnError
 
 from ._deltas import DELTA_SUFFIX, LiveDeltas, read_positions
@@ -61,17 +62,19 @@ def validate(table: Table) -> ValidationReport:
     completed = {i.time: i.completed_at or "" for i in view.completed()}
     try:
         problems += [_damaged(exc) for exc in table._metadata.damaged_files(completed)]
+        problems += _check_metadata_timeline(table, completed)
     except TxnError as exc:  # e.g. a file of the metadata timeline that cannot be named
-        problems.append(_damaged(exc))
+        problems.append(_damaged(_in_metadata(exc)))
     problems += _check_markers(table)
     try:
         metadata = table._metadata.resolve(completed, last.completed_at if last else None,
                                            partitions=(FILES, SEGMENTS, COLUMN_STATS, DELETES))
     except TxnError as exc:
-        return ValidationReport(problems=_unique([*problems, _damaged(exc)]))
+        return ValidationReport(problems=_unique([*problems, _damaged(_in_metadata(exc))]))
     assert metadata.files is not None and metadata.segments is not None
     listed = metadata.files.to_pylist()
     live_files = live(metadata.files)
+    problems += _check_lost_completions(view, listed)
 
     for row in listed:
         path = row["path"]
@@ -167,6 +170,59 @@ def _unique(problems: list[Problem]) -> list[Problem]:
             seen.add(key)
             kept.append(problem)
     return kept
+
+
+def _in_metadata(error: TxnError) -> TxnError:
+    """``error`` of the metadata table, naming the file from the table root: the metadata
+    timeline names its files ``_timeline/...`` relative to ``_metadata/``."""
+    if isinstance(error, CorruptMetadataError) and error.path.startswith("_timeline/"):
+        return CorruptMetadataError(f"{METADATA_FOLDER}/{error.path}", error.expected, error.found)
+    return error
+
+
+def _check_metadata_timeline(table: Table, completed: dict[str, str]) -> list[Problem]:
+    """The completed files of the metadata timeline that must be there: the deltacommit of every
+    completed data instant (it completes before the data commit point), and the bases of the
+    newest completed metadata compaction (cleaning never deletes those)."""
+    mdt = table._metadata
+    view = mdt.timeline.load()
+    problems = []
+    for instant in view.pending():
+        if instant.action == "deltacommit" and instant.time in completed:
+            problems.append(Problem(
+                "missing file", f"{METADATA_FOLDER}/_timeline/{instant.time}_<completion>.deltacommit",
+                f"the completed file of metadata deltacommit {instant.time}: data instant "
+                f"{instant.time} completed, which it does only after its deltacommit did"))
+    compactions = [i for i in view.completed() if i.action == "compaction"]
+    if compactions:
+        newest = compactions[-1]
+        for partition in (FILES, SEGMENTS, COLUMN_STATS, DELETES):
+            folder = partition_folder(partition)
+            bases, _ = parse_listing(mdt.storage.list(folder))
+            if any(b.compaction_time == newest.time for b in bases):
+                continue
+            if partition == COLUMN_STATS and not mdt.schemas[partition].field("columns").type.num_fields:
+                continue  # no column takes statistics: compactions write no base here
+            horizon = (mdt.timeline.read_metadata(newest, dict) or {}).get("horizon", "<horizon>")
+            problems.append(Problem(
+                "missing file", base_path(folder, newest.time, str(horizon)),
+                f"the {partition} base of metadata compaction {newest.time}, the newest completed"))
+    return problems
+
+
+def _check_lost_completions(view: TimelineView, listed: list[dict[str, object]]) -> list[Problem]:
+    """A pending data instant whose files the metadata table lists lost its completed file: the
+    metadata table lists only files of completed instants (a compaction folded them in)."""
+    pending = {i.time: i for i in view.pending()}
+    lost = {}
+    for row in listed:
+        instant = pending.get(marker_instant(str(row["path"])))
+        if instant is not None:
+            lost[instant.time] = instant
+    return [Problem("missing file", f"_timeline/{instant.time}_<completion>.{instant.action}",
+                    f"the completed file of instant {instant.time}: the metadata table lists its "
+                    "files, which only a completed instant's are; a rollback would delete them")
+            for instant in lost.values()]
 
 
 def _check_markers(table: Table) -> list[Problem]:

@@ -358,3 +358,13 @@ def test_an_expired_instant_and_a_pending_rollback_are_reported(table_uri: str, 
     rollback = table._timeline.request("rollback", plan)
     kinds = _kinds(table.validate())
     assert ("pending rollback", f"_timeline/{rollback.file_name}") in kinds
+
+
+@pytest.mark.parametrize("folder", ["_timeline", "_metadata/_timeline"])
+def test_a_file_named_like_an_instant_but_not_one_is_reported_with_its_folder(
+        table_uri: str, folder: str) -> None:
+    _loaded(table_uri)
+    path = f"{folder}/20260101000000000_x.commit"
+    storage_of(table_uri).put(path, b"{}")
+    report = txn.open_table(table_uri).validate()  # never raises
+    assert path in {p.path for p in report.problems}, str(report)
