@@ -27,9 +27,9 @@ import pyarrow.dataset as ds
 from indexes import MetadataSnapshot, live
 from timeline import InvalidOptionError, StorageError
 
-from ._deltas import LiveDeltas
+from ._deltas import LiveDeltas, reading_file
 from ._records import DataFile
-from ._scan import raise_for_files, scan_file
+from ._scan import DATA_FILE_EXPECTED, check_schema, raise_for_files, scan_file
 from ._storage_io import DataStore
 from ._writer import parse_hive_value
 
@@ -207,9 +207,9 @@ class Snapshot:
         paths = self._paths()
         dirty = [p for p in paths if p in self._deltas.by_file]
         if not dirty:
-            return [self._dataset(expression).to_table(filter=expression, columns=columns)]
+            return [self._scan(expression, paths, lambda d: d.to_table(filter=expression, columns=columns))]
         clean = [p for p in paths if p not in self._deltas.by_file]
-        parts = [self._dataset(expression, clean).to_table(filter=expression, columns=columns)] \
+        parts = [self._scan(expression, clean, lambda d: d.to_table(filter=expression, columns=columns))] \
             if clean else []
         wanted = columns if columns is not None else self._schema.names
         for path in dirty:
@@ -217,6 +217,22 @@ class Snapshot:
                                 deleted=self._deltas.positions(path))
             parts.append(rows)
         return parts
+
+    def _scan(self, expression: ds.Expression | None, paths: list[str],
+              scan: Callable[[ds.FileSystemDataset], Any]) -> Any:
+        """``scan`` of a dataset of ``paths``, then a check that every file it opened has the
+        table's columns: Arrow reads a missing column as nulls, so another table's Parquet file
+        in place of a data file would change rows silently. The scan read those schemas already
+        (each fragment keeps it), so the check reads nothing more."""
+        dataset = self._dataset(expression, paths)
+        result = scan(dataset)
+        relative = {self._store.full_path(p): p for p in paths}
+        for fragment in (dataset.get_fragments(filter=expression) if expression is not None
+                         else dataset.get_fragments()):
+            path = relative[fragment.path]
+            with reading_file(path, DATA_FILE_EXPECTED):
+                check_schema(path, fragment.physical_schema, self._schema)
+        return result
 
     def count(self, filter: ds.Expression | None = None) -> int:
         """The number of live rows (matching ``filter``); without a filter no data file is read."""
@@ -229,7 +245,8 @@ class Snapshot:
         try:
             if self._deltas.by_file:
                 return sum(part.num_rows for part in self._read_parts(expression, []))
-            return int(self._dataset(expression).count_rows(filter=expression))
+            return int(self._scan(expression, self._paths(),
+                                  lambda d: d.count_rows(filter=expression)))
         except (pa.ArrowException, OSError) as exc:
             raise_for_files(self._store, self._paths(), self._schema, exc, filter=expression,
                             columns=[])
