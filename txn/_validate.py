@@ -181,9 +181,10 @@ def _in_metadata(error: TxnError) -> TxnError:
 
 
 def _check_metadata_timeline(table: Table, completed: dict[str, str]) -> list[Problem]:
-    """The completed files of the metadata timeline that must be there: the deltacommit of every
-    completed data instant (it completes before the data commit point), and the bases of the
-    newest completed metadata compaction (cleaning never deletes those)."""
+    """The files of the metadata timeline that must be there: the completed file of a
+    deltacommit left pending (requested or inflight) whose data instant completed (it completes
+    before the data commit point; a deltacommit written whole leaves no trace when deleted), and
+    the bases of the newest completed metadata compaction (cleaning never deletes those)."""
     mdt = table._metadata
     view = mdt.timeline.load()
     problems = []
