@@ -249,12 +249,13 @@ def _check_pending(table: Table, view: TimelineView) -> list[Problem]:
         return [_damaged(exc)]
     for instant in view.pending():
         path = f"_timeline/{instant.file_name}"
+        if instant.time not in expired:
+            continue  # its writer still beats: a write or a rollback in progress is no problem
         if instant.action == "rollback":
             problems.append(Problem("pending rollback", path, (
-                f"rollback instant {instant.time} is not completed"
-                + (": its writer stopped beating; the next writer retries it"
-                   if instant.time in expired else " (in progress, or its writer died)"))))
-        elif instant.time in expired:
+                f"rollback instant {instant.time} is not completed and its writer stopped beating: "
+                "the next writer retries it (if this stays, see the warnings it logs)")))
+        else:
             problems.append(Problem("expired instant", path, (
                 f"instant {instant.time} ({instant.action}) is pending and its writer stopped "
                 "beating: not rolled back yet (the next writer retries; if this stays, the "

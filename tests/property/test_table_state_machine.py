@@ -1097,8 +1097,12 @@ class TableMachine(RuleBasedStateMachine):
 
     @invariant()
     def metadata_table_agrees_with_storage(self) -> None:
+        # A fault may leave a dead writer's instant (or its rollback) pending until a later write
+        # recovers it; validate reports that, rightly, and the other invariants check that
+        # nothing of it is visible. Every other problem is a bug.
         report = self.reader.validate()
-        assert report.ok, str(report)
+        problems = [p for p in report.problems if p.kind not in ("expired instant", "pending rollback")]
+        assert not problems, "\n".join(str(p) for p in problems)
 
     @invariant()
     def no_base_of_a_failed_compaction(self) -> None:

@@ -360,6 +360,10 @@ def test_an_expired_instant_and_a_pending_rollback_are_reported(table_uri: str, 
     assert dead.time in problem.detail
     plan = RollbackPlan(target_time=dead.time, target_action="commit")
     rollback = table._timeline.request("rollback", plan)
+    table._timeline.heartbeat(rollback).beat()
+    kinds = _kinds(table.validate())
+    assert ("pending rollback", f"_timeline/{rollback.file_name}") not in kinds, "still beating"
+    clock.advance(10 * 60_000)
     kinds = _kinds(table.validate())
     assert ("pending rollback", f"_timeline/{rollback.file_name}") in kinds
 
