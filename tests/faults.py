@@ -37,10 +37,13 @@ Example:
 from __future__ import annotations
 
 import builtins
+import errno
+import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 
 from timeline import Storage
 
@@ -336,3 +339,42 @@ def injected(exc: BaseException | None) -> InjectedFault | None:
         exc = exc.__cause__ or exc.__context__
     return None
 
+
+def temporary_files(root: Path) -> list[str]:
+    """The local backend's temporary files (``.<name>.<pid>...tmp``) anywhere under ``root``."""
+    return sorted(p.name for p in root.rglob("*") if p.name.startswith(".") and p.name.endswith(".tmp"))
+
+
+class FullDisk:
+    """A stand-in for ``open`` in the local backend: files opened for writing under ``root``
+    fail like a full disk (ENOSPC), either at ``open`` (after the file was created, as a full
+    directory table would) or at the first ``write``."""
+
+    def __init__(self, root: Path, *, at: str) -> None:
+        assert at in ("open", "write")
+        self.root = str(root)
+        self.at = at
+        self._open = builtins.open
+
+    def __call__(self, path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        handle = self._open(path, mode, *args, **kwargs)
+        if "w" not in mode or not str(path).startswith(self.root):
+            return handle
+        if self.at == "open":
+            handle.close()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return _FullHandle(handle)
+
+
+class _FullHandle:
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def write(self, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __enter__(self) -> _FullHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.close()

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import builtins
 import errno
 import os
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 import timeline._local as local_module
+from tests.faults import FullDisk, temporary_files
 from timeline import (
     InvalidOptionError,
     LocalStorage,
@@ -104,51 +104,19 @@ def test_ordinary_keys_with_dots_in_names_are_fine(rooted: tuple[Storage, Callab
 # -- local disk: typed failures and no temporary files left -----------------------------------
 
 
-def _temporary_files(root: Path) -> list[str]:
-    return sorted(p.name for p in root.rglob("*") if p.name.startswith(".") and p.name.endswith(".tmp"))
-
-
-class _FullDisk:
-    """Files opened for writing under ``root`` fail like a full disk: ``write`` raises ENOSPC."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = str(root)
-        self._open = builtins.open
-
-    def __call__(self, path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        handle = self._open(path, mode, *args, **kwargs)
-        if "w" in mode and str(path).startswith(self.root):
-            return _FullHandle(handle)
-        return handle
-
-
-class _FullHandle:
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
-
-    def write(self, data: bytes) -> int:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def __enter__(self) -> _FullHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._handle.close()
-
-
 @pytest.mark.parametrize("op", ["put_if_absent", "put"])
 def test_an_injected_full_disk_is_a_storage_error_naming_the_key_and_leaves_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op: str
 ) -> None:
     storage = LocalStorage(tmp_path / "table")
     storage.put("_timeline/existing", b"1")
-    monkeypatch.setattr(local_module, "open", _FullDisk(tmp_path), raising=False)
+    monkeypatch.setattr(local_module, "open", FullDisk(tmp_path, at="write"), raising=False)
     for key in ("_timeline/heartbeats/20260101000000000", "_markers/new-folder/part_1.parquet"):
         with pytest.raises(StorageError, match=f"could not write {key!r}.*No space left") as info:
             getattr(storage, op)(key, b"content")
         assert info.value.errno == errno.ENOSPC
         assert not storage.exists(key)
-    assert _temporary_files(tmp_path) == []
+    assert temporary_files(tmp_path) == []
     monkeypatch.undo()
     storage.put_if_absent("_timeline/after", b"2")
     assert storage.read("_timeline/after") == b"2"
@@ -166,7 +134,7 @@ def test_a_full_disk_at_the_link_is_a_storage_error_and_leaves_no_temporary_file
     with pytest.raises(StorageError, match="could not create '_timeline/x'") as info:
         storage.put_if_absent("_timeline/x", b"content")
     assert info.value.errno == errno.ENOSPC
-    assert _temporary_files(tmp_path) == []
+    assert temporary_files(tmp_path) == []
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
@@ -218,7 +186,7 @@ def test_a_real_full_disk_is_a_storage_error_and_leaves_no_temporary_file(tiny_d
         assert info.value.errno == errno.ENOSPC
         with pytest.raises(StorageError, match="No space left on device"):
             storage.put(f"_timeline/big-{attempt}", os.urandom(2 * 1024 * 1024))
-    assert _temporary_files(tiny_disk) == []
+    assert temporary_files(tiny_disk) == []
     assert storage.list("_timeline") == ["_timeline/small"]
     storage.put_if_absent("_timeline/after", b"2")
     assert storage.read("_timeline/after") == b"2"

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import builtins
 import errno
 import os
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ import timeline
 import timeline._local as local_module
 import txn
 from tests.conftest import FakeClock
-from tests.faults import InjectedFault
+from tests.faults import FullDisk, InjectedFault, temporary_files
 from tests.unit.txn.helpers import (
     SCHEMA,
     ArrowStorage,
@@ -278,25 +277,6 @@ def test_the_string_value_equal_to_the_null_folder_name_reads_back_as_itself(tab
 # -- a full disk -----------------------------------------------------------------------------------
 
 
-def _temporary_files(root: Path) -> list[str]:
-    return sorted(p.name for p in root.rglob("*") if p.name.startswith(".") and p.name.endswith(".tmp"))
-
-
-class _FullDisk:
-    """``open`` for writing under ``root`` fails like a full disk (ENOSPC on write)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = str(root)
-        self._open = builtins.open
-
-    def __call__(self, path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        handle = self._open(path, mode, *args, **kwargs)
-        if "w" in mode and str(path).startswith(self.root):
-            handle.close()
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return handle
-
-
 @pytest.mark.allow_metatxn_warnings
 def test_an_injected_full_disk_fails_the_write_with_a_storage_error_and_the_table_recovers(
     tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
@@ -304,11 +284,11 @@ def test_an_injected_full_disk_fails_the_write_with_a_storage_error_and_the_tabl
     uri = str(tmp_path / "table")
     table = _small_files(uri, clock)
     table.append(rows(range(5)))
-    monkeypatch.setattr(local_module, "open", _FullDisk(tmp_path), raising=False)
+    monkeypatch.setattr(local_module, "open", FullDisk(tmp_path, at="open"), raising=False)
     with pytest.raises(txn.StorageError, match=r"could not write '.*'.*No space left") as info:
         table.append(rows(range(5, 10)))
     assert info.value.errno == errno.ENOSPC
-    assert _temporary_files(tmp_path) == []
+    assert temporary_files(tmp_path) == []
     monkeypatch.undo()
 
     clock.advance(EXPIRY_MS)
@@ -333,7 +313,7 @@ def test_a_real_full_disk_fails_the_write_with_a_storage_error_and_the_table_goe
     with pytest.raises(txn.StorageError, match=r"could not write data file .*No space left") as info:
         table.append(_big(range(100, 200_100)))
     assert info.value.errno == errno.ENOSPC
-    assert _temporary_files(tiny_disk) == []
+    assert temporary_files(tiny_disk) == []
     assert table.timeline()[-2].state == "rolledback", "the partial file was removed, so the "
     "rollback had room to run at once"
     table.append(rows(range(5, 7)))
