@@ -43,12 +43,10 @@ from typing import Any
 from indexes import MetadataChanges, MetadataTable
 from timeline import (
     CommitStateUnknownError,
-    CorruptMetadataError,
     Heartbeat,
     Instant,
     Lease,
     LockLostError,
-    ObjectNotFoundError,
     Storage,
     Timeline,
     TimelineView,
@@ -56,7 +54,7 @@ from timeline import (
 )
 
 from ._records import CommitMetadata, WritePlan
-from ._writer import MARKERS_FOLDER, marker_instant, marker_path, markers_of, read_marker
+from ._writer import MARKERS_FOLDER, marked_paths, marker_instant, marker_path
 
 log = logging.getLogger("metatxn")
 
@@ -239,21 +237,15 @@ class Protocol:
 
     def _undo(self, lease: Lease) -> Callable[[Instant], dict[str, list[str]]]:
         def undo(target: Instant) -> dict[str, list[str]]:
-            deleted, damaged = [], []
-            for marker in markers_of(self._storage, target.time):
-                try:
-                    path = read_marker(self._storage, marker)
-                except ObjectNotFoundError:
-                    continue  # removed since the listing: an earlier attempt finished it
-                except CorruptMetadataError as exc:
-                    # Its file (if any) cannot be located safely: validate() reports it as
-                    # unreferenced once the marker is gone, and a clean can remove it.
-                    log.warning("not deleting what marker %s of rolled-back instant %s names: %s",
-                                marker, target.time, exc)
-                    damaged.append(marker)
-                else:
-                    self._storage.delete(path)
-                    deleted.append(path)
+            named, damaged = marked_paths(self._storage, target.time)
+            deleted = []
+            for marker, path in named:
+                self._storage.delete(path)
+                deleted.append(path)
+                self._storage.delete(marker)
+            # A damaged marker's file (if any) cannot be located safely: validate() reports it
+            # as unreferenced once the marker is gone, and a clean can remove it.
+            for marker in damaged:
                 self._storage.delete(marker)
             blocks = self._metadata.remove_instant(target.time, lease=lease)
             record = {"files_deleted": deleted, "metadata_blocks_deleted": blocks}

@@ -35,6 +35,7 @@ memory.
 from __future__ import annotations
 
 import itertools
+import logging
 import posixpath
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,9 +48,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import stats_eligible
-from timeline import CorruptMetadataError, InvalidOptionError, Storage, check_key
+from timeline import CorruptMetadataError, InvalidOptionError, ObjectNotFoundError, Storage, check_key
 
 from ._storage_io import DataStore
+
+log = logging.getLogger("metatxn")
 
 MARKERS_FOLDER = "_markers"
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -123,6 +126,24 @@ def read_marker(storage: Storage, key: str) -> str:
             or folder.split("/", 1)[0] in _NOT_DATA_FOLDERS):
         raise CorruptMetadataError(key, expected, f"{path[:300]!r}")
     return path
+
+
+def marked_paths(storage: Storage, instant_time: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """What instant ``instant_time``'s markers name, checked: ``(marker, path)`` pairs of the
+    markers ``read_marker`` accepts, and the damaged markers (logged; the files they may name
+    cannot be located safely, so no caller deletes them). Markers gone since the listing are
+    skipped: another cleanup finished them."""
+    named: list[tuple[str, str]] = []
+    damaged: list[str] = []
+    for marker in markers_of(storage, instant_time):
+        try:
+            named.append((marker, read_marker(storage, marker)))
+        except ObjectNotFoundError:
+            continue
+        except CorruptMetadataError as exc:
+            log.warning("not deleting what marker %s of instant %s names: %s", marker, instant_time, exc)
+            damaged.append(marker)
+    return named, damaged
 
 
 def hive_value(value: object) -> str:

@@ -14,7 +14,6 @@ rolls ``T`` back.
 from __future__ import annotations
 
 import functools
-import logging
 import pickle
 import secrets
 from collections.abc import Iterator
@@ -27,9 +26,7 @@ import pyarrow.compute as pc
 
 from indexes import RecordIndex
 from timeline import (
-    CorruptMetadataError,
     DuplicateKeyError,
-    ObjectNotFoundError,
     SchemaMismatchError,
     open_storage,
 )
@@ -44,12 +41,10 @@ from .._records import Commit
 from .._scan import scan_file
 from .._storage_io import DataStore
 from .._table import Table
-from .._writer import DataFileWriter, FileStatus, markers_of, read_marker
+from .._writer import DataFileWriter, FileStatus, marked_paths
 from ._tables import Layout, resolve, save_mode
 from ._types import conform
 from ._workers import ensure_workers_run_metatxn
-
-logger = logging.getLogger("metatxn")
 
 #: A task's report: one row per file or index file. The payload is pickled (same code on both
 #: ends, never stored): statistics keep their exact Python types (dates, decimals, bytes).
@@ -223,17 +218,10 @@ def collect_reports(kinds: list[str],
 def _remove_unreported(table: Table, instant_time: str, files: set[str], parts: set[int]) -> None:
     """Delete what task attempts that failed or were retried wrote for ``instant_time``."""
     storage = table._storage
-    for marker in markers_of(storage, instant_time):
-        try:
-            path = read_marker(storage, marker)  # checked: never delete what a damaged marker names
-        except ObjectNotFoundError:
-            continue
-        except CorruptMetadataError as exc:
-            # As a rollback does: its file (if any) cannot be located safely, so it stays for
-            # validate() to report; the marker goes once the instant is decided.
-            logger.warning("not deleting what marker %s of instant %s names: %s", marker,
-                           instant_time, exc)
-            continue
+    # Damaged markers are logged and left: the files they may name stay for validate(), and
+    # the markers go once the instant is decided.
+    named, _ = marked_paths(storage, instant_time)
+    for marker, path in named:
         if path.endswith(".parquet") and path not in files:
             storage.delete(path)
             storage.delete(marker)
