@@ -114,6 +114,10 @@ def _bool(value: str) -> None:
         raise ValueError("expected 'true' or 'false'")
 
 
+class _OutOfBounds(ValueError):
+    """A well-formed number outside a property's bounds (a stored table may still hold it)."""
+
+
 class _WholeNumber:
     """A whole number written in ASCII digits, within ``[low, high]`` (both inclusive).
 
@@ -130,7 +134,7 @@ class _WholeNumber:
         if not (value.isascii() and value.isdigit()) or len(value) > 30:
             raise ValueError(f"expected {self.describe()}, written in the digits 0-9")
         if not self.low <= int(value) <= self.high:
-            raise ValueError(f"expected {self.describe()}")
+            raise _OutOfBounds(f"expected {self.describe()}")
 
     def describe(self) -> str:
         unit = f" {self.unit}" if self.unit else ""
@@ -235,13 +239,11 @@ def stored_property_warnings(properties: dict[str, str]) -> list[str]:
         check = known[0]
         try:
             check(value)
-        except ValueError as exc:
-            readable = (isinstance(check, _WholeNumber) and isinstance(value, str) and value.isascii()
-                        and value.isdigit() and len(value) <= 30)
-            if not readable:
-                raise InvalidOptionError(f"table property {key}={value!r}: {exc}") from None
+        except _OutOfBounds as exc:
             warnings.append(f"table property {key}={value!r} is outside the bounds new tables accept: "
                             f"{exc}")
+        except ValueError as exc:
+            raise InvalidOptionError(f"table property {key}={value!r}: {exc}") from None
     try:
         _check_together(properties)
     except InvalidOptionError as exc:

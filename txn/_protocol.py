@@ -121,9 +121,6 @@ class Protocol:
 
     def commit(self, pending: Pending, build: Builder) -> tuple[Instant, CommitMetadata]:
         """Run step 4. Returns the completed instant and what it recorded."""
-        return self._commit(pending, build)
-
-    def _commit(self, pending: Pending, build: Builder) -> tuple[Instant, CommitMetadata]:
         completed: Instant | None = None
         metadata: CommitMetadata | None = None
         try:
@@ -157,7 +154,7 @@ class Protocol:
         """
         try:
             written = write(pending)
-            completed, metadata = self._commit(pending, build(pending, written))
+            completed, metadata = self.commit(pending, build(pending, written))
         except CommitStateUnknownError:
             # Never delete anything: the instant may have completed. Stop beating but keep the
             # heartbeat file, so the instant expires normally if it did not complete.

@@ -65,7 +65,8 @@ def validate(table: Table) -> ValidationReport:
         problems += _check_metadata_timeline(table, completed)
     except TxnError as exc:  # e.g. a file of the metadata timeline that cannot be named
         problems.append(_damaged(_in_metadata(exc)))
-    problems += _check_markers(table)
+    marker_problems, in_progress = _check_markers(table, {i.time for i in view.completed()})
+    problems += marker_problems
     try:
         metadata = table._metadata.resolve(completed, last.completed_at if last else None,
                                            partitions=(FILES, SEGMENTS, COLUMN_STATS, DELETES))
@@ -129,16 +130,7 @@ def validate(table: Table) -> ValidationReport:
             problems.append(_damaged(exc))
 
     known = {row["path"] for row in listed} | set(metadata.deletes["path"].to_pylist())
-    # Markers of an instant that is not completed claim their files: a write in progress, or a
-    # rollback in progress (its target is already rolled back, its files not yet deleted).
-    in_progress = set()
-    done = {i.time for i in view.completed()}
-    for marker in storage.list(MARKERS_FOLDER):
-        if marker_instant(marker) not in done:
-            try:
-                in_progress.add(read_marker(storage, marker))
-            except TxnError:
-                continue  # reported by _check_markers (or gone: its write finished meanwhile)
+    # Markers of an instant that is not completed claim their files (``in_progress``).
     for key in storage.list("", recursive=True):
         if key.startswith(_NOT_DATA) or not key.endswith((".parquet", DELTA_SUFFIX)):
             continue
@@ -226,17 +218,23 @@ def _check_lost_completions(view: TimelineView, listed: list[dict[str, object]])
             for instant in lost.values()]
 
 
-def _check_markers(table: Table) -> list[Problem]:
-    """Every marker names, as ``read_marker`` checks, a file its instant wrote."""
+def _check_markers(table: Table, done: set[str]) -> tuple[list[Problem], set[str]]:
+    """Every marker names, as ``read_marker`` checks, a file its instant wrote. Also returns the
+    files claimed by markers of instants not in ``done``: a write in progress, or a rollback in
+    progress (its target is already rolled back, its files not yet deleted)."""
     problems = []
+    in_progress = set()
     for marker in table._storage.list(MARKERS_FOLDER):
         try:
-            read_marker(table._storage, marker)
+            path = read_marker(table._storage, marker)
         except FileNotFoundError:
             continue  # listed, then gone: its write finished meanwhile
         except TxnError as exc:
             problems.append(_damaged(exc))
-    return problems
+            continue
+        if marker_instant(marker) not in done:
+            in_progress.add(path)
+    return problems, in_progress
 
 
 def _check_pending(table: Table, view: TimelineView) -> list[Problem]:
