@@ -33,8 +33,8 @@ from timeline import (
     WorkerEnvironmentError,
 )
 
-from ._records import Commit, DataFile, Problem, Segment, ValidationReport
-from ._snapshot import Snapshot
+from ._context import Commit, DataFile, Problem, Segment, ValidationReport
+from ._read import Snapshot
 from ._table import Table, create_table, open_table
 
 __all__ = [

@@ -127,7 +127,7 @@ from timeline import (
     parse_file_name,
     parse_time,
 )
-from txn._config import TABLE_CONFIG_PATH, decode_config
+from txn._context import TABLE_CONFIG_PATH, decode_config
 
 SCHEMA = pa.schema([("k", pa.int64()), ("g", pa.string()), ("v", pa.int64())])
 HEARTBEAT_TIMEOUT_MS = 60_000
@@ -586,7 +586,7 @@ class TableMachine(RuleBasedStateMachine):
         # The Table API takes no sleep function: without this, waiting for a lease (one this
         # writer lost track of when a fault hit its lock put after it landed) would poll the
         # fake clock with real sleeps forever. Waits now move the fake clock instead.
-        table._timeline._lock._sleep = self.clock.sleep
+        table._context.timeline._lock._sleep = self.clock.sleep
         return table
 
     def _new_writer(self) -> tuple[TableStorage, txn.Table]:
@@ -1253,8 +1253,8 @@ def test_an_aborted_compaction_leaves_no_record_index_base(memory_uri: str) -> N
     assert store.fault is not None and store.fault.landed
     clock.advance(5)
     table.append(rows(4))  # its begin aborts the failed compaction
-    done = table._metadata.done_compactions()
-    aborted = [str(i) for i in table._metadata.timeline.history()
+    done = table._context.metadata.done_compactions()
+    aborted = [str(i) for i in table._context.metadata.timeline.history()
                if i.action == "compaction" and not (i.is_completed or i.is_pending)]
     assert aborted, "the failed compaction should have been aborted"
     bases = [key for key in inner.list("_metadata/record_index", recursive=True)

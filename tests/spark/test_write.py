@@ -409,7 +409,7 @@ def test_a_driver_failure_after_the_job_ran_leaves_nothing_visible(
 def test_a_dead_driver_is_rolled_back_by_the_next_writer(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver dies between the Spark job and the commit: no rollback runs at all."""
-    from txn import _protocol
+    from txn._commit import _protocol
 
     uri = str(tmp_path / "orders")
     table = txn.create_table(uri, ORDERS, record_key="id", properties={

@@ -20,7 +20,8 @@ import pyarrow.dataset as ds
 
 from timeline import InvalidOptionError
 
-from .._table import open_table
+from .._context import open_context
+from .._read import snapshot as read_snapshot
 from ._filters import to_expression
 from ._types import conform, spark_schema
 from ._workers import ensure_workers_run_metatxn
@@ -56,7 +57,7 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     are filtered with pyarrow on the executors). ``columns`` selects columns.
     """
     ensure_workers_run_metatxn(spark)
-    table = open_table(uri, storage_options)
+    table = open_context(uri, storage_options)
     schema = spark_schema(table.schema)
     if columns is not None:
         unknown = [c for c in columns if table.schema.get_field_index(c) < 0]
@@ -66,7 +67,7 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     if filter is not None and not isinstance(filter, (str, ds.Expression)):
         raise InvalidOptionError(f"filter must be a SQL predicate string or a "
                                  f"pyarrow.compute.Expression, got {type(filter).__name__}")
-    snapshot = table.snapshot(as_of)
+    snapshot = read_snapshot(table, as_of)
     pruning = to_expression(filter, table.schema) if isinstance(filter, str) else filter
     files = snapshot.files(pruning)
     if not files:
@@ -86,7 +87,7 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
 
 
 def _without_deleted(spark: Any, frame: Any, snapshot: Any, table: Any, files: Sequence[Any]) -> Any:
-    prefix = table._store.location("")
+    prefix = table.store.location("")
     names: list[str] = []
     positions: list[Any] = []
     for data_file in files:

@@ -40,16 +40,12 @@ from pyspark.sql.datasource import (
 
 from timeline import DuplicateKeyError, InvalidOptionError, Timeline, open_storage
 
-from .._deltas import LiveDeltas, read_positions
-from .._keys import describe, repeated
-from .._mutations import State, find_keys, latest
-from .._operations import Change, Written, commit_begun
-from .._options import target_file_bytes
-from .._protocol import Pending
-from .._records import ACTION_OF
-from .._scan import scan_file
-from .._storage_io import DataStore
-from .._table import Table, open_table
+from .._commit import Change, Pending, Written, commit_begun, protocol_of
+from .._context import ACTION_OF, TableContext, open_context, target_file_bytes
+from .._files import DataStore, LiveDeltas, read_positions, scan_file
+from .._read import snapshot as read_snapshot
+from .._rows import describe, repeated
+from .._write import State, find_keys, latest
 from ._tables import Layout, layout_of_options, resolve
 from ._types import spark_schema
 from ._workers import ensure_workers_run_metatxn
@@ -73,7 +69,7 @@ class MetatxnDataSource(DataSource):
         return "metatxn"
 
     def schema(self) -> Any:
-        return spark_schema(open_table(_path(self.options)).schema)
+        return spark_schema(open_context(_path(self.options)).schema)
 
     def reader(self, schema: Any) -> DataSourceReader:
         return _Reader(_path(self.options), self.options.get("asof"), schema)
@@ -91,11 +87,11 @@ class _File(InputPartition):
 
 class _Reader(DataSourceReader):
     def __init__(self, uri: str, as_of: str | None, schema: Any) -> None:
-        table = open_table(uri)
+        table = open_context(uri)
         #: The schema Spark asks for (the table's, or one the user gave with ``.schema(...)``).
         self._wanted = schema
-        snapshot = table.snapshot(as_of)
-        prefix = table._store.location("")
+        snapshot = read_snapshot(table, as_of)
+        prefix = table.store.location("")
         self._uri = uri
         self._schema = table.schema.serialize().to_pybytes()
         self._files = [(f.path.removeprefix(prefix), [d.removeprefix(prefix) for d in f.delete_files])
@@ -136,19 +132,19 @@ class _Writer(DataSourceArrowWriter):
         found = resolve(uri, schema, self._mode, layout, None)
         assert found is not None  # append and overwrite never ignore an existing table
         table = found
-        pending = table._protocol.begin(self._mode, ACTION_OF[self._mode], new_segment=True)
+        pending = protocol_of(table).begin(self._mode, ACTION_OF[self._mode], new_segment=True)
         # The heartbeat thread cannot follow this writer into the tasks: they beat instead.
         pending.heartbeat.stop(delete=False)
         assert pending.segment is not None
         self._instant = pending.instant.time
         self._segment = pending.segment
-        index = table._metadata.record_index
+        index = table.metadata.record_index
         self._job = _Job(
             uri=uri, storage_options=None, schema=table.schema.serialize().to_pybytes(),
             instant=self._instant, segment=pending.segment, partition_by=table.partition_by,
             sort_by=table.sort_by, key_columns=table.record_key_columns,
             shards=index.shards if index is not None else 0,
-            target_file_bytes=target_file_bytes(table._config.properties))
+            target_file_bytes=target_file_bytes(table.config.properties))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Reports:
         timeline = Timeline(open_storage(self._uri))
@@ -161,9 +157,9 @@ class _Writer(DataSourceArrowWriter):
         return _Reports(kinds, payloads)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        table = open_table(self._uri)
-        instant = table._timeline.load().get(self._instant) or _missing(self._instant)
-        pending = Pending(instant, self._segment, table._timeline.heartbeat(instant))
+        table = open_context(self._uri)
+        instant = table.timeline.load().get(self._instant) or _missing(self._instant)
+        pending = Pending(instant, self._segment, table.timeline.heartbeat(instant))
         try:
             reports = [m for m in messages if isinstance(m, _Reports)]
             kinds = [k for m in reports for k in m.kinds]
@@ -172,11 +168,11 @@ class _Writer(DataSourceArrowWriter):
             _remove_unreported(table, self._instant, {s.path for s in statuses}, parts)
             change = self._change(table, shards)
         except BaseException:
-            table._protocol.roll_back(instant)
+            protocol_of(table).roll_back(instant)
             raise
         commit_begun(table, change, None, pending, Written(statuses=statuses, index_sizes=shards))
 
-    def _change(self, table: Table, shards: dict[int, int]) -> Change:
+    def _change(self, table: TableContext, shards: dict[int, int]) -> Change:
         """The change to commit; on a keyed table, after checking the keys the tasks wrote.
 
         ``commit()`` cannot run Spark jobs, so the keys come back from the index log files the
@@ -185,9 +181,9 @@ class _Writer(DataSourceArrowWriter):
         """
         replace = self._mode == "overwrite"
         columns = table.record_key_columns
-        index = table._metadata.record_index
+        index = table.metadata.record_index
         if not columns or index is None or not shards:
-            return Change(self._mode, None, None, LiveDeltas(table._store, {}), replace=replace)
+            return Change(self._mode, None, None, LiveDeltas(table.store, {}), replace=replace)
         keys = index.instant_entries(self._instant, sorted(shards)).select(index.keys)
         twice = repeated(keys)
         if twice.num_rows:
@@ -195,7 +191,7 @@ class _Writer(DataSourceArrowWriter):
                 f"record key {columns} repeats within the DataFrame: {describe(twice, columns)} "
                 "appear more than once; nothing was written\nHelp: de-duplicate the DataFrame")
         if replace:
-            return Change(self._mode, None, None, LiveDeltas(table._store, {}), replace=True)
+            return Change(self._mode, None, None, LiveDeltas(table.store, {}), replace=True)
 
         def plan(state: State) -> Change:
             found = find_keys(table, state, keys)
@@ -211,10 +207,10 @@ class _Writer(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # Spark may call abort after a commit that raised: only a pending instant is rolled back.
-        table = open_table(self._uri)
-        instant = table._timeline.load().get(self._instant)
+        table = open_context(self._uri)
+        instant = table.timeline.load().get(self._instant)
         if instant is not None and instant.is_pending:
-            table._protocol.roll_back(instant)
+            protocol_of(table).roll_back(instant)
 
 
 def _missing(instant_time: str) -> Any:

@@ -22,9 +22,7 @@ from typing import Any
 
 from timeline import InvalidOptionError, ObjectExistsError, open_storage
 
-from .._protocol import DATA_ACTIONS
-from .._records import Commit, CommitMetadata
-from .._table import Table, open_table
+from .._context import DATA_ACTIONS, Commit, CommitMetadata, TableContext, open_context
 from ._tables import Layout, resolve
 from ._workers import ensure_workers_run_metatxn
 from ._write import write
@@ -43,13 +41,13 @@ def stream_id(checkpoint_location: str) -> str:
     return storage.read(STREAM_ID_FILE).decode()
 
 
-def last_batch(table: Table, stream: str) -> int | None:
+def last_batch(table: TableContext, stream: str) -> int | None:
     """The largest batch id of ``stream`` committed to the table (None if none)."""
-    for instants in (table._timeline.load().completed(), table._timeline.history()):
+    for instants in (table.timeline.load().completed(), table.timeline.history()):
         for instant in reversed(instants):
             if instant.action not in DATA_ACTIONS or not instant.is_completed:
                 continue
-            extra = table._timeline.read_metadata(instant, CommitMetadata).extra
+            extra = table.timeline.read_metadata(instant, CommitMetadata).extra
             if extra.get("stream") == stream:
                 return int(extra["batch"])
     return None
@@ -58,7 +56,7 @@ def last_batch(table: Table, stream: str) -> int | None:
 def write_batch(frame: Any, uri: str, stream: str, batch_id: int, *, mode: str = "append",
                 storage_options: dict[str, Any] | None = None) -> Commit | None:
     """Commit one micro-batch unless this stream already committed it (or a later one)."""
-    table = open_table(uri, storage_options)
+    table = open_context(uri, storage_options)
     done = last_batch(table, stream)
     if done is not None and done >= batch_id:
         log.info("stream %s: batch %d is already committed (up to %d): skipped", stream, batch_id, done)

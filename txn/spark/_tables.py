@@ -20,8 +20,7 @@ import pyarrow as pa
 
 from timeline import InvalidOptionError, TableExistsError, TableNotFoundError
 
-from .._options import check_layout, check_properties, column_list
-from .._table import Table, create_table, open_table
+from .._context import TableContext, check_layout, check_properties, column_list, create_context, open_context
 from ._types import check_dataframe, table_schema
 
 #: Spark's save modes (``errorifexists`` and ``default`` are spellings of ``error``) and upsert.
@@ -67,7 +66,7 @@ class Layout:
                 "none was given\nHelp: pass record_key='<column>' (format: .option('recordKey', ...))")
         return self.key_columns or []
 
-    def check_matches(self, table: Table) -> None:
+    def check_matches(self, table: TableContext) -> None:
         """Raise InvalidOptionError naming the first option that differs from the table's."""
         # Values are checked as the table would hold them: cross-field rules (an archive trigger
         # above the retained count) see the table's other properties.
@@ -97,15 +96,15 @@ class Layout:
                     "with the table's own")
 
 
-def _existing(uri: str, storage_options: dict[str, Any] | None) -> Table | None:
+def _existing(uri: str, storage_options: dict[str, Any] | None) -> TableContext | None:
     """The table at ``uri``, or None where there is none."""
     try:
-        return open_table(uri, storage_options)
+        return open_context(uri, storage_options)
     except TableNotFoundError:
         return None
 
 
-def _for_existing(table: Table, mode: str, layout: Layout) -> Table | None:
+def _for_existing(table: TableContext, mode: str, layout: Layout) -> TableContext | None:
     """What ``mode`` makes of an existing table: an error, nothing (None), or the table."""
     if mode == "error":
         raise TableExistsError(table.uri)
@@ -117,7 +116,7 @@ def _for_existing(table: Table, mode: str, layout: Layout) -> Table | None:
 
 def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
             storage_options: dict[str, Any] | None, *,
-            before_create: Callable[[pa.Schema, list[str]], None] | None = None) -> Table | None:
+            before_create: Callable[[pa.Schema, list[str]], None] | None = None) -> TableContext | None:
     """The table a write of a DataFrame with ``dataframe_schema`` goes to, created if missing.
 
     Returns None when the mode says to do nothing (``ignore`` on an existing table). Where no
@@ -138,11 +137,11 @@ def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
         if before_create is not None:
             before_create(schema, columns)
         try:
-            return create_table(uri, schema, partition_by=layout.partition_by,
+            return create_context(uri, schema, partition_by=layout.partition_by,
                                 record_key=layout.record_key, sort_by=layout.sort_by,
                                 properties=layout.properties, storage_options=storage_options)
         except TableExistsError:  # another writer created it first: it exists now
-            table = open_table(uri, storage_options)
+            table = open_context(uri, storage_options)
     table = _for_existing(table, mode, layout)
     if table is None:
         return None

@@ -31,17 +31,20 @@ from timeline import (
     open_storage,
 )
 
-from .._deltas import LiveDeltas, Positions, stage_deletes
-from .._keys import SHOWN, describe, index_keys
-from .._mutations import State, latest
-from .._operations import Change, Written, commit_change
-from .._options import delete_compaction_threshold, target_file_bytes
-from .._protocol import Pending
-from .._records import Commit
-from .._scan import scan_file
-from .._storage_io import DataStore
-from .._table import Table
-from .._writer import DataFileWriter, FileStatus, marked_paths
+from .._commit import Change, Pending, Written, commit_change
+from .._context import Commit, TableContext, delete_compaction_threshold, target_file_bytes
+from .._files import (
+    DataFileWriter,
+    DataStore,
+    FileStatus,
+    LiveDeltas,
+    Positions,
+    marked_paths,
+    scan_file,
+    stage_deletes,
+)
+from .._rows import SHOWN, describe, index_keys
+from .._write import State, latest
 from ._tables import Layout, resolve, save_mode
 from ._types import conform
 from ._workers import ensure_workers_run_metatxn
@@ -137,8 +140,8 @@ def _find_task(job: _Lookup, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
                                           "position": alive["position"].combine_chunks()}, schema=_FOUND)
 
 
-def _spark_path(table: Table, path: str) -> str:
-    return table._store.location(path)
+def _spark_path(table: TableContext, path: str) -> str:
+    return table.store.location(path)
 
 
 def _check_not_null(df: Any, columns: list[str]) -> None:
@@ -162,39 +165,39 @@ def _check_keys(df: Any, columns: list[str]) -> None:
             "order, so metatxn does not pick a winner)")
 
 
-def _find_existing_rows(table: Table, df: Any, state: State) -> pa.Table:
+def _find_existing_rows(table: TableContext, df: Any, state: State) -> pa.Table:
     """The live rows whose keys the DataFrame holds, found by the executors."""
-    index = table._metadata.record_index
+    index = table.metadata.record_index
     assert index is not None
     columns = table.record_key_columns
     if state.read_at is None:
         return _FOUND.empty_table()
     job = _Lookup(
-        uri=table.uri, storage_options=table._storage_options, key_columns=columns,
-        key_types=pa.schema([table._schema.field(c) for c in columns]).serialize().to_pybytes(),
+        uri=table.uri, storage_options=table.storage_options, key_columns=columns,
+        key_types=pa.schema([table.schema.field(c) for c in columns]).serialize().to_pybytes(),
         shards=index.shards, completed={i.time: i.completed_at or "" for i in state.view.completed()},
-        bound=state.read_at, done=frozenset(table._metadata.done_compactions()),
+        bound=state.read_at, done=frozenset(table.metadata.done_compactions()),
         live_files=state.live_files["path"].to_pylist())
     found = df.select(*columns).mapInArrow(functools.partial(_find_task, job), "file string, position long")
     return found.toArrow()
 
 
-def _run_job(table: Table, df: Any, pending: Pending, deleted: dict[str, Positions],
+def _run_job(table: TableContext, df: Any, pending: Pending, deleted: dict[str, Positions],
              current: LiveDeltas) -> Written:
     assert pending.segment is not None
-    index = table._metadata.record_index
+    index = table.metadata.record_index
     job = _Job(
-        uri=table.uri, storage_options=table._storage_options,
-        schema=table._schema.serialize().to_pybytes(), instant=pending.instant.time,
+        uri=table.uri, storage_options=table.storage_options,
+        schema=table.schema.serialize().to_pybytes(), instant=pending.instant.time,
         segment=pending.segment, partition_by=table.partition_by, sort_by=table.sort_by,
         key_columns=table.record_key_columns, shards=index.shards if index is not None else 0,
-        target_file_bytes=target_file_bytes(table._config.properties),
+        target_file_bytes=target_file_bytes(table.config.properties),
     )
     results = df.mapInArrow(functools.partial(_write_task, job), "kind string, payload binary").toArrow()
     statuses, parts, shards = collect_reports(results["kind"].to_pylist(), results["payload"].to_pylist())
     _remove_unreported(table, pending.instant.time, {s.path for s in statuses}, parts)
-    deltas, replaced = stage_deletes(table._store, pending.instant.time, deleted, current,
-                                     delete_compaction_threshold(table._config.properties))
+    deltas, replaced = stage_deletes(table.store, pending.instant.time, deleted, current,
+                                     delete_compaction_threshold(table.config.properties))
     return Written(statuses=statuses, deltas=deltas, replaced=replaced, index_sizes=shards)
 
 
@@ -215,9 +218,9 @@ def collect_reports(kinds: list[str],
     return statuses, parts, shards
 
 
-def _remove_unreported(table: Table, instant_time: str, files: set[str], parts: set[int]) -> None:
+def _remove_unreported(table: TableContext, instant_time: str, files: set[str], parts: set[int]) -> None:
     """Delete what task attempts that failed or were retried wrote for ``instant_time``."""
-    storage = table._storage
+    storage = table.storage
     # Damaged markers are logged and left: the files they may name stay for validate(), and
     # the markers go once the instant is decided.
     named, _ = marked_paths(storage, instant_time)
@@ -225,7 +228,7 @@ def _remove_unreported(table: Table, instant_time: str, files: set[str], parts: 
         if path.endswith(".parquet") and path not in files:
             storage.delete(path)
             storage.delete(marker)
-    index = table._metadata.record_index
+    index = table.metadata.record_index
     if index is not None:
         reported = {f"{instant_time}.{part}.log.arrow" for part in parts}
         for log in index.logs_of(instant_time):
@@ -314,12 +317,12 @@ def _positions_by_file(found: pa.Table) -> dict[str, Positions]:
     return {file: np.array(sorted(p), dtype=np.int64) for file, p in grouped.items()}
 
 
-def _sample_keys(table: Table, found: pa.Table) -> pa.Table:
+def _sample_keys(table: TableContext, found: pa.Table) -> pa.Table:
     """Keys of a few of ``found``'s rows (read back from their data files), for a message."""
     parts = []
     for file, position in zip(found["file"].to_pylist()[:SHOWN], found["position"].to_pylist()[:SHOWN],
                               strict=True):
-        rows, positions = scan_file(table._store, file, table._schema, filter=None,
+        rows, positions = scan_file(table.store, file, table.schema, filter=None,
                                     columns=table.record_key_columns)
         at = int(np.searchsorted(positions, position))
         parts.append(index_keys(rows.slice(at, 1), table.record_key_columns))

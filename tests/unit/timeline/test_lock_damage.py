@@ -100,7 +100,7 @@ def test_a_writer_commits_past_a_damaged_head_lock_record_once_the_lease_passed(
     table.append(rows(range(5)))
     head = damage_head(storage_of(table_uri), "garbage")
     table = txn.open_table(table_uri, clock=clock)
-    table._timeline._lock._sleep = clock.sleep  # waits move the fake clock only
+    table._context.timeline._lock._sleep = clock.sleep  # waits move the fake clock only
     if commits:
         table.append(rows(range(5, 7)))
         assert table.snapshot().count() == 7

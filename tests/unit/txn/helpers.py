@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import timeline
 import txn
 from tests.faults import FaultyStorage
-from txn._config import read_config
+from txn._context import read_config
 
 #: A small "orders" table: a non-nullable key, a partition candidate and a float.
 SCHEMA = pa.schema([

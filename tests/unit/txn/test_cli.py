@@ -11,7 +11,7 @@ import pytest
 import timeline
 import txn
 from txn._cli import main
-from txn._demo import run
+from txn._cli._demo import run
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:

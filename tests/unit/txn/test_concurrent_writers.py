@@ -32,9 +32,9 @@ import pytest
 import txn
 from tests.unit.txn.helpers import SCHEMA, rows, storage_of
 from timeline import Instant
-from txn import _mutations, _operations
-from txn._protocol import Protocol
-from txn._records import CommitMetadata
+from txn._commit import Protocol, _change
+from txn._context import CommitMetadata
+from txn._write import _mutations, _state
 
 #: Where writer A is stopped to let writer B run its whole write (see ``run_between``), for the
 #: writes that read a snapshot first, and for those that read nothing before they begin.
@@ -111,14 +111,15 @@ def run_between(monkeypatch: pytest.MonkeyPatch, point: str, write: Callable[[],
     """
     other = Interleaved(point, write)
     if point == "read":
-        read_state = _mutations.read_state
+        read_state = _state.read_state
 
-        def after_read(table: txn.Table) -> _mutations.State:
+        def after_read(table: txn.Table) -> _state.State:
             state = read_state(table)
             other.fire()
             return state
 
-        monkeypatch.setattr(_mutations, "read_state", after_read)
+        monkeypatch.setattr(_state, "read_state", after_read)
+        monkeypatch.setattr(_mutations, "read_state", after_read)  # update() reads it directly
     elif point == "begin":
         begin = Protocol.begin
 
@@ -129,13 +130,13 @@ def run_between(monkeypatch: pytest.MonkeyPatch, point: str, write: Callable[[],
         monkeypatch.setattr(Protocol, "begin", before_begin)
     else:
         assert point == "write", point
-        write_files = _operations._write
+        write_files = _change._write
 
         def before_write(table: txn.Table, pending: Any, change: Any) -> Any:
             other.fire()
             return write_files(table, pending, change)
 
-        monkeypatch.setattr(_operations, "_write", before_write)
+        monkeypatch.setattr(_change, "_write", before_write)
     return other
 
 
@@ -694,13 +695,13 @@ def _lockstep_writer(uri: str, p: int, rounds: int, between: Any, results: Any) 
     them writes (a barrier in the write phase), so exactly one per round can commit."""
     try:
         table = txn.open_table(uri)
-        write = _operations._write
+        write = _change._write
 
         def after_everyone_began(table: txn.Table, pending: Any, change: Any) -> Any:
             between.wait(timeout=60)
             return write(table, pending, change)
 
-        _operations._write = after_everyone_began  # type: ignore[assignment]
+        _change._write = after_everyone_began  # type: ignore[assignment]
         acknowledged, rejected = [], []
         for n in range(rounds):
             keys = list(range(SHARED_KEYS))
@@ -738,7 +739,7 @@ def _check_against_acknowledged(table: txn.Table, reports: dict[int, Any]) -> tu
 
     # Serializable on keys: no acknowledged commit wrote a key that another acknowledged commit
     # wrote between its read and its completion (that update would have been lost).
-    read_at = {instant: table._timeline.read_metadata(history[instant], CommitMetadata).read_at or ""
+    read_at = {instant: table._context.timeline.read_metadata(history[instant], CommitMetadata).read_at or ""
                for _, instant, *_ in acks}
     for done, instant, _, _, keys in acks:
         for other_done, other, _, _, other_keys in acks:

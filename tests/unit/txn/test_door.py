@@ -128,7 +128,7 @@ def test_properties_at_their_bounds_make_a_working_table(memory_uri: str) -> Non
 def test_a_table_json_with_a_property_out_of_bounds_is_corrupt(memory_uri: str) -> None:
     import msgspec
 
-    from txn._config import TABLE_CONFIG_PATH, decode_config, encode_config
+    from txn._context import TABLE_CONFIG_PATH, decode_config, encode_config
 
     txn.create_table(memory_uri, SCHEMA)
     storage = storage_of(memory_uri)
@@ -144,7 +144,7 @@ def test_a_table_made_before_the_bounds_still_opens_with_a_warning(
         memory_uri: str, caplog: pytest.LogCaptureFixture) -> None:
     import msgspec
 
-    from txn._config import TABLE_CONFIG_PATH, decode_config, encode_config
+    from txn._context import TABLE_CONFIG_PATH, decode_config, encode_config
 
     txn.create_table(memory_uri, SCHEMA).append(rows(range(3)))
     storage = storage_of(memory_uri)

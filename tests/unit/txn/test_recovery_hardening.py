@@ -42,7 +42,8 @@ from tests.unit.txn.helpers import (
     storage_of,
     table_on,
 )
-from txn._writer import read_marker
+from txn._commit import protocol_of
+from txn._files import read_marker
 
 EXPIRY_MS = 10 * 60_000
 
@@ -424,7 +425,7 @@ def test_a_damaged_marker_does_not_fail_the_removal_of_a_spark_writes_unreported
 
     table = _small_files(table_uri, clock)
     table.append(rows(range(5)))
-    pending = table._protocol.begin("append", "commit", new_segment=True)
+    pending = protocol_of(table._context).begin("append", "commit", new_segment=True)
     t = pending.instant.time
     storage = storage_of(table_uri)
     files = {name: f"segment_{pending.segment}/{name}" for name in
@@ -437,11 +438,11 @@ def test_a_damaged_marker_does_not_fail_the_removal_of_a_spark_writes_unreported
     storage.put_if_absent(damaged, b"")  # power loss with fsync off
     reported = files[f"part-a_{t}.parquet"]
 
-    _remove_unreported(table, t, {reported}, set())
+    _remove_unreported(table._context, t, {reported}, set())
 
     assert storage.exists(reported)
     assert not storage.exists(files[f"part-b_{t}.parquet"]), "a failed attempt's file is removed"
     assert storage.exists(files[f"part-c_{t}.parquet"]), "nothing a damaged marker names is deleted"
     assert any(damaged in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     pending.heartbeat.stop(delete=False)
-    table._protocol.roll_back(pending.instant)
+    protocol_of(table._context).roll_back(pending.instant)

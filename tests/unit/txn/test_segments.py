@@ -11,6 +11,7 @@ import timeline
 import txn
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, rows, storage_of
+from txn._commit import protocol_of
 
 
 def _at(epoch_ms: int) -> datetime:
@@ -85,7 +86,7 @@ def test_a_load_still_running_shows_as_insert_in_progress(table_uri: str, clock:
     table = txn.create_table(table_uri, SCHEMA, clock=clock)
     table.append(rows(range(2)))
     clock.advance(1_000)
-    pending = table._protocol.begin("append", "commit", new_segment=True)
+    pending = protocol_of(table._context).begin("append", "commit", new_segment=True)
     try:
         assert pending.segment == "1"
         shown = table.segments()
@@ -100,7 +101,7 @@ def test_a_load_still_running_shows_as_insert_in_progress(table_uri: str, clock:
         assert table.snapshot().count() == 2, "but no reader sees its data"
     finally:
         pending.heartbeat.stop(delete=False)
-        table._protocol.roll_back(pending.instant)
+        protocol_of(table._context).roll_back(pending.instant)
     assert [(s.id, s.status) for s in table.segments()] == [("0", "Success")]
 
 
@@ -109,7 +110,7 @@ def test_a_load_whose_writer_died_disappears_once_it_is_rolled_back(
 ) -> None:
     table = txn.create_table(table_uri, SCHEMA, clock=clock)
     table.append(rows(range(2)))
-    pending = table._protocol.begin("append", "commit", new_segment=True)
+    pending = protocol_of(table._context).begin("append", "commit", new_segment=True)
     pending.heartbeat.stop(delete=False)  # the writer dies: no more beats
     assert table.segments()[0].status == "Insert In Progress"
     clock.advance(10 * 60_000)  # past the heartbeat timeout

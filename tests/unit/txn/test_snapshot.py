@@ -26,6 +26,7 @@ from tests.unit.txn.helpers import (
     storage_of,
     table_on,
 )
+from txn._commit import protocol_of
 
 
 def _moment(clock: FakeClock) -> datetime:
@@ -289,13 +290,13 @@ def test_time_travel_reaches_back_across_an_overwrite(table_uri: str, clock: Fak
 def test_as_of_a_pending_instant_raises_invalid_option(table_uri: str) -> None:
     table = txn.create_table(table_uri, SCHEMA)
     table.append(rows(range(2)))
-    pending = table._protocol.begin("append", "commit", new_segment=True)
+    pending = protocol_of(table._context).begin("append", "commit", new_segment=True)
     try:
         with pytest.raises(txn.InvalidOptionError, match="not completed"):
             table.snapshot(as_of=pending.instant.time)
     finally:
         pending.heartbeat.stop(delete=False)
-        table._protocol.roll_back(pending.instant)
+        protocol_of(table._context).roll_back(pending.instant)
     with pytest.raises(txn.InvalidOptionError, match="not completed"):
         table.snapshot(as_of=pending.instant.time)  # now rolled back: still not a snapshot
 
@@ -354,7 +355,7 @@ def test_snapshots_ignore_writes_still_in_flight(table_uri: str) -> None:
     """Only completed instants count: a pending write's segment and files are invisible."""
     table = txn.create_table(table_uri, SCHEMA)
     table.append(rows(range(3)))
-    pending = table._protocol.begin("append", "commit", new_segment=True)
+    pending = protocol_of(table._context).begin("append", "commit", new_segment=True)
     try:
         assert table.snapshot().count() == 3
         other = txn.open_table(table_uri)
@@ -362,7 +363,7 @@ def test_snapshots_ignore_writes_still_in_flight(table_uri: str) -> None:
         assert other.snapshot().instant == table.timeline()[0].time
     finally:
         pending.heartbeat.stop(delete=False)
-        table._protocol.roll_back(pending.instant)
+        protocol_of(table._context).roll_back(pending.instant)
 
 
 def test_snapshot_instant_strings_parse_as_instant_times(table_uri: str) -> None:

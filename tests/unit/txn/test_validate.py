@@ -16,12 +16,12 @@ import pytest
 
 import timeline
 import txn
-import txn._scan as txn_scan
+import txn._files._scan as txn_scan
 from indexes._blocks import decoding
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, data_files_on_storage, rows, storage_of
 from timeline import RollbackPlan
-from txn._deltas import reading_file
+from txn._files import reading_file
 
 
 def _loaded(uri: str, **kwargs: object) -> tuple[txn.Table, list[txn.Commit]]:
@@ -323,7 +323,7 @@ def test_a_refused_read_of_a_data_file_is_reported_with_its_path(
     report = table.validate()
     assert _kinds(report) == [("unreadable file", refused)]
     with pytest.raises(txn.StorageError) as info:
-        txn_scan.read_data_file(table._store, refused, table.schema)
+        txn_scan.read_data_file(table._context.store, refused, table.schema)
     assert info.value.path == refused  # type: ignore[attr-defined]
 
 
@@ -352,15 +352,15 @@ def test_a_marker_naming_a_path_read_marker_refuses_is_reported(table_uri: str, 
 def test_an_expired_instant_and_a_pending_rollback_are_reported(table_uri: str, clock: FakeClock) -> None:
     table = txn.create_table(table_uri, SCHEMA, clock=clock)
     table.append(rows(range(5)))
-    dead = table._timeline.request("commit", None)
+    dead = table._context.timeline.request("commit", None)
     assert table.validate().ok, "a pending write whose writer still beats is no problem"
     clock.advance(10 * 60_000)
     [problem] = table.validate().problems
     assert (problem.kind, problem.path) == ("expired instant", f"_timeline/{dead.file_name}")
     assert dead.time in problem.detail
     plan = RollbackPlan(target_time=dead.time, target_action="commit")
-    rollback = table._timeline.request("rollback", plan)
-    table._timeline.heartbeat(rollback).beat()
+    rollback = table._context.timeline.request("rollback", plan)
+    table._context.timeline.heartbeat(rollback).beat()
     kinds = _kinds(table.validate())
     assert ("pending rollback", f"_timeline/{rollback.file_name}") not in kinds, "still beating"
     clock.advance(10 * 60_000)

@@ -9,8 +9,10 @@ import msgspec
 
 from indexes import SegmentEntry
 
-from ._deltas import DeltaStatus
-from ._writer import FileStatus
+from .._files import DeltaStatus, FileStatus
+
+#: The actions of instants that change the table's data (a rollback or a clean does not).
+DATA_ACTIONS = frozenset({"commit", "replacecommit", "compaction"})
 
 #: Operations and the timeline action each one commits as.
 ACTION_OF = {

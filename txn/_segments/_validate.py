@@ -7,7 +7,7 @@ Checks, for the latest snapshot:
 * every page of every live data file decodes, with the table's columns and types;
 * every live file has column statistics, and belongs to a live segment whose row count is the
   sum of its files';
-* no data file on storage is unknown to the metadata table, unless a pending instant's marker
+* no data file on storage is unknown to the metadata context, unless a pending instant's marker
   claims it (a write in progress);
 * every delete delta listed exists with its recorded size; live ones hold their recorded number
   of positions, all inside a live data file; none on storage is unknown (same marker rule);
@@ -27,8 +27,6 @@ Validation is the one operation that lists data folders; reads never do.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,39 +34,43 @@ from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, liv
 from indexes._layout import base_path, parse_listing, partition_folder
 from timeline import CorruptMetadataError, ObjectNotFoundError, TimelineView, TxnError
 
-from ._deltas import DELTA_SUFFIX, LiveDeltas, read_positions
-from ._keys import describe, index_keys, repeated
-from ._records import Problem, ValidationReport
-from ._scan import check_data_file, scan_file
-from ._writer import MARKERS_FOLDER, marker_instant, read_marker
-
-if TYPE_CHECKING:
-    from ._table import Table
+from .._context import Problem, TableContext, ValidationReport
+from .._files import (
+    DELTA_SUFFIX,
+    MARKERS_FOLDER,
+    LiveDeltas,
+    check_data_file,
+    marker_instant,
+    read_marker,
+    read_positions,
+    scan_file,
+)
+from .._rows import describe, index_keys, repeated
 
 _NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/")
 
 
-def validate(table: Table) -> ValidationReport:
+def validate(context: TableContext) -> ValidationReport:
     """Report every disagreement and every damaged or missing file; never raises on damage."""
-    storage = table._storage
+    storage = context.storage
     problems: list[Problem] = []
     try:
-        view = table._timeline.load()
+        view = context.timeline.load()
     except TxnError as exc:
         return ValidationReport(problems=[_damaged(exc)])
-    problems += [_damaged(exc) for exc in table._timeline.damaged_files()]
-    problems += _check_pending(table, view)
+    problems += [_damaged(exc) for exc in context.timeline.damaged_files()]
+    problems += _check_pending(context, view)
     last = view.last_completed()
     completed = {i.time: i.completed_at or "" for i in view.completed()}
     try:
-        problems += [_damaged(exc) for exc in table._metadata.damaged_files(completed)]
-        problems += _check_metadata_timeline(table, completed)
+        problems += [_damaged(exc) for exc in context.metadata.damaged_files(completed)]
+        problems += _check_metadata_timeline(context, completed)
     except TxnError as exc:  # e.g. a file of the metadata timeline that cannot be named
         problems.append(_damaged(_in_metadata(exc)))
-    marker_problems, in_progress = _check_markers(table, {i.time for i in view.completed()})
+    marker_problems, in_progress = _check_markers(context, {i.time for i in view.completed()})
     problems += marker_problems
     try:
-        metadata = table._metadata.resolve(completed, last.completed_at if last else None,
+        metadata = context.metadata.resolve(completed, last.completed_at if last else None,
                                            partitions=(FILES, SEGMENTS, COLUMN_STATS, DELETES))
     except TxnError as exc:
         return ValidationReport(problems=_unique([*problems, _damaged(_in_metadata(exc))]))
@@ -82,7 +84,7 @@ def validate(table: Table) -> ValidationReport:
         try:
             size = storage.size(path)
         except FileNotFoundError:
-            problems.append(Problem("missing file", path, "listed by the metadata table, not on storage"))
+            problems.append(Problem("missing file", path, "listed by the metadata context, not on storage"))
             continue
         if size != row["size"]:
             problems.append(Problem("size mismatch", path, f"metadata says {row['size']} bytes, "
@@ -90,7 +92,7 @@ def validate(table: Table) -> ValidationReport:
             continue
         if not row["deleted"]:
             try:
-                rows = check_data_file(table._store, path, table._schema)
+                rows = check_data_file(context.store, path, context.schema)
             except TxnError as exc:
                 problems.append(_damaged(exc, "unreadable file"))
                 continue
@@ -121,11 +123,11 @@ def validate(table: Table) -> ValidationReport:
 
     assert metadata.deletes is not None
     file_rows = dict(zip(live_files["path"].to_pylist(), live_files["rows"].to_pylist(), strict=True))
-    problems += _check_deltas(table, metadata.deletes.to_pylist(), file_rows)
-    if table.record_key_columns and last is not None:
+    problems += _check_deltas(context, metadata.deletes.to_pylist(), file_rows)
+    if context.record_key_columns and last is not None:
         try:
-            problems += _check_record_index(table, completed, last.completed_at or "", live_files,
-                                            LiveDeltas.of(table._store, metadata.deletes))
+            problems += _check_record_index(context, completed, last.completed_at or "", live_files,
+                                            LiveDeltas.of(context.store, metadata.deletes))
         except TxnError as exc:
             problems.append(_damaged(exc))
 
@@ -165,19 +167,19 @@ def _unique(problems: list[Problem]) -> list[Problem]:
 
 
 def _in_metadata(error: TxnError) -> TxnError:
-    """``error`` of the metadata table, naming the file from the table root: the metadata
+    """``error`` of the metadata context, naming the file from the table root: the metadata
     timeline names its files ``_timeline/...`` relative to ``_metadata/``."""
     if isinstance(error, CorruptMetadataError) and error.path.startswith("_timeline/"):
         return CorruptMetadataError(f"{METADATA_FOLDER}/{error.path}", error.expected, error.found)
     return error
 
 
-def _check_metadata_timeline(table: Table, completed: dict[str, str]) -> list[Problem]:
+def _check_metadata_timeline(context: TableContext, completed: dict[str, str]) -> list[Problem]:
     """The files of the metadata timeline that must be there: the completed file of a
     deltacommit left pending (requested or inflight) whose data instant completed (it completes
     before the data commit point; a deltacommit written whole leaves no trace when deleted), and
     the bases of the newest completed metadata compaction (cleaning never deletes those)."""
-    mdt = table._metadata
+    mdt = context.metadata
     view = mdt.timeline.load()
     problems = []
     for instant in view.pending():
@@ -218,15 +220,15 @@ def _check_lost_completions(view: TimelineView, listed: list[dict[str, object]])
             for instant in lost.values()]
 
 
-def _check_markers(table: Table, done: set[str]) -> tuple[list[Problem], set[str]]:
+def _check_markers(context: TableContext, done: set[str]) -> tuple[list[Problem], set[str]]:
     """Every marker names, as ``read_marker`` checks, a file its instant wrote. Also returns the
     files claimed by markers of instants not in ``done``: a write in progress, or a rollback in
     progress (its target is already rolled back, its files not yet deleted)."""
     problems = []
     in_progress = set()
-    for marker in table._storage.list(MARKERS_FOLDER):
+    for marker in context.storage.list(MARKERS_FOLDER):
         try:
-            path = read_marker(table._storage, marker)
+            path = read_marker(context.storage, marker)
         except FileNotFoundError:
             continue  # listed, then gone: its write finished meanwhile
         except TxnError as exc:
@@ -237,12 +239,12 @@ def _check_markers(table: Table, done: set[str]) -> tuple[list[Problem], set[str
     return problems, in_progress
 
 
-def _check_pending(table: Table, view: TimelineView) -> list[Problem]:
+def _check_pending(context: TableContext, view: TimelineView) -> list[Problem]:
     """Pending instants whose writer stopped beating (dead, not yet rolled back), and rollbacks
     left pending: recovery retries them, but one that keeps failing must not go unseen."""
     problems = []
     try:
-        expired = {i.time for i in table._timeline.expired(view)}
+        expired = {i.time for i in context.timeline.expired(view)}
     except TxnError as exc:
         return [_damaged(exc)]
     for instant in view.pending():
@@ -261,14 +263,15 @@ def _check_pending(table: Table, view: TimelineView) -> list[Problem]:
     return problems
 
 
-def _check_deltas(table: Table, deltas: list[dict[str, object]], file_rows: dict[str, int]) -> list[Problem]:
+def _check_deltas(context: TableContext, deltas: list[dict[str, object]],
+                  file_rows: dict[str, int]) -> list[Problem]:
     problems = []
     for row in deltas:
         path = str(row["path"])
         try:
-            size = table._storage.size(path)
+            size = context.storage.size(path)
         except FileNotFoundError:
-            problems.append(Problem("missing delete delta", path, "listed by the metadata table, "
+            problems.append(Problem("missing delete delta", path, "listed by the metadata context, "
                                                                   "not on storage"))
             continue
         if size != row["size"]:
@@ -283,7 +286,7 @@ def _check_deltas(table: Table, deltas: list[dict[str, object]], file_rows: dict
                                     f"a live delta of {target}, which is not a live data file"))
             continue
         try:
-            positions = read_positions(table._store, path)
+            positions = read_positions(context.store, path)
         except TxnError as exc:
             problems.append(_damaged(exc, "unreadable file"))
             continue
@@ -296,17 +299,17 @@ def _check_deltas(table: Table, deltas: list[dict[str, object]], file_rows: dict
     return problems
 
 
-def _check_record_index(table: Table, completed: dict[str, str], bound: str, live_files: pa.Table,
+def _check_record_index(context: TableContext, completed: dict[str, str], bound: str, live_files: pa.Table,
                         deltas: LiveDeltas) -> list[Problem]:
     """Every live row has one index entry at its place; no live entry without a live row."""
-    index = table._metadata.record_index
+    index = context.metadata.record_index
     assert index is not None
-    columns = table.record_key_columns
+    columns = context.record_key_columns
     rows = []
     unreadable = []
     for path in live_files["path"].to_pylist():
         try:
-            keys, positions = scan_file(table._store, path, table._schema, filter=None,
+            keys, positions = scan_file(context.store, path, context.schema, filter=None,
                                         columns=columns, deleted=deltas.positions(path))
         except TxnError:
             unreadable.append(path)  # reported by the file checks; its entries are not judged
@@ -322,8 +325,8 @@ def _check_record_index(table: Table, completed: dict[str, str], bound: str, liv
         problems.append(Problem("duplicate key", "record_index",
                                 f"{twice.num_rows} key(s) held by more than one live row: "
                                 f"{describe(twice, columns)}"))
-    entries = index.read_all(completed, bound, table._metadata.done_compactions(),
-                             table._metadata.recorded_shards)
+    entries = index.read_all(completed, bound, context.metadata.done_compactions(),
+                             context.metadata.recorded_shards)
     readable = pc.invert(pc.is_in(live_files["path"], value_set=pa.array(unreadable, pa.string())))
     alive = entries.filter(pc.and_(pc.invert(entries["deleted"]), pc.is_in(
         entries["file"], value_set=live_files.filter(readable)["path"].combine_chunks())))

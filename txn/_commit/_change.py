@@ -1,4 +1,4 @@
-"""The write operations: what each one writes, what it changes in the metadata table, and when it
+"""The write operations: what each one writes, what it changes in the metadata context, and when it
 conflicts with a concurrent commit.
 
 Every write is a :class:`Change`: new rows (a new segment), rows deleted by position from existing
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import msgspec
 import pyarrow as pa
@@ -34,16 +33,29 @@ from indexes import (
 )
 from timeline import CommitConflictError, Lease, TimelineView, parse_time
 
+from .._context import (
+    ACTION_OF,
+    DATA_ACTIONS,
+    LATEST_PARTITIONS,
+    Commit,
+    CommitMetadata,
+    TableContext,
+    delete_compaction_threshold,
+    target_file_bytes,
+)
+from .._files import (
+    DataFileWriter,
+    DeltaStatus,
+    FileStatus,
+    LiveDeltas,
+    Positions,
+    delete_rows,
+    stage_deletes,
+)
+from .._rows import index_keys
 from . import _conflicts
-from ._deltas import DeltaStatus, LiveDeltas, Positions, delete_rows, stage_deletes
-from ._keys import index_keys
-from ._options import delete_compaction_threshold, target_file_bytes
-from ._protocol import DATA_ACTIONS, Builder, Pending
-from ._records import ACTION_OF, Commit, CommitMetadata
-from ._writer import DataFileWriter, FileStatus
-
-if TYPE_CHECKING:
-    from ._table import Table
+from ._protocol import Builder, Pending
+from ._upkeep import protocol_of
 
 
 @dataclass
@@ -53,7 +65,7 @@ class Change:
     operation: str
     #: New rows, written as a new segment (None: the write only deletes).
     rows: Iterable[pa.RecordBatch] | None
-    #: Completion time of the snapshot the change was computed from (None: an empty table).
+    #: Completion time of the snapshot the change was computed from (None: an empty context).
     read_at: str | None
     #: The live delete deltas of that snapshot.
     current: LiveDeltas
@@ -83,28 +95,28 @@ class Written:
     keys: pa.Table | None = None
 
 
-def _write(table: Table, pending: Pending, change: Change) -> Written:
+def _write(context: TableContext, pending: Pending, change: Change) -> Written:
     written = Written()
-    index = table._metadata.record_index
+    index = context.metadata.record_index
     entries: list[pa.Table] = []
     if change.rows is not None:
         assert pending.segment is not None
         writer = DataFileWriter(
-            table._store, table._schema, instant_time=pending.instant.time, segment=pending.segment,
-            partition_by=table.partition_by, sort_by=table.sort_by, new_token=table._ids,
-            target_file_bytes=target_file_bytes(table._config.properties),
-            key_columns=table.record_key_columns,
+            context.store, context.schema, instant_time=pending.instant.time, segment=pending.segment,
+            partition_by=context.partition_by, sort_by=context.sort_by, new_token=context.ids,
+            target_file_bytes=target_file_bytes(context.config.properties),
+            key_columns=context.record_key_columns,
         )
         written.statuses = writer.write(change.rows)
         if index is not None:
             for path, keys in writer.keys:
                 entries.append(index.entries(
-                    index_keys(keys, table.record_key_columns), segment=pending.segment,
+                    index_keys(keys, context.record_key_columns), segment=pending.segment,
                     file=pa.array([path] * keys.num_rows, pa.string()),
                     position=pa.array(range(keys.num_rows), pa.int64()), instant=pending.instant.time))
     written.deltas, written.replaced = stage_deletes(
-        table._store, pending.instant.time, change.deleted, change.current,
-        delete_compaction_threshold(table._config.properties))
+        context.store, pending.instant.time, change.deleted, change.current,
+        delete_compaction_threshold(context.config.properties))
     if index is not None:
         if change.removed_keys is not None and change.removed_keys.num_rows:
             count = change.removed_keys.num_rows
@@ -141,7 +153,7 @@ def _stats_rows(statuses: Sequence[FileStatus], schema: pa.Schema) -> pa.Table:
     ], schema=stats_schema)
 
 
-def _new_segment(table: Table, pending: Pending, statuses: Sequence[FileStatus],
+def _new_segment(context: TableContext, pending: Pending, statuses: Sequence[FileStatus],
                  stats: pa.Table) -> SegmentEntry:
     assert pending.segment is not None
     return SegmentEntry(
@@ -149,7 +161,7 @@ def _new_segment(table: Table, pending: Pending, statuses: Sequence[FileStatus],
         partitions=tuple(sorted({s.partition for s in statuses if s.partition})),
         rows=sum(s.rows for s in statuses), data_size=sum(s.size for s in statuses),
         index_size=stats.nbytes, load_start_ms=parse_time(pending.instant.time),
-        load_end_ms=table._clock(), instant=pending.instant.time,
+        load_end_ms=context.clock(), instant=pending.instant.time,
     )
 
 
@@ -166,7 +178,7 @@ def _to_commit(instant_time: str, completed_at: str, metadata: CommitMetadata) -
     )
 
 
-def _replacement(table: Table, view: TimelineView, pending: Pending,
+def _replacement(context: TableContext, view: TimelineView, pending: Pending,
                  change: Change) -> tuple[list[str], list[str], list[SegmentEntry], int]:
     """What an overwrite removes: (files, their deltas, segments marked for delete, live rows)."""
     concurrent = _concurrent_data_commits(view, pending.instant.time)
@@ -176,11 +188,11 @@ def _replacement(table: Table, view: TimelineView, pending: Pending,
             "which completed after it began and would be silently replaced\n"
             "Help: rerun the overwrite against the new state of the table"
         )
-    current = table._metadata_at(view, None, (*table._LATEST_PARTITIONS,))
+    current = context.metadata_at(view, None, LATEST_PARTITIONS)
     assert current.files is not None and current.segments is not None
     previous = live(current.files)
     removed_files = previous["path"].to_pylist()
-    deltas = LiveDeltas.of(table._store, current.deletes)
+    deltas = LiveDeltas.of(context.store, current.deletes)
     removed_deltas = [path for file in removed_files for path in deltas.paths(file)]
     rows = sum(previous["rows"].to_pylist()) - sum(deltas.rows(file) for file in removed_files)
     segments = [msgspec.structs.replace(entry, status=MARKED_FOR_DELETE)
@@ -188,9 +200,9 @@ def _replacement(table: Table, view: TimelineView, pending: Pending,
     return removed_files, removed_deltas, segments, rows
 
 
-def _written_keys(table: Table, view: TimelineView, change: Change, pending: Pending,
+def _written_keys(context: TableContext, view: TimelineView, change: Change, pending: Pending,
                   written: Written) -> pa.Table | None:
-    index = table._metadata.record_index
+    index = context.metadata.record_index
     if written.keys is not None or index is None or not written.index_sizes:
         return written.keys
     if not view.completed_after(change.read_at or ""):
@@ -198,51 +210,52 @@ def _written_keys(table: Table, view: TimelineView, change: Change, pending: Pen
     return index.instant_entries(pending.instant.time, sorted(written.index_sizes)).select(index.keys)
 
 
-def commit_change(table: Table, change: Change, extra: dict[str, str] | None, *,
+def commit_change(context: TableContext, change: Change, extra: dict[str, str] | None, *,
                   write: Callable[[Pending], Written] | None = None) -> Commit:
     """Write and commit ``change`` as one instant (rolled back on any failure).
 
     ``write`` replaces the local write phase (Spark's executors write the files).
     """
     new_segment = change.rows is not None or write is not None
-    completed, metadata = table._protocol.run(
+    completed, metadata = protocol_of(context).run(
         change.operation, ACTION_OF[change.operation], new_segment=new_segment,
-        write=write or (lambda pending: _write(table, pending, change)),
-        build=builder(table, change, extra), extra=extra,
+        write=write or (lambda pending: _write(context, pending, change)),
+        build=builder(context, change, extra), extra=extra,
     )
     return _to_commit(completed.time, completed.completed_at or "", metadata)
 
 
-def commit_begun(table: Table, change: Change, extra: dict[str, str] | None, pending: Pending,
+def commit_begun(context: TableContext, change: Change, extra: dict[str, str] | None, pending: Pending,
                  written: Written) -> Commit:
     """Commit an instant begun earlier whose files were written elsewhere (rolled back on
     failure)."""
-    completed, metadata = table._protocol.finish(pending, lambda _: written,
-                                                 builder(table, change, extra))
+    completed, metadata = protocol_of(context).finish(pending, lambda _: written,
+                                                 builder(context, change, extra))
     return _to_commit(completed.time, completed.completed_at or "", metadata)
 
 
-def builder(table: Table, change: Change,
+def builder(context: TableContext, change: Change,
             extra: dict[str, str] | None) -> Callable[[Pending, Written], Builder]:
     """How ``change`` becomes metadata-table changes and commit metadata, under the lock."""
 
     def build(pending: Pending, written: Written) -> Builder:
         def under_lock(lease: Lease, view: TimelineView) -> tuple[MetadataChanges, CommitMetadata]:
             if not change.replace:
-                _conflicts.check(table, view, operation=change.operation,
+                _conflicts.check(context, view, operation=change.operation,
                                  instant_time=pending.instant.time, read_at=change.read_at,
-                                 keys=_written_keys(table, view, change, pending, written),
+                                 keys=_written_keys(context, view, change, pending, written),
                                  files=set(change.deleted))
             statuses = written.statuses
             files = _file_rows(statuses, pending.segment or "", pending.instant.time)
-            stats = _stats_rows(statuses, table._schema)
-            segments = [_new_segment(table, pending, statuses, stats)] if pending.segment is not None else []
+            stats = _stats_rows(statuses, context.schema)
+            segments = ([_new_segment(context, pending, statuses, stats)]
+                        if pending.segment is not None else [])
             deletes = delete_rows(written.deltas, pending.instant.time)
             removed_files: list[str] = []
             removed_deltas = list(written.replaced)
             rows_deleted = change.rows_deleted
             if change.replace:
-                removed_files, dropped, marked, rows_deleted = _replacement(table, view, pending, change)
+                removed_files, dropped, marked, rows_deleted = _replacement(context, view, pending, change)
                 removed_deltas += dropped
                 segments += marked
                 files = pa.concat_tables([files, tombstones(FILES_SCHEMA, removed_files)])

@@ -53,13 +53,10 @@ from timeline import (
     next_time,
 )
 
-from ._records import CommitMetadata, WritePlan
-from ._writer import MARKERS_FOLDER, marked_paths, marker_instant, marker_path
+from .._context import CommitMetadata, WritePlan
+from .._files import MARKERS_FOLDER, marked_paths, marker_instant, marker_path
 
 log = logging.getLogger("metatxn")
-
-DATA_ACTIONS = frozenset({"commit", "replacecommit", "compaction"})
-
 
 @dataclass
 class Pending:
@@ -304,4 +301,4 @@ def _written_paths(written: Any) -> Iterator[str]:
             yield item.path
 
 
-__all__ = ["DATA_ACTIONS", "MARKERS_FOLDER", "Builder", "Pending", "Protocol"]
+__all__ = ["Builder", "Pending", "Protocol"]

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
 
-from ._records import Segment
+from .._context import Segment
+from .._table import Table, open_table
 from ._render import render, render_timeline
-from ._table import Table, open_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -103,7 +103,7 @@ def run(warehouse: str, *, rows_per_load: int = 100_000, spark: SparkSession | N
     (:func:`txn.spark.local_session`, its workers running this interpreter) and stops it at the
     end.
     """
-    from .spark import local_session
+    from ..spark import local_session
 
     began = _step("start Spark: local[2], driver memory 1g, 4 shuffle partitions, UTC" if spark is None
                   else "Spark: the session given")
@@ -121,8 +121,8 @@ def run(warehouse: str, *, rows_per_load: int = 100_000, spark: SparkSession | N
 
 
 def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: float) -> Table:
-    from . import spark as txn_spark
-    from .spark._filters import to_expression
+    from .. import spark as txn_spark
+    from ..spark._filters import to_expression
 
     uri = os.path.join(warehouse, "orders")
     shutil.rmtree(uri, ignore_errors=True)  # the demo starts from an empty table every run

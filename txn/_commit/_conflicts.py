@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Set
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,12 +26,8 @@ import pyarrow.compute as pc
 from indexes import matching
 from timeline import CommitConflictError, DuplicateKeyError, TimelineView
 
-from ._keys import describe
-from ._protocol import DATA_ACTIONS
-from ._records import CommitMetadata
-
-if TYPE_CHECKING:
-    from ._table import Table
+from .._context import DATA_ACTIONS, CommitMetadata, TableContext
+from .._rows import describe
 
 
 @dataclass(frozen=True)
@@ -43,20 +38,20 @@ class Overlap:
     keys: pa.Table
 
 
-def overlaps(table: Table, view: TimelineView, *, instant_time: str, read_at: str | None,
+def overlaps(context: TableContext, view: TimelineView, *, instant_time: str, read_at: str | None,
              keys: pa.Table | None, files: Set[str]) -> list[Overlap]:
     """The concurrent commits that touched ``files`` or ``keys`` (index key columns)."""
     found: list[Overlap] = []
     if not files and (keys is None or keys.num_rows == 0):
         return found  # touches nothing another commit could have touched (an unkeyed append)
-    index = table._metadata.record_index
+    index = context.metadata.record_index
     our_shards = set(index.shard_ids(keys).tolist()) if index is not None and keys is not None \
         and keys.num_rows else set()
     folded: dict[str, tuple[str, list[str]]] = {}
     for other in view.completed_after(read_at or ""):
         if other.action not in DATA_ACTIONS or other.time == instant_time:
             continue
-        metadata = table._timeline.read_metadata(other, CommitMetadata)
+        metadata = context.timeline.read_metadata(other, CommitMetadata)
         touched = {d.file for d in metadata.deltas_added} | set(metadata.files_removed)
         common_files = sorted(files & touched)
         common_keys = pa.table({})
@@ -71,17 +66,17 @@ def overlaps(table: Table, view: TimelineView, *, instant_time: str, read_at: st
         if common_files or common_keys.num_rows:
             found.append(Overlap(other.time, metadata.operation, common_files, common_keys))
     if folded and keys is not None:
-        found += _folded_overlaps(table, view, keys, folded)
+        found += _folded_overlaps(context, view, keys, folded)
     return sorted(found, key=lambda overlap: overlap.instant)
 
 
-def _folded_overlaps(table: Table, view: TimelineView, keys: pa.Table,
+def _folded_overlaps(context: TableContext, view: TimelineView, keys: pa.Table,
                      folded: dict[str, tuple[str, list[str]]]) -> list[Overlap]:
     """Overlaps with commits whose index blocks were already folded into bases."""
     last = view.last_completed()
     assert last is not None and last.completed_at is not None
     completed = {i.time: i.completed_at or "" for i in view.completed()}
-    entries = table._metadata.lookup_keys(keys, completed, last.completed_at, instants=True)
+    entries = context.metadata.lookup_keys(keys, completed, last.completed_at, instants=True)
     found = []
     for time, (operation, common_files) in folded.items():
         common_keys = entries.filter(pc.equal(entries["instant"], time)).select(keys.column_names)
@@ -90,7 +85,7 @@ def _folded_overlaps(table: Table, view: TimelineView, keys: pa.Table,
     return found
 
 
-def check(table: Table, view: TimelineView, *, operation: str, instant_time: str,
+def check(context: TableContext, view: TimelineView, *, operation: str, instant_time: str,
           read_at: str | None, keys: pa.Table | None, files: Set[str]) -> None:
     """Raise if this write overlaps a concurrent commit.
 
@@ -98,11 +93,11 @@ def check(table: Table, view: TimelineView, *, operation: str, instant_time: str
         DuplicateKeyError: an append inserts a key a concurrent commit wrote.
         CommitConflictError: any other write overlapped; it must be retried.
     """
-    found = overlaps(table, view, instant_time=instant_time, read_at=read_at, keys=keys, files=files)
+    found = overlaps(context, view, instant_time=instant_time, read_at=read_at, keys=keys, files=files)
     if not found:
         return
     first = found[0]
-    columns = table.record_key_columns
+    columns = context.record_key_columns
     if operation == "append":
         raise DuplicateKeyError(
             f"append {instant_time}: record key(s) {describe(first.keys, columns)} were written by "

@@ -27,11 +27,17 @@ import pyarrow.dataset as ds
 from indexes import MetadataSnapshot, live
 from timeline import InvalidOptionError, StorageError
 
-from ._deltas import LiveDeltas, reading_file
-from ._records import DataFile
-from ._scan import DATA_FILE_EXPECTED, check_schema, raise_for_files, scan_file
-from ._storage_io import DataStore
-from ._writer import parse_hive_value
+from .._context import DataFile
+from .._files import (
+    DATA_FILE_EXPECTED,
+    DataStore,
+    LiveDeltas,
+    check_schema,
+    parse_hive_value,
+    raise_for_files,
+    reading_file,
+    scan_file,
+)
 
 
 def _converter(data_type: pa.DataType) -> Callable[[str], object]:

@@ -11,84 +11,34 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from indexes import DELETES, FILES, MetadataSnapshot, SnapshotExpiredError, key_names, live
-from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError, TimelineView
+from indexes import key_names
+from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
 
-from ._data import batches, first_and_rest
-from ._deltas import LiveDeltas, Positions
-from ._keys import check_not_null, check_unique, describe, index_keys, keys_argument, last_wins, user_keys
-from ._operations import Change, commit_change
-from ._records import Commit
-from ._scan import scan_file
-
-if TYPE_CHECKING:
-    from ._table import Table
+from .._commit import Change, commit_change
+from .._context import Commit, TableContext
+from .._files import LiveDeltas, Positions, scan_file
+from .._read import snapshot_at
+from .._rows import (
+    batches,
+    check_not_null,
+    check_unique,
+    describe,
+    first_and_rest,
+    index_keys,
+    keys_argument,
+    last_wins,
+    user_keys,
+)
+from ._state import State, find_keys, latest, read_state
 
 log = logging.getLogger("metatxn")
-
-T = TypeVar("T")
-#: How often a write reads the latest state again when cleaning overtook its read.
-_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class State:
-    """The latest snapshot's metadata, as a write reads it."""
-
-    view: TimelineView
-    read_at: str | None
-    metadata: MetadataSnapshot
-    live_files: pa.Table
-    deltas: LiveDeltas
-
-
-def read_state(table: Table) -> State:
-    view = table._timeline.load()
-    last = view.last_completed()
-    metadata = table._metadata_at(view, None, (FILES, DELETES))
-    assert metadata.files is not None
-    return State(view, last.completed_at if last else None, metadata, live(metadata.files),
-                 LiveDeltas.of(table._store, metadata.deletes))
-
-
-def find_keys(table: Table, state: State, keys: pa.Table) -> pa.Table:
-    """The live index entries of ``keys`` (index key columns) in ``state``.
-
-    Raises:
-        SnapshotExpiredError: cleaning removed ``state``'s index files meanwhile (many commits
-            completed since it was read); callers that read the latest state read it again.
-    """
-    index = table._metadata.record_index
-    assert index is not None
-    if state.read_at is None or keys.num_rows == 0:
-        return index.schema.empty_table()
-    completed = {i.time: i.completed_at or "" for i in state.view.completed()}
-    entries = table._metadata.lookup_keys(keys, completed, state.read_at)
-    alive = pc.and_(pc.invert(entries["deleted"]),
-                    pc.is_in(entries["file"], value_set=state.live_files["path"].combine_chunks()))
-    return entries.filter(alive)
-
-
-def latest(table: Table, work: Callable[[State], T]) -> T:
-    """Run ``work`` on the latest state; again on a fresh one if cleaning overtook it."""
-    for attempt in range(_ATTEMPTS):
-        try:
-            return work(read_state(table))
-        except SnapshotExpiredError:
-            if attempt == _ATTEMPTS - 1:
-                raise
-            log.info("the table moved on while a write read it; reading it again")
-    raise AssertionError("unreachable")  # pragma: no cover
-
 
 def _by_file(entries: pa.Table) -> dict[str, Positions]:
     grouped: dict[str, list[int]] = {}
@@ -97,84 +47,84 @@ def _by_file(entries: pa.Table) -> dict[str, Positions]:
     return {file: np.array(sorted(p), dtype=np.int64) for file, p in grouped.items()}
 
 
-def _require_key(table: Table, operation: str) -> list[str]:
-    columns = table.record_key_columns
+def _require_key(context: TableContext, operation: str) -> list[str]:
+    columns = context.record_key_columns
     if not columns:
         raise InvalidOptionError(
-            f"{operation} needs a table with a record_key; {table.uri} has none\n"
+            f"{operation} needs a table with a record_key; {context.uri} has none\n"
             "Help: create the table with record_key=... (or use delete(where=...) / update)")
     return columns
 
 
-def _materialize(table: Table, data: Any) -> pa.Table:
-    return pa.Table.from_batches(list(batches(data, table._schema)), schema=table._schema)
+def _materialize(context: TableContext, data: Any) -> pa.Table:
+    return pa.Table.from_batches(list(batches(data, context.schema)), schema=context.schema)
 
 
 # -- loads -----------------------------------------------------------------------------------------
 
-def append(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
-    columns = table.record_key_columns
+def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
+    columns = context.record_key_columns
     if not columns:  # reads nothing and conflicts with nothing
         # The first batch is read (and checked) before the instant begins: no rows, no commit.
-        source = first_and_rest(batches(data, table._schema))
+        source = first_and_rest(batches(data, context.schema))
         if source is None:
             log.info("append of no rows: nothing to commit")
             return None
-        change = Change("append", source, None, LiveDeltas(table._store, {}))
-        return commit_change(table, change, extra)
-    rows = _materialize(table, data)
+        change = Change("append", source, None, LiveDeltas(context.store, {}))
+        return commit_change(context, change, extra)
+    rows = _materialize(context, data)
     if rows.num_rows == 0:
         log.info("append of no rows: nothing to commit")
         return None
     check_not_null(rows, columns)
     check_unique(rows, columns)
     def plan(state: State) -> Change:
-        existing = find_keys(table, state, index_keys(rows, columns))
+        existing = find_keys(context, state, index_keys(rows, columns))
         if existing.num_rows:
             raise DuplicateKeyError(
                 f"append: record key(s) {describe(existing, columns)} already exist in the table; "
                 "nothing was written\nHelp: use upsert to replace existing keys")
         return Change("append", rows.to_batches(), state.read_at, state.deltas)
 
-    return commit_change(table, latest(table, plan), extra)
+    return commit_change(context, latest(context, plan), extra)
 
 
-def overwrite(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
-    columns = table.record_key_columns
+def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
+    columns = context.record_key_columns
     rows: Any
     if columns:
-        keyed = _materialize(table, data)
+        keyed = _materialize(context, data)
         check_not_null(keyed, columns)
         check_unique(keyed, columns)
         rows = keyed.to_batches()
     else:  # the first batch is read (and checked) before the instant begins
-        rows = first_and_rest(batches(data, table._schema)) or iter(())  # no rows: empties it
+        rows = first_and_rest(batches(data, context.schema)) or iter(())  # no rows: empties it
     # An overwrite conflicts with every concurrent data commit; it reads its state under the lock.
-    change = Change("overwrite", rows, None, LiveDeltas(table._store, {}), replace=True)
-    return commit_change(table, change, extra)
+    change = Change("overwrite", rows, None, LiveDeltas(context.store, {}), replace=True)
+    return commit_change(context, change, extra)
 
 
 # -- keyed writes ----------------------------------------------------------------------------------
 
-def upsert(table: Table, data: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
-    columns = _require_key(table, "upsert")
-    rows = _materialize(table, data)
+def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
+    columns = _require_key(context, "upsert")
+    rows = _materialize(context, data)
     check_not_null(rows, columns)
     rows = last_wins(rows, columns)  # the last row of a key in the batch wins
     if rows.num_rows == 0:
         log.info("upsert of no rows: nothing to commit")
         return None
     def plan(state: State) -> Change:
-        existing = find_keys(table, state, index_keys(rows, columns))
+        existing = find_keys(context, state, index_keys(rows, columns))
         return Change("upsert", rows.to_batches(), state.read_at, state.deltas, deleted=_by_file(existing))
 
-    return commit_change(table, latest(table, plan), extra)
+    return commit_change(context, latest(context, plan), extra)
 
 
-def lookup(table: Table, keys: Any) -> pa.Table:
-    columns = _require_key(table, "lookup")
-    wanted = keys_argument(keys, table._schema, columns)
-    found = latest(table, lambda state: find_keys(table, state, wanted))
+def lookup(context: TableContext, keys: Any) -> pa.Table:
+    columns = _require_key(context, "lookup")
+    wanted = keys_argument(keys, context.schema, columns)
+    found = latest(context, lambda state: find_keys(context, state, wanted))
     located = user_keys(found, columns)
     for name in ("segment", "file", "position"):
         located = located.append_column(name, found[name])
@@ -197,73 +147,73 @@ def _check_where(where: object, schema: pa.Schema) -> ds.Expression | None:
     return where
 
 
-def _matching_rows(table: Table, state: State, where: ds.Expression | None,
+def _matching_rows(context: TableContext, state: State, where: ds.Expression | None,
                    columns: list[str]) -> tuple[dict[str, Positions], pa.Table]:
     """Live rows matching ``where``: positions by file, and ``columns`` of those rows."""
-    snapshot = table._snapshot_at(state.view, None, state.read_at)
+    snapshot = snapshot_at(context, state.view, None, state.read_at)
     candidates = snapshot.files(where)
-    prefix = table._store.location("")
+    prefix = context.store.location("")
     positions: dict[str, Positions] = {}
     parts: list[pa.Table] = []
     for data_file in candidates:
         path = data_file.path.removeprefix(prefix)
         try:
-            rows, found = scan_file(table._store, path, table._schema, filter=where, columns=columns,
+            rows, found = scan_file(context.store, path, context.schema, filter=where, columns=columns,
                                     deleted=state.deltas.positions(path))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
             raise InvalidOptionError(f"where {where} does not apply to this table: {exc}") from None
         if len(found):
             positions[path] = found
             parts.append(rows)
-    schema = pa.schema([table._schema.field(name) for name in columns])
+    schema = pa.schema([context.schema.field(name) for name in columns])
     return positions, (pa.concat_tables(parts) if parts else schema.empty_table())
 
 
-def delete(table: Table, where: Any = None, *, keys: Any = None,
+def delete(context: TableContext, where: Any = None, *, keys: Any = None,
            extra: dict[str, str] | None = None) -> Commit | None:
-    expression = _check_where(where, table._schema)
+    expression = _check_where(where, context.schema)
     if (expression is None) == (keys is None):
         raise InvalidOptionError(
             "delete needs exactly one of where= (a pyarrow.compute.Expression) or keys= "
             f"(record key values); got {'both' if keys is not None else 'neither'}\n"
             "Help: to delete every row, use delete(where=pc.scalar(True)) or overwrite")
-    columns = table.record_key_columns
+    columns = context.record_key_columns
     if keys is not None:
-        _require_key(table, "delete(keys=...)")
-    wanted = keys_argument(keys, table._schema, columns) if keys is not None else None
+        _require_key(context, "delete(keys=...)")
+    wanted = keys_argument(keys, context.schema, columns) if keys is not None else None
 
     def plan(state: State) -> Change:
         if wanted is not None:
-            found = find_keys(table, state, wanted)
+            found = find_keys(context, state, wanted)
             deleted = _by_file(found)
             removed = found.select(key_names(len(columns))) if found.num_rows else None
         else:
-            deleted, matched = _matching_rows(table, state, expression, columns)
+            deleted, matched = _matching_rows(context, state, expression, columns)
             removed = index_keys(matched, columns) if columns and matched.num_rows else None
         return Change("delete", None, state.read_at, state.deltas, deleted=deleted, removed_keys=removed)
 
-    change = latest(table, plan)
+    change = latest(context, plan)
     if not change.deleted:
         log.info("delete matched no rows: nothing to commit")
         return None
-    return commit_change(table, change, extra)
+    return commit_change(context, change, extra)
 
 
-def _new_values(table: Table, values: object, count: int) -> dict[str, pa.Array]:
+def _new_values(context: TableContext, values: object, count: int) -> dict[str, pa.Array]:
     if not isinstance(values, Mapping) or not values:
         raise InvalidOptionError(
             f"values must be a non-empty dict of column name -> new value, got {values!r}")
     arrays = {}
     for name, value in values.items():
-        index = table._schema.get_field_index(name) if isinstance(name, str) else -1
+        index = context.schema.get_field_index(name) if isinstance(name, str) else -1
         if index < 0:
             raise InvalidOptionError(
-                f"update sets unknown column {name!r}; the table's columns are {table._schema.names}")
-        if name in table.record_key_columns:
+                f"update sets unknown column {name!r}; the table's columns are {context.schema.names}")
+        if name in context.record_key_columns:
             raise InvalidOptionError(
                 f"update cannot change record key column {name!r}\n"
                 "Help: delete the row and upsert it under its new key")
-        field = table._schema.field(index)
+        field = context.schema.field(index)
         if value is None and not field.nullable:
             raise SchemaMismatchError(f"column {name!r} is not nullable; update cannot set it to None")
         try:
@@ -316,15 +266,16 @@ def _inferred(value: object) -> pa.Scalar | None:
         return None
 
 
-def update(table: Table, where: Any, values: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
-    expression = _check_where(where, table._schema)
-    _new_values(table, values, 0)  # check the values before reading anything
-    state = read_state(table)
-    deleted, matched = _matching_rows(table, state, expression, list(table._schema.names))
+def update(context: TableContext, where: Any, values: Any, *,
+           extra: dict[str, str] | None = None) -> Commit | None:
+    expression = _check_where(where, context.schema)
+    _new_values(context, values, 0)  # check the values before reading anything
+    state = read_state(context)
+    deleted, matched = _matching_rows(context, state, expression, list(context.schema.names))
     if not deleted:
         log.info("update matched no rows: nothing to commit")
         return None
-    for name, array in _new_values(table, values, matched.num_rows).items():
-        matched = matched.set_column(matched.schema.get_field_index(name), table._schema.field(name), array)
+    for name, array in _new_values(context, values, matched.num_rows).items():
+        matched = matched.set_column(matched.schema.get_field_index(name), context.schema.field(name), array)
     change = Change("update", matched.to_batches(), state.read_at, state.deltas, deleted=deleted)
-    return commit_change(table, change, extra)
+    return commit_change(context, change, extra)

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from timeline import TxnError
 
+from .._table import open_table
 from ._render import render, render_timeline
-from ._table import open_table
 
 
 def _timeline(args: argparse.Namespace) -> None:

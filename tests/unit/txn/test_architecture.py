@@ -1,0 +1,49 @@
+"""The rooms of ``txn`` import only rooms below them (design/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import txn
+
+#: Each room and the rooms it may import. Order matters only for readability.
+ALLOWED = {
+    "_files": set(),
+    "_rows": set(),
+    "_context": {"_files"},
+    "_commit": {"_context", "_files", "_rows"},
+    "_read": {"_context", "_files"},
+    "_write": {"_commit", "_context", "_files", "_read", "_rows"},
+    "_segments": {"_commit", "_context", "_files", "_read", "_rows", "_write"},
+    "_cli": {"_context", "_table", "spark"},
+    "spark": {"_commit", "_context", "_files", "_read", "_rows", "_segments", "_write"},
+}
+
+
+def _imported_rooms(path: Path) -> set[str]:
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module:
+            rooms.add(node.module.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.level == 2 and not node.module:
+            rooms |= {alias.name for alias in node.names}
+    return rooms
+
+
+def test_each_room_imports_only_the_rooms_below_it() -> None:
+    package = Path(txn.__file__).parent
+    rooms = sorted(p for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert {p.name for p in rooms} == set(ALLOWED), "a new room needs its place in ALLOWED"
+    for room in rooms:
+        for module in room.glob("*.py"):
+            wrong = _imported_rooms(module) - ALLOWED[room.name]
+            assert not wrong, f"{module.relative_to(package)} imports {sorted(wrong)}"
+
+
+def test_no_room_imports_the_public_table() -> None:
+    package = Path(txn.__file__).parent
+    for module in package.glob("*/*.py"):
+        if module.parent.name in ("_cli",):
+            continue  # the command line drives tables like any user
+        assert "_table" not in _imported_rooms(module), f"{module} imports the facade"

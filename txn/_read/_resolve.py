@@ -1,0 +1,71 @@
+"""Which snapshot a read means: the latest, or one reached by time travel (``as_of``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pyarrow as pa
+
+from indexes import COLUMN_STATS, DELETES, FILES
+from timeline import Instant, InvalidOptionError, TimelineView, parse_time, time_of
+
+from .._context import DATA_ACTIONS, TableContext
+from ._snapshot import Snapshot
+
+
+def snapshot(context: TableContext, as_of: str | datetime | None = None) -> Snapshot:
+    """The table as of the latest completed instant, or as of ``as_of`` (see
+    :meth:`txn.Table.snapshot`)."""
+    view = context.timeline.load()
+    if as_of is None:
+        last = view.last_completed()
+        bound = last.completed_at if last else None
+        completed = view.completed()
+    else:
+        # Time travel may reach instants archived off the active timeline: read the archive
+        # once, for the bound, the snapshot's name and the blocks to merge alike.
+        history = context.timeline.history()
+        completed = tuple(sorted((i for i in history if i.is_completed),
+                                 key=lambda i: i.completed_at or ""))
+        bound = completion_bound(as_of, {i.time: i for i in history}, view)
+    # The snapshot is named after the last write it includes, not a rollback after it.
+    writes = [i for i in completed if i.action in DATA_ACTIONS
+              and bound is not None and (i.completed_at or "") <= bound]
+    travel = None if as_of is None else {i.time: i.completed_at or "" for i in completed}
+    return snapshot_at(context, view, writes[-1].time if writes else None, bound, travel)
+
+
+def completion_bound(as_of: str | datetime, instants: dict[str, Instant], view: TimelineView) -> str:
+    """The completion time up to which ``as_of`` reaches (inclusive)."""
+    if isinstance(as_of, datetime):
+        return time_of(as_of)
+    if not isinstance(as_of, str):
+        raise InvalidOptionError(
+            f"as_of must be an instant time string or a datetime, got {type(as_of).__name__}")
+    try:
+        parse_time(as_of)
+    except ValueError as exc:
+        raise InvalidOptionError(f"as_of {as_of!r}: {exc}") from None
+    instant = view.get(as_of) or instants.get(as_of)
+    if instant is None:
+        return as_of
+    if not instant.is_completed or instant.completed_at is None:
+        raise InvalidOptionError(
+            f"as_of names instant {as_of}, which is {instant.state}, not completed; "
+            "a snapshot can only be taken at a completed instant")
+    return instant.completed_at
+
+
+def snapshot_at(context: TableContext, view: TimelineView, instant: str | None, bound: str | None,
+                travel: dict[str, str] | None = None) -> Snapshot:
+    """The snapshot named ``instant`` that includes every instant completed at or before
+    ``bound``; column statistics are resolved only when a filter needs them."""
+    metadata = context.metadata_at(view, bound, (FILES, DELETES), travel)
+
+    def column_stats() -> pa.Table:
+        resolved = context.metadata_at(view, bound, (COLUMN_STATS,), travel).column_stats
+        assert resolved is not None
+        return resolved
+
+    return Snapshot(instant=instant, completed_at=bound, metadata=metadata, schema=context.schema,
+                    store=context.store, load_column_stats=column_stats)

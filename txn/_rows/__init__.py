@@ -1,0 +1,28 @@
+"""Rows a user hands in: conforming them to the table schema, and their record keys."""
+
+from ._data import batches, first_and_rest
+from ._keys import (
+    SHOWN,
+    check_not_null,
+    check_unique,
+    describe,
+    index_keys,
+    keys_argument,
+    last_wins,
+    repeated,
+    user_keys,
+)
+
+__all__ = [
+    "SHOWN",
+    "batches",
+    "check_not_null",
+    "check_unique",
+    "describe",
+    "first_and_rest",
+    "index_keys",
+    "keys_argument",
+    "last_wins",
+    "repeated",
+    "user_keys",
+]

@@ -1,0 +1,36 @@
+"""SHOW SEGMENTS and SHOW PARTITIONS."""
+
+from __future__ import annotations
+
+from indexes import INSERT_IN_PROGRESS, SEGMENTS, SegmentEntry, segment_sort_key
+from timeline import parse_time
+
+from .._context import DATA_ACTIONS, Segment, TableContext, WritePlan
+from .._read import snapshot
+
+
+def segments(context: TableContext) -> list[Segment]:
+    """Every segment, newest first; loads still running are ``Insert In Progress``."""
+    view = context.timeline.load()
+    entries = dict(context.metadata_at(view, None, (SEGMENTS,)).segments or {})
+    for instant in view.pending():
+        if instant.action not in DATA_ACTIONS:
+            continue
+        plan = context.timeline.read_plan(instant, WritePlan)
+        if plan.segment is not None and plan.segment not in entries:
+            entries[plan.segment] = SegmentEntry(
+                id=plan.segment, status=INSERT_IN_PROGRESS, instant=instant.time,
+                load_start_ms=parse_time(instant.time))
+    ordered = sorted(entries.values(), key=lambda e: segment_sort_key(e.id), reverse=True)
+    return [Segment.from_entry(e) for e in ordered]
+
+
+def partitions(context: TableContext) -> list[dict[str, object]]:
+    """The partition values that hold live data, sorted."""
+    seen: dict[tuple[object, ...], dict[str, object]] = {}
+    for data_file in snapshot(context).files():
+        if data_file.deleted_rows == data_file.rows:
+            continue  # every row deleted: the partition holds nothing through this file
+        key = tuple(str(data_file.partition[c]) for c in context.partition_by)
+        seen.setdefault(key, data_file.partition)
+    return [seen[k] for k in sorted(seen)]
