@@ -39,12 +39,14 @@ bench: install ## Benchmarks against deltalake and pyiceberg (long: builds 10,00
 	$(BIN)/python -m bench.bench_commits --build-budget 3600 --out bench/out/commits.json
 	$(BIN)/python -m bench.bench_mutations --out bench/out/mutations.json
 	$(BIN)/python -m bench.bench_spark
+	$(BIN)/python -m bench.bench_compaction --out bench/out/compaction.json
 
 bench-quick: install ## A smoke run of the benchmarks (about a minute)
 	$(BIN)/pip install -q -r bench/requirements.txt
 	$(BIN)/python -m bench.bench_commits --quick
 	$(BIN)/python -m bench.bench_mutations --quick
 	$(BIN)/python -m bench.bench_spark --quick
+	$(BIN)/python -m bench.bench_compaction --quick
 
 clean: ## Remove .venv, caches and the demo warehouse
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis .mypy_cache .ruff_cache *.egg-info

@@ -31,8 +31,11 @@ from ._records import (
     extend_two_phase,
     live,
     merge_two_phase,
+    purges,
+    removed,
     stats_eligible,
     tombstones,
+    without_purged,
 )
 from ._segments import (
     COMPACTED,
@@ -85,11 +88,14 @@ __all__ = [
     "merge_entries",
     "merge_segment",
     "merge_two_phase",
+    "purges",
+    "removed",
     "segment_sort_key",
     "shard_folder",
     "shard_of",
     "stats_eligible",
     "tombstones",
+    "without_purged",
 ]
 
 

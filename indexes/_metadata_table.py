@@ -72,6 +72,7 @@ from ._records import (
     extend_two_phase,
     live,
     merge_two_phase,
+    without_purged,
 )
 from ._segments import (
     SEGMENTS_SCHEMA,
@@ -103,8 +104,29 @@ class MetadataOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Retention(msgspec.Struct, frozen=True, kw_only=True, tag="retention", tag_field="kind"):
-    #: Blocks of instants completed at or before this time were deleted: older snapshots are gone.
+    #: Blocks of instants completed at or before this time were deleted, or (CLEAN FILES) data
+    #: files that snapshots older than it need: older snapshots are gone.
     resolvable_from: str
+    #: Who set it: ``"metadata"`` (metadata cleaning, ``metadata.retain_commits``) or ``"clean"``
+    #: (CLEAN FILES, ``clean.retain_commits`` and ``clean.retain_hours``). Records written before
+    #: the field existed were written by metadata cleaning.
+    source: str = "metadata"
+
+
+@dataclass(frozen=True)
+class RetentionFloor:
+    """``retention.json``: snapshots completed before ``resolvable_from`` are expired."""
+
+    resolvable_from: str
+    #: ``"metadata"`` or ``"clean"``: which retention expired them (see ``_Retention``).
+    source: str = "metadata"
+
+    def help(self) -> str:
+        """The ``Help:`` line of an expired snapshot's error: which property keeps more."""
+        if self.source == "clean":
+            return ("Help: CLEAN FILES removed data files older snapshots need; raise the table "
+                    "properties clean.retain_commits or clean.retain_hours to keep more history")
+        return "Help: raise the table property metadata.retain_commits to keep more history"
 
 
 _retention_decoder = msgspec.json.Decoder(_Retention)
@@ -593,6 +615,16 @@ class MetadataTable:
         Raises:
             CorruptMetadataError: ``retention.json`` cannot be decoded.
         """
+        floor = self.retention_floor()
+        return floor.resolvable_from if floor is not None else None
+
+    def retention_floor(self) -> RetentionFloor | None:
+        """``retention.json``: the oldest completion time snapshots can still resolve at, and
+        which cleaning set it (None: nothing cleaned).
+
+        Raises:
+            CorruptMetadataError: ``retention.json`` cannot be decoded.
+        """
         try:
             data = self.storage.read(RETENTION_PATH)
         except FileNotFoundError:
@@ -601,17 +633,35 @@ class MetadataTable:
                                       "17-digit resolvable_from"):
             retention = _retention_decoder.decode(data)
             parse_time(retention.resolvable_from)
-        return retention.resolvable_from
+        return RetentionFloor(retention.resolvable_from, retention.source)
+
+    def raise_retention(self, resolvable_from: str, *, source: str, lease: Lease) -> str:
+        """Expire the snapshots completed before ``resolvable_from``: publish it in
+        ``retention.json`` unless the floor there is already as high. Returns the floor now in
+        force. Runs under the table lock (read, compare, write), before anything that older
+        snapshots need is deleted, so a reader that misses a file can tell "expired" apart.
+
+        Raises:
+            CorruptMetadataError: ``retention.json`` cannot be decoded (it is not overwritten:
+                the floor it held is unknown).
+        """
+        lease.ensure_held(verify=False)
+        parse_time(resolvable_from)
+        current = self.retention_floor()
+        if current is not None and current.resolvable_from >= resolvable_from:
+            return current.resolvable_from
+        self.storage.put(RETENTION_PATH, msgspec.json.encode(
+            _Retention(resolvable_from=resolvable_from, source=source)))
+        return resolvable_from
 
     def _check_resolvable(self, bound: str) -> None:
-        resolvable_from = self.read_retention()
-        if resolvable_from is None:
+        floor = self.retention_floor()
+        if floor is None:
             return
-        if bound < resolvable_from:
+        if bound < floor.resolvable_from:
             raise SnapshotExpiredError(
                 f"the snapshot as of {bound} is no longer retained: the metadata table can resolve "
-                f"snapshots completed at or after {resolvable_from}\n"
-                "Help: raise the table property metadata.retain_commits to keep more history"
+                f"snapshots completed at or after {floor.resolvable_from}\n{floor.help()}"
             )
 
     # -- validation ----------------------------------------------------------------------------
@@ -708,6 +758,10 @@ class MetadataTable:
                 if not schema.field("columns").type.num_fields:
                     continue  # a table with no column that takes statistics has nothing here
                 merged = live(merged)  # statistics of removed files serve no later snapshot
+            elif partition in (FILES, DELETES):
+                # A purge completed after the add and the tombstone it follows, so a base that
+                # folds it folds those too: the key needs no record at all from here on.
+                merged = without_purged(merged)
             write_block(self.storage, base_path(partition_folder(partition), instant.time, horizon), merged)
         if self.record_index is not None:
             self.record_index.compact(instant.time, horizon, completed, self.done_compactions(),
@@ -716,18 +770,41 @@ class MetadataTable:
         self._horizon_hint = horizon
         return instant.time
 
+    def cleanable(self, completed_in_order: Sequence[tuple[str, str]]) -> list[str]:
+        """What :meth:`clean` would delete now (reads only: a dry run)."""
+        floors, index_doomed, _ = self._doomed(completed_in_order)
+        return sorted([*(path for _, doomed in floors.values() for path in doomed), *index_doomed])
+
     def clean(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease) -> list[str]:
         """Delete bases and blocks no retained snapshot needs; return what was deleted.
 
         Retained: whatever resolves the snapshots of the last ``retain_commits`` data commits.
         """
-        if not completed_in_order:
+        floors, index_doomed, index_floor = self._doomed(completed_in_order)
+        if not index_doomed and not any(doomed for _, doomed in floors.values()):
             return []
+        # Publish the new floor before deleting anything, so a reader that misses a deleted
+        # file can tell "expired" from "raced with cleaning" (it then lists again). Never lower
+        # it: CLEAN FILES may have raised it further.
+        horizons = [floor.horizon for floor, _ in floors.values()] + ([index_floor] if index_floor else [])
+        if horizons:
+            self.raise_retention(max(horizons), source="metadata", lease=lease)
+        deleted: list[str] = []
+        for doomed in [*(doomed for _, doomed in floors.values()), index_doomed]:
+            for path in doomed:
+                self.storage.delete(path)
+                deleted.append(path)
+        return deleted
+
+    def _doomed(self, completed_in_order: Sequence[tuple[str, str]]
+                ) -> tuple[dict[str, tuple[BaseFile, list[str]]], list[str], str | None]:
+        """Per partition the floor base and the files older than it; the record index's."""
+        if not completed_in_order:
+            return {}, [], None
         retain = self.options.retain_commits
         oldest_needed = completed_in_order[max(0, len(completed_in_order) - retain)][1]
         usable = self._completed_compactions()
         completed = dict(completed_in_order)
-        deleted: list[str] = []
         floors: dict[str, tuple[BaseFile, list[str]]] = {}
         for partition in self.schemas:
             bases, logs = parse_listing(self.storage.list(partition_folder(partition)))
@@ -746,19 +823,7 @@ class MetadataTable:
         index_doomed, index_floor = (
             self.record_index.doomed(oldest_needed, completed, self.done_compactions())
             if self.record_index is not None else ([], None))
-        if not index_doomed and not any(doomed for _, doomed in floors.values()):
-            return []
-        # Publish the new floor before deleting anything, so a reader that misses a deleted
-        # file can tell "expired" from "raced with cleaning" (it then lists again).
-        horizons = [floor.horizon for floor, _ in floors.values()] + ([index_floor] if index_floor else [])
-        if horizons:
-            self.storage.put(RETENTION_PATH,
-                             msgspec.json.encode(_Retention(resolvable_from=max(horizons))))
-        for doomed in [*(doomed for _, doomed in floors.values()), index_doomed]:
-            for path in doomed:
-                self.storage.delete(path)
-                deleted.append(path)
-        return deleted
+        return floors, index_doomed, index_floor
 
     def archive_fence(self) -> str:
         """Data instants completed at or after this time must stay on the active data timeline.

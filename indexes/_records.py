@@ -9,6 +9,14 @@ data file is removed.) Merging is
 therefore a set operation: a key is present if any record adds it and deleted if any record
 deletes it. It does not depend on the order or grouping of the inputs (commutative, associative,
 idempotent), so compaction can fold blocks without regard to the instants still pending.
+
+A third phase, **purged**, is written by CLEAN FILES once a removed file left the table (moved to
+its trash): a record whose ``deleted`` is null (every field but the key null too). A key with any
+purge record merges to that bare purge record, whatever else it has, so the rule is still a set
+operation (present, deleted, purged: each "if any record says so", purged winning). A purged key
+is neither live (:func:`live` drops a null ``deleted``) nor removed (listings of removed files
+ask ``deleted == true``). A purge is only ever written after the add and the tombstone of its
+key completed, so compaction may drop bare purge records from a base (:func:`without_purged`).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import pyarrow.compute as pc
 KEY: Final = "path"
 DELETED: Final = "deleted"
 _BARE: Final = "__bare_tombstone__"
+_PURGED: Final = "__purged__"
 
 FILES_SCHEMA: Final = pa.schema([
     (KEY, pa.string()),
@@ -84,11 +93,23 @@ def tombstones(schema: pa.Schema, paths: Sequence[str]) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
+def purges(schema: pa.Schema, paths: Sequence[str]) -> pa.Table:
+    """Rows that purge ``paths`` (CLEAN FILES moved them out of the table) from a two-phase-set
+    partition with ``schema``: the key, and every other field null, ``deleted`` included."""
+    columns = {
+        name: pa.array(list(paths), pa.string()) if name == KEY
+        else pa.nulls(len(paths), schema.field(name).type)
+        for name in schema.names
+    }
+    return pa.table(columns, schema=schema)
+
+
 def merge_two_phase(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
     """Merge records of a two-phase-set partition; the result is sorted by key.
 
     For each key the result holds the adding record's fields and ``deleted`` true if any input
-    deletes it. (If only tombstones exist for a key, the tombstone itself is kept.)
+    deletes it. (If only tombstones exist for a key, the tombstone itself is kept.) A key with a
+    purge record (``deleted`` null) merges to the bare purge record.
     """
     parts = [t.select(schema.names).cast(schema) for t in tables if t.num_rows]
     if not parts:
@@ -97,24 +118,53 @@ def merge_two_phase(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
     # Adds sort before tombstones of the same key, and bare tombstones (nothing but the key) after
     # merged rows that were deleted but still carry the file's fields: the first row of each key
     # run carries the fields whatever order the inputs came in, the last says whether any record
-    # deleted it (every bare tombstone is deleted).
-    bare = combined[DELETED]
+    # deleted it (every bare tombstone is deleted). Purge records sort last of all, so the last
+    # row of a run says whether any record purged the key.
+    purged = pc.is_null(combined[DELETED])
+    bare = pc.fill_null(combined[DELETED], False)
     for name in schema.names:
         if name not in (KEY, DELETED):
             bare = pc.and_(bare, pc.is_null(combined[name]))
-    ordered = (combined.append_column(_BARE, bare)
-               .sort_by([(KEY, "ascending"), (_BARE, "ascending"), (DELETED, "ascending")])
-               .drop_columns([_BARE]))
+    ordered = (combined.append_column(_BARE, bare).append_column(_PURGED, purged)
+               .sort_by([(KEY, "ascending"), (_PURGED, "ascending"), (_BARE, "ascending"),
+                         (DELETED, "ascending")])
+               .drop_columns([_BARE, _PURGED]))
     keys = ordered[KEY]
     count = ordered.num_rows
     if count == 1:
-        return ordered
+        return _bare_purges(ordered, schema)
     changes = pc.not_equal(keys.slice(1), keys.slice(0, count - 1))
     starts = pc.indices_nonzero(pa.concat_arrays([pa.array([True]), changes.combine_chunks()]))
     ends = pc.indices_nonzero(pa.concat_arrays([changes.combine_chunks(), pa.array([True])]))
     first = ordered.take(starts)
     deleted = ordered[DELETED].take(ends)
-    return first.set_column(first.schema.get_field_index(DELETED), DELETED, deleted)
+    return _bare_purges(first.set_column(first.schema.get_field_index(DELETED), DELETED, deleted),
+                        schema)
+
+
+def _bare_purges(merged: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``merged`` (one row per key, sorted) with every purged key's row reduced to its key."""
+    purged = pc.is_null(merged[DELETED])
+    if not pc.any(purged).as_py():
+        return merged
+    kept = merged.filter(pc.invert(purged))
+    gone = purges(schema, merged.filter(purged)[KEY].to_pylist())
+    return pa.concat_tables([kept, gone]).sort_by([(KEY, "ascending")])
+
+
+def without_purged(merged: pa.Table) -> pa.Table:
+    """A merged table without its purge records (what a compaction may leave out of a base)."""
+    if merged.num_rows == 0:
+        return merged
+    return merged.filter(pc.is_valid(merged[DELETED]))
+
+
+def removed(merged: pa.Table) -> pa.Table:
+    """The rows of a merged two-phase-set partition that are removed but not purged: files whose
+    removal completed and that are still on storage for older snapshots."""
+    if merged.num_rows == 0:
+        return merged
+    return merged.filter(pc.fill_null(merged[DELETED], False))
 
 
 def extend_two_phase(merged: pa.Table, blocks: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
@@ -136,7 +186,7 @@ def extend_two_phase(merged: pa.Table, blocks: Sequence[pa.Table], schema: pa.Sc
 
 
 def live(table: pa.Table) -> pa.Table:
-    """The rows of a merged two-phase-set partition that are not deleted."""
+    """The rows of a merged two-phase-set partition that are not deleted (nor purged)."""
     if table.num_rows == 0:
         return table
     return table.filter(pc.invert(table[DELETED]))

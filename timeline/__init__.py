@@ -13,7 +13,8 @@ Example:
     ['completed']
 """
 
-from ._archive import ArchivedInstant, ArchiveFile
+from ._archive import ARCHIVE_FOLDER, ArchivedInstant, ArchiveFile
+from ._archive import read_all as read_archive
 from ._clock import Clock, next_time, system_clock
 from ._errors import (
     CommitConflictError,
@@ -53,12 +54,13 @@ from ._lock import Lease, LockRecord, TableLock
 from ._memory import MemoryStorage
 from ._open import open_storage
 from ._prefixed import PrefixedStorage
-from ._storage import Storage, check_key
+from ._storage import Storage, check_key, move
 from ._timeline import RollbackPlan, Timeline, TimelineOptions
 from ._view import TimelineView
 
 __all__ = [
     "ACTIONS",
+    "ARCHIVE_FOLDER",
     "COMPLETED",
     "INFLIGHT",
     "REQUESTED",
@@ -99,10 +101,12 @@ __all__ = [
     "WorkerEnvironmentError",
     "check_key",
     "format_time",
+    "move",
     "next_time",
     "open_storage",
     "parse_file_name",
     "parse_time",
+    "read_archive",
     "system_clock",
     "time_of",
 ]

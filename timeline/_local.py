@@ -179,6 +179,35 @@ class LocalStorage:
                 return
             raise self._failed("delete", path, exc) from exc
 
+    def move(self, source: str, target: str) -> None:
+        """Move ``source`` to ``target``, which must not exist: a hard link, then an unlink.
+
+        ``link(2)`` refuses an existing name, so ``target`` is never overwritten, and the content
+        is never copied. A crash between the two leaves both names on the one file.
+        """
+        src, dst = self._abs(source), self._abs(target)
+        if not os.path.isfile(src):
+            raise ObjectNotFoundError(source)
+        try:
+            try:
+                os.link(src, dst)
+            except FileNotFoundError:
+                if not os.path.isfile(src):
+                    raise ObjectNotFoundError(source) from None
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                os.link(src, dst)
+        except FileExistsError:
+            raise ObjectExistsError(target) from None
+        except OSError as exc:
+            if exc.errno in _ABSENT_ERRNOS and not os.path.isfile(src):
+                raise ObjectNotFoundError(source) from None
+            raise self._failed("move", f"{source} -> {target}", exc) from exc
+        if self._fsync:
+            _fsync_folder(os.path.dirname(dst))
+        self.delete(source)
+        if self._fsync:
+            _fsync_folder(os.path.dirname(src))
+
     def exists(self, path: str) -> bool:
         return os.path.isfile(self._abs(path))
 

@@ -77,6 +77,16 @@ class MemoryStorage:
         with _LOCK, contextlib.suppress(FileNotFoundError):
             self._fs.rm_file(self._abs(path))
 
+    def move(self, source: str, target: str) -> None:
+        """Move ``source`` to ``target`` (which must not exist), atomically under the lock."""
+        with _LOCK:
+            if not self._fs.isfile(self._abs(source)):
+                raise ObjectNotFoundError(source)
+            if self._fs.isfile(self._abs(target)):
+                raise ObjectExistsError(target)
+            self._fs.pipe_file(self._abs(target), self._fs.cat_file(self._abs(source)))
+            self._fs.rm_file(self._abs(source))
+
     def exists(self, path: str) -> bool:
         with _LOCK:
             return bool(self._fs.isfile(self._abs(path)))

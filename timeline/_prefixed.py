@@ -7,7 +7,7 @@ guarantee of the inner storage holds unchanged, since each call maps to exactly 
 
 from __future__ import annotations
 
-from ._storage import Storage, check_key, check_prefix
+from ._storage import Storage, check_key, check_prefix, move
 
 
 class PrefixedStorage:
@@ -49,6 +49,10 @@ class PrefixedStorage:
 
     def exists(self, path: str) -> bool:
         return self._inner.exists(self._key(path))
+
+    def move(self, source: str, target: str) -> None:
+        """Move within the view (the inner storage's own move if it has one)."""
+        move(self._inner, self._key(source), self._key(target))
 
     def size(self, path: str) -> int:
         return self._inner.size(self._key(path))

@@ -182,6 +182,21 @@ class S3Storage:
         except FileNotFoundError:
             pass
 
+    def move(self, source: str, target: str) -> None:
+        """Move ``source`` to ``target`` (which must not exist): a server-side copy, then a
+        delete. Only CLEAN FILES moves, under its own instant, so no other writer races for
+        ``target`` between the check and the copy."""
+        if not self.exists(source):
+            raise ObjectNotFoundError(source)
+        if self.exists(target):
+            raise ObjectExistsError(target)
+        try:
+            with self._calling("copy", source):
+                self._fs.copy(self._abs(source), self._abs(target))
+        except FileNotFoundError:
+            raise ObjectNotFoundError(source) from None
+        self.delete(source)
+
     def exists(self, path: str) -> bool:
         try:
             with self._calling("exists", path):

@@ -18,6 +18,13 @@ only used for files that are not commit points (heartbeats, archive files writte
 lock). ``delete`` of a missing key is not an error. fsspec's generic ``mode="create"`` is
 documented as not atomic on most filesystems, so no backend uses it.
 
+**Moving** (:func:`move`, CLEAN FILES moving files to the table's trash) is an optional
+operation: a backend may offer ``move(source, target)`` (local disk: a hard link then an unlink,
+nothing copied; memory: under its lock; S3: a server-side copy then a delete), and any other
+storage gets the same through the protocol (read, put-if-absent, delete). Either way ``target``
+is never overwritten and never seen partial, and a crash part way leaves the object at
+``source``, at ``target``, or whole at both: never at neither. It is not a commit point.
+
 **Keys never leave the root.** Every backend checks each key with :func:`check_key` (and each
 listing prefix with :func:`check_prefix`) before it touches storage: a key is non-empty,
 relative, ``/``-separated, and has no empty, ``.`` or ``..`` segment and no NUL character. Keys
@@ -29,7 +36,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from ._errors import InvalidOptionError
+from ._errors import InvalidOptionError, ObjectExistsError
 
 
 @runtime_checkable
@@ -75,6 +82,36 @@ class Storage(Protocol):
     def size(self, path: str) -> int:
         """Size in bytes. Raises ObjectNotFoundError if it does not exist."""
         ...
+
+
+@runtime_checkable
+class Movable(Protocol):
+    """A storage that moves objects itself (see :func:`move`)."""
+
+    def move(self, source: str, target: str) -> None:
+        """Move object ``source`` to ``target``; see :func:`move` for the contract."""
+        ...
+
+
+def move(storage: Storage, source: str, target: str) -> None:
+    """Move object ``source`` to key ``target``, which must not exist yet.
+
+    Uses the backend's own ``move`` when it has one, else read, put-if-absent and delete. A crash
+    part way leaves the object at ``source``, at ``target``, or (whole) at both.
+
+    Raises:
+        ObjectNotFoundError: ``source`` does not exist (nothing changed).
+        ObjectExistsError: ``target`` exists (nothing changed: ``source`` is still there).
+    """
+    if isinstance(storage, Movable):
+        storage.move(source, target)
+        return
+    data = storage.read(source)
+    try:
+        storage.put_if_absent(target, data)
+    except ObjectExistsError:
+        raise ObjectExistsError(target) from None
+    storage.delete(source)
 
 
 def join(*parts: str) -> str:

@@ -35,9 +35,11 @@ from timeline import (
 
 from ._context import Commit, DataFile, Problem, Segment, ValidationReport
 from ._read import Snapshot
+from ._segments import CleanResult
 from ._table import Table, create_table, open_table
 
 __all__ = [
+    "CleanResult",
     "Commit",
     "CommitConflictError",
     "CommitStateUnknownError",

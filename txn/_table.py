@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
 
@@ -24,6 +25,7 @@ from ._context import (
     random_id,
 )
 from ._read import Snapshot
+from ._segments import CleanResult
 
 #: What a write accepts: a pyarrow Table, a RecordBatchReader (streamed) or a pandas DataFrame.
 WriteInput: TypeAlias = "pa.Table | pa.RecordBatchReader | Any"
@@ -114,7 +116,9 @@ class Table:
             DuplicateKeyError: (keyed tables) a key of ``data`` is already in the table, or
                 appears twice in ``data``; nothing is written.
         """
-        return _write.append(self._context, data, extra=extra)
+        commit = _write.append(self._context, data, extra=extra)
+        _segments.after_load(self._context, commit)
+        return commit
 
     def overwrite(self, data: WriteInput, *, extra: dict[str, str] | None = None) -> Commit:
         """Replace the whole content with ``data`` in one commit.
@@ -164,6 +168,60 @@ class Table:
         cannot be updated.
         """
         return _write.update(self._context, where, values, extra=extra)
+
+    # -- segment maintenance -------------------------------------------------------------------
+
+    def compact(self, kind: str = "minor", *,
+                segments: Sequence[str | int] | None = None) -> Commit | None:
+        """Merge segments into one, CarbonData-style; returns the commit, or None when there is
+        nothing to compact.
+
+        ``kind``: ``"minor"`` (by count per level: table property
+        ``compaction.level_threshold``, default ``"4,3"``), ``"major"`` (by size: segments
+        together under ``compaction.major.size_mb``, default 1024) or ``"custom"`` (exactly
+        ``segments``). The sources become ``Compacted`` with ``merged_to`` the new segment
+        (``x.1``, ``x.2``, ...); their rows, less those deleted by delete deltas, are rewritten
+        sorted by ``sort_by``, with their column statistics and record-index entries, in one
+        commit. Appends never conflict with it.
+
+        Raises:
+            InvalidOptionError: an unknown ``kind``, or ``segments`` with a kind other than
+                custom, or a segment that cannot be compacted (its status is named).
+            SegmentNotFoundError: a custom segment id that does not exist.
+            CommitConflictError: a delete, update, upsert or DELETE SEGMENT changed a source
+                segment while the compaction ran; nothing was written.
+        """
+        return _segments.compact(self._context, kind, segments=segments)
+
+    def delete_segments(self, ids: Sequence[str | int] | None = None, *,
+                        before: datetime | None = None) -> Commit:
+        """DELETE SEGMENT: mark segments ``Marked for Delete`` in one commit; readers stop seeing
+        them at once, and CLEAN FILES removes their files later.
+
+        ``ids``: all or nothing (one id that cannot be deleted refuses the whole request).
+        ``before``: every ``Success`` or ``Streaming Finish`` segment loaded before this moment
+        (naive means UTC). The commit's ``segments_removed`` lists what was marked.
+
+        Raises:
+            SegmentNotFoundError: an id that does not exist (or was already deleted), or no
+                segment loaded before ``before``.
+            InvalidOptionError: neither or both of ``ids`` and ``before``, or a segment whose
+                status forbids it (``Compacted``, ``Streaming``, a load still running).
+            CommitConflictError: a running compaction is merging one of the segments, or one
+                changed while the delete ran; nothing was written.
+        """
+        return _segments.delete_segments(self._context, ids, before=before)
+
+    def clean(self, *, dry_run: bool = False, force: bool = False) -> CleanResult:
+        """CLEAN FILES: remove what no retained snapshot needs; returns what was removed.
+
+        Files of ``Compacted`` and ``Marked for Delete`` segments, replaced delete deltas, files
+        of failed writes and orphans go to the table's trash (kept ``clean.trash_hours``), once
+        no snapshot within ``clean.retain_commits`` commits and ``clean.retain_hours`` hours
+        needs them. ``force`` ignores retention but never touches what a running writer or the
+        current snapshot needs. ``dry_run`` changes nothing. External files are never removed.
+        """
+        return _segments.clean(self._context, dry_run=dry_run, force=force)
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -4,12 +4,16 @@ It starts a local SparkSession (``local[2]``), generates a TPC-H-like ``orders``
 and loads it into ``<warehouse>/orders`` in four loads with :func:`txn.spark.write` (four
 segments: Spark's executors write the data files, this process commits each load once). The
 first load creates the table from the DataFrame's schema and the layout options it is given,
-as a Delta or Hudi write to a new path does. It then
+as a Delta or Hudi write to a new path does. A MINOR compaction (rewritten by Spark's executors)
+then merges segments 0-3 into ``0.1``, as CarbonData's walk-through does. It then
 upserts a Spark DataFrame of repriced existing orders and new ones, deletes some orders by a
 predicate (both through the record-level index and delete deltas: no data file is rewritten),
 reads one week of orders with :func:`txn.spark.read` (showing how many files the snapshot skips)
-and aggregates it in Spark, reads the same week as of the last load (time travel), and prints
-SHOW SEGMENTS, the timeline and a validation report.
+and aggregates it in Spark, and reads the same week as of the last load (time travel: the
+compacted segments' files are still there). CLEAN FILES then frees the compacted segments'
+files (the table keeps a short retention, two commits, so that the demo has something to clean)
+and the same time travel is refused with its reason. Last: SHOW SEGMENTS, the timeline and a
+validation report.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from datetime import date, timedelta
 from typing import TYPE_CHECKING
 
 import pyarrow.compute as pc
+
+from indexes import SnapshotExpiredError
 
 from .._context import Segment
 from .._table import Table, open_table
@@ -59,10 +65,15 @@ def orders_frame(spark: SparkSession, first_key: int, count: int, start: date, d
     )
 
 
+#: A short retention, so that CLEAN FILES has something to free within the demo (the defaults
+#: keep 10 commits and 7 days of time travel).
+RETENTION = {"clean.retain_commits": "2", "clean.retain_hours": "0"}
+
+
 def _show_segments(segments: list[Segment]) -> str:
     return render(
-        ("segment", "status", "rows", "data_size", "partitions", "load_end"),
-        ((s.id, s.status, s.rows, s.data_size, ",".join(s.partitions),
+        ("segment", "status", "merged_to", "rows", "data_size", "partitions", "load_end"),
+        ((s.id, s.status, s.merged_to or "", s.rows, s.data_size, ",".join(s.partitions),
           s.load_end.strftime("%H:%M:%S") if s.load_end else "") for s in segments),
     )
 
@@ -138,7 +149,8 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
         # The layout options create the table on the first write; later writes repeat them,
         # and a write whose layout differs from the table's is refused.
         commit = txn_spark.write(orders, uri, mode="append", partition_by=["o_orderstatus"],
-                                 record_key="o_orderkey", sort_by=["o_orderdate"])
+                                 record_key="o_orderkey", sort_by=["o_orderdate"],
+                                 properties=RETENTION)
         assert commit is not None
         commits.append(commit)
         if load == 0:
@@ -148,6 +160,16 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
               f"instant {commit.instant} ({_ms(started)})", flush=True)
 
     table = open_table(uri)
+    _step("compact MINOR (CarbonData's ALTER TABLE orders COMPACT 'MINOR'), rewritten by Spark's "
+          "executors")
+    started = time.perf_counter()
+    compacted = txn_spark.compact(spark, uri, "minor")
+    assert compacted is not None
+    print(f"compaction {compacted.instant}: segments {', '.join(compacted.segments_merged)} -> "
+          f"segment {compacted.segment}: {compacted.rows_added:,} rows in {compacted.files_added} "
+          f"files sorted by o_orderdate, record index rewritten in the same commit ({_ms(started)})")
+    print(_show_segments(table.segments()))
+
     _step(f"upsert: the urgent orders of {WEEK[0]} repriced +10%, and new orders of May, by o_orderkey")
     urgent = txn_spark.read(spark, uri, filter=f"o_orderdate = DATE '{WEEK[0]}' AND "
                                                "o_orderpriority = '1-URGENT'")
@@ -197,6 +219,18 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     print(_by_priority(txn_spark.read(spark, uri, filter=week, as_of=last_load)))
     print(f"then: {table.snapshot(as_of=last_load).count():,} rows; now: {snapshot.count():,} rows "
           f"({_ms(started)})")
+
+    _step("CLEAN FILES: the files of the Compacted segments, past the retention of 2 commits")
+    started = time.perf_counter()
+    cleaned = table.clean()
+    print(f"clean {cleaned.instant}: {len(cleaned.files):,} files, {cleaned.bytes:,} bytes moved to "
+          f"{cleaned.trash} (deleted for good after clean.trash_hours) ({_ms(started)})")
+    try:
+        table.snapshot(as_of=last_load).count()
+    except SnapshotExpiredError as refused:
+        print(f"time travel to the last load now: {type(refused).__name__}: {refused}")
+    else:  # pragma: no cover - the demo's retention makes this impossible
+        raise AssertionError("the clean should have expired the snapshot of the last load")
 
     _step("SHOW SEGMENTS")
     print(_show_segments(table.segments()))

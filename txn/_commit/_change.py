@@ -21,6 +21,7 @@ import msgspec
 import pyarrow as pa
 
 from indexes import (
+    COMPACTED,
     DELETES_SCHEMA,
     FILES_SCHEMA,
     MARKED_FOR_DELETE,
@@ -35,6 +36,7 @@ from timeline import CommitConflictError, Lease, TimelineView, parse_time
 
 from .._context import (
     ACTION_OF,
+    COMPACT,
     DATA_ACTIONS,
     LATEST_PARTITIONS,
     Commit,
@@ -58,6 +60,24 @@ from ._protocol import Builder, Pending
 from ._upkeep import protocol_of
 
 
+@dataclass(frozen=True)
+class Merge:
+    """What a compaction replaces, as read from the snapshot it compacts."""
+
+    kind: str
+    #: The segment the sources merge into (``x.1``, ``x.2``, ...).
+    target: str
+    #: The source segments as read (all ``Success``).
+    sources: dict[str, SegmentEntry]
+    #: Their live data files, and the live delete deltas of those files.
+    files: list[str]
+    deltas: list[str]
+    #: Their live rows: what the compaction rewrites.
+    rows: int
+    #: The bytes of those data files.
+    size: int = 0
+
+
 @dataclass
 class Change:
     """What one write does, worked out before it begins."""
@@ -75,6 +95,13 @@ class Change:
     removed_keys: pa.Table | None = None
     #: Replace the whole table (overwrite).
     replace: bool = False
+    #: A compaction: the segments it replaces (None for every other write).
+    merge: Merge | None = None
+
+    @property
+    def segment(self) -> str | None:
+        """The segment this change names itself (a compaction's ``x.1``); None: allocated."""
+        return self.merge.target if self.merge is not None else None
 
     @property
     def rows_deleted(self) -> int:
@@ -105,7 +132,7 @@ def _write(context: TableContext, pending: Pending, change: Change) -> Written:
             context.store, context.schema, instant_time=pending.instant.time, segment=pending.segment,
             partition_by=context.partition_by, sort_by=context.sort_by, new_token=context.ids,
             target_file_bytes=target_file_bytes(context.config.properties),
-            key_columns=context.record_key_columns,
+            key_columns=context.record_key_columns, presorted=change.merge is not None,
         )
         written.statuses = writer.write(change.rows)
         if index is not None:
@@ -166,15 +193,21 @@ def _new_segment(context: TableContext, pending: Pending, statuses: Sequence[Fil
 
 
 def _concurrent_data_commits(view: TimelineView, began: str) -> list[str]:
-    return [i.time for i in view.completed_after(began) if i.action in DATA_ACTIONS]
+    """Data commits an overwrite would silently replace. A compaction only moved rows that the
+    overwrite replaces anyway (it reads the live files under the lock), so it does not count:
+    a table service never fails the user's overwrite."""
+    return [i.time for i in view.completed_after(began)
+            if i.action in DATA_ACTIONS and i.action != ACTION_OF[COMPACT]]
 
 
-def _to_commit(instant_time: str, completed_at: str, metadata: CommitMetadata) -> Commit:
+def to_commit(instant_time: str, completed_at: str, metadata: CommitMetadata) -> Commit:
     return Commit(
         instant=instant_time, completed_at=completed_at, operation=metadata.operation,
         segment=metadata.segment, files_added=len(metadata.files_added),
         rows_added=metadata.rows_added, rows_deleted=metadata.rows_deleted,
         paths_added=tuple(f.path for f in metadata.files_added), extra=dict(metadata.extra),
+        retries=metadata.retries, segments_removed=tuple(metadata.segments_removed),
+        segments_merged=tuple(metadata.segments_merged),
     )
 
 
@@ -211,18 +244,20 @@ def _written_keys(context: TableContext, view: TimelineView, change: Change, pen
 
 
 def commit_change(context: TableContext, change: Change, extra: dict[str, str] | None, *,
-                  write: Callable[[Pending], Written] | None = None) -> Commit:
+                  write: Callable[[Pending], Written] | None = None, retries: int = 0) -> Commit:
     """Write and commit ``change`` as one instant (rolled back on any failure).
 
-    ``write`` replaces the local write phase (Spark's executors write the files).
+    ``write`` replaces the local write phase (Spark's executors write the files). ``retries``:
+    how often the caller planned this write again after a compaction overtook it (recorded).
     """
     new_segment = change.rows is not None or write is not None
     completed, metadata = protocol_of(context).run(
         change.operation, ACTION_OF[change.operation], new_segment=new_segment,
+        segment=change.segment, sources=list(change.merge.sources) if change.merge else (),
         write=write or (lambda pending: _write(context, pending, change)),
-        build=builder(context, change, extra), extra=extra,
+        build=builder(context, change, extra, retries=retries), extra=extra,
     )
-    return _to_commit(completed.time, completed.completed_at or "", metadata)
+    return to_commit(completed.time, completed.completed_at or "", metadata)
 
 
 def commit_begun(context: TableContext, change: Change, extra: dict[str, str] | None, pending: Pending,
@@ -231,16 +266,19 @@ def commit_begun(context: TableContext, change: Change, extra: dict[str, str] | 
     failure)."""
     completed, metadata = protocol_of(context).finish(pending, lambda _: written,
                                                  builder(context, change, extra))
-    return _to_commit(completed.time, completed.completed_at or "", metadata)
+    return to_commit(completed.time, completed.completed_at or "", metadata)
 
 
-def builder(context: TableContext, change: Change,
-            extra: dict[str, str] | None) -> Callable[[Pending, Written], Builder]:
+def builder(context: TableContext, change: Change, extra: dict[str, str] | None, *,
+            retries: int = 0) -> Callable[[Pending, Written], Builder]:
     """How ``change`` becomes metadata-table changes and commit metadata, under the lock."""
 
     def build(pending: Pending, written: Written) -> Builder:
         def under_lock(lease: Lease, view: TimelineView) -> tuple[MetadataChanges, CommitMetadata]:
-            if not change.replace:
+            if change.merge is not None:
+                _conflicts.check_merge(context, view, instant_time=pending.instant.time,
+                                       read_at=change.read_at, merge=change.merge)
+            elif not change.replace:
                 _conflicts.check(context, view, operation=change.operation,
                                  instant_time=pending.instant.time, read_at=change.read_at,
                                  keys=_written_keys(context, view, change, pending, written),
@@ -260,6 +298,15 @@ def builder(context: TableContext, change: Change,
                 segments += marked
                 files = pa.concat_tables([files, tombstones(FILES_SCHEMA, removed_files)])
                 stats = pa.concat_tables([stats, tombstones(stats.schema, removed_files)])
+            merged: list[str] = []
+            if change.merge is not None:
+                merge = change.merge
+                removed_files, merged, rows_deleted = list(merge.files), sorted(merge.sources), merge.rows
+                removed_deltas += merge.deltas
+                segments += [msgspec.structs.replace(entry, status=COMPACTED, merged_to=merge.target)
+                             for entry in merge.sources.values()]
+                files = pa.concat_tables([files, tombstones(FILES_SCHEMA, removed_files)])
+                stats = pa.concat_tables([stats, tombstones(stats.schema, removed_files)])
             if removed_deltas:
                 deletes = pa.concat_tables([deletes, tombstones(DELETES_SCHEMA, removed_deltas)])
             metadata = CommitMetadata(
@@ -269,6 +316,7 @@ def builder(context: TableContext, change: Change,
                 rows_added=sum(s.rows for s in statuses), rows_deleted=rows_deleted,
                 extra=dict(extra or {}), deltas_added=written.deltas, deltas_removed=removed_deltas,
                 index_shards=sorted(written.index_sizes), read_at=change.read_at,
+                segments_merged=merged, retries=retries,
             )
             changes = MetadataChanges(files=files, column_stats=stats, segments=segments,
                                       deletes=deletes, record_index=written.index_sizes)

@@ -19,15 +19,24 @@ from __future__ import annotations
 
 from collections.abc import Set
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import matching
+from indexes import matching, segment_sort_key
 from timeline import CommitConflictError, DuplicateKeyError, TimelineView
 
-from .._context import DATA_ACTIONS, CommitMetadata, TableContext
+from .._context import COMPACT, DATA_ACTIONS, CommitMetadata, TableContext
 from .._rows import describe
+
+if TYPE_CHECKING:
+    from ._change import Merge
+
+
+class CompactedMeanwhileError(CommitConflictError):
+    """The only commits this write overlapped are compactions: it can be planned again against
+    the compacted table and retried, so a table service never fails a user's write."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,10 @@ def check(context: TableContext, view: TimelineView, *, operation: str, instant_
         return
     first = found[0]
     columns = context.record_key_columns
+    if operation != "append" and all(o.operation == COMPACT for o in found):
+        raise CompactedMeanwhileError(
+            f"{operation} {instant_time}: compaction(s) {[o.instant for o in found]} rewrote rows it "
+            "had read while it ran; nothing was written\nHelp: plan the write again")
     if operation == "append":
         raise DuplicateKeyError(
             f"append {instant_time}: record key(s) {describe(first.keys, columns)} were written by "
@@ -114,3 +127,33 @@ def check(context: TableContext, view: TimelineView, *, operation: str, instant_
         f"completed after this {operation} read the table at {read_at or 'its creation'} and also "
         f"changed {' and '.join(what)}; nothing was written\n"
         f"Help: retry the {operation}: it will read the table as it is now")
+
+
+def check_merge(context: TableContext, view: TimelineView, *, instant_time: str,
+                read_at: str | None, merge: Merge) -> None:
+    """Raise if a commit that completed while compaction ``instant_time`` ran changed its sources.
+
+    A delete, update or upsert that wrote delete deltas for (or removed) a source file, a DELETE
+    SEGMENT, overwrite or other compaction that replaced a source segment: the other commit wins
+    and the compaction writes nothing. Appends never touch existing segments, so they pass.
+
+    Raises:
+        CommitConflictError: naming the other commit and what it changed.
+    """
+    files = set(merge.files)
+    sources = set(merge.sources)
+    for other in view.completed_after(read_at or ""):
+        if other.action not in DATA_ACTIONS or other.time == instant_time:
+            continue
+        metadata = context.timeline.read_metadata(other, CommitMetadata)
+        touched = sorted(files & ({d.file for d in metadata.deltas_added} | set(metadata.files_removed)))
+        replaced = sorted(sources & (set(metadata.segments_removed) | set(metadata.segments_merged)))
+        if not touched and not replaced:
+            continue
+        what = (f"segment(s) {replaced}" if replaced else
+                f"data file(s) {touched[:3]}{' and more' if len(touched) > 3 else ''}")
+        raise CommitConflictError(
+            f"compaction {instant_time} of segment(s) {sorted(sources, key=segment_sort_key)} into "
+            f"{merge.target} conflicts with {metadata.operation} {other.time}, which completed while "
+            f"it ran and changed {what}; the {metadata.operation} wins and the compaction wrote "
+            "nothing\nHelp: run the compaction again: it will read the table as it is now")

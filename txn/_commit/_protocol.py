@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import logging
 import posixpath
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from indexes import MetadataChanges, MetadataTable
 from timeline import (
@@ -47,9 +49,12 @@ from timeline import (
     Instant,
     Lease,
     LockLostError,
+    ObjectExistsError,
+    ObjectNotFoundError,
     Storage,
     Timeline,
     TimelineView,
+    move,
     next_time,
 )
 
@@ -57,6 +62,35 @@ from .._context import CommitMetadata, WritePlan
 from .._files import MARKERS_FOLDER, marked_paths, marker_instant, marker_path
 
 log = logging.getLogger("metatxn")
+
+#: The action of a CLEAN FILES instant, and where it moves what it removes.
+CLEAN_ACTION = "clean"
+TRASH_FOLDER = "_trash"
+#: The reason of a plan entry deleted for good (trash older than ``clean.trash_hours``).
+EXPIRED_TRASH = "expired_trash"
+
+
+#: Folders a clean never moves files out of, so its undo never moves files into them.
+_NEVER_RESTORED = ("_timeline/", "_metadata/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/")
+
+
+def trash_folder(instant_time: str) -> str:
+    """Where clean ``instant_time`` moves files: ``_trash/<T>/<table-relative path>``."""
+    return f"{TRASH_FOLDER}/{instant_time}"
+
+
+class TrashedFile(msgspec.Struct, frozen=True, kw_only=True):
+    """What undoing a clean needs of one entry of its plan (the plan holds more)."""
+
+    path: str
+    reason: str
+
+
+class TrashPlan(msgspec.Struct, frozen=True, kw_only=True, tag="clean_plan", tag_field="kind"):
+    """What undoing a clean needs of its plan: the files it moves (or deletes for good)."""
+
+    files: list[TrashedFile] = msgspec.field(default_factory=list)
+
 
 @dataclass
 class Pending:
@@ -66,6 +100,9 @@ class Pending:
     segment: str | None
     heartbeat: Heartbeat
 
+
+#: Runs under the lock when an instant begins, on the recovered timeline: raises to refuse it.
+Admission = Callable[[TimelineView], None]
 
 #: Builds a commit under the lock: given the lease and a fresh timeline view, check conflicts
 #: and return the metadata-table changes and the commit metadata.
@@ -92,12 +129,28 @@ class Protocol:
 
     # -- the steps -----------------------------------------------------------------------------
 
-    def begin(self, operation: str, action: str, *, new_segment: bool,
-              extra: dict[str, str] | None = None) -> Pending:
+    def begin(self, operation: str, action: str, *, new_segment: bool = False,
+              segment: str | None = None, sources: Sequence[str] = (),
+              extra: dict[str, str] | None = None, admit: Admission | None = None,
+              plan: Any = None) -> Pending:
+        """Step 1 and 2: request and start an instant, under the lock.
+
+        ``new_segment`` allocates the next load id; ``segment`` names the segment instead (a
+        compaction's ``x.1``). ``sources`` are the segments the write reads and replaces (a
+        compaction's inputs), recorded in the plan so that others can see them while it runs.
+        ``admit`` runs under the lock on the recovered timeline before anything is written and
+        may refuse the write by raising. ``plan`` replaces the ``WritePlan`` (a table service
+        with a plan of its own).
+        """
         with self._timeline.lock() as lease:
             view = self.recover(lease)
-            segment = self._next_segment(view) if new_segment else None
-            plan = WritePlan(operation=operation, segment=segment, extra=dict(extra or {}))
+            if admit is not None:
+                admit(view)
+            if segment is None and new_segment:
+                segment = self._next_segment(view)
+            if plan is None:
+                plan = WritePlan(operation=operation, segment=segment, sources=list(sources),
+                                 extra=dict(extra or {}))
             # T comes back as the metadata table's deltacommit time, so it must also be above
             # every time on the metadata timeline (whose compactions take times of their own).
             after = max(filter(None, (view.max_time(), self._metadata.timeline.view(lease).max_time())),
@@ -135,11 +188,11 @@ class Protocol:
         assert completed is not None and metadata is not None
         return completed, metadata
 
-    def run(self, operation: str, action: str, *, new_segment: bool,
-            write: Callable[[Pending], Any], build: Callable[[Pending, Any], Builder],
-            extra: dict[str, str] | None = None) -> tuple[Instant, CommitMetadata]:
-        """begin, write, commit; roll back on any failure before the commit point."""
-        pending = self.begin(operation, action, new_segment=new_segment, extra=extra)
+    def run(self, operation: str, action: str, *, write: Callable[[Pending], Any],
+            build: Callable[[Pending, Any], Builder], **begin: Any) -> tuple[Instant, CommitMetadata]:
+        """begin (with ``begin``'s keyword arguments), write, commit; roll back on any failure
+        before the commit point."""
+        pending = self.begin(operation, action, **begin)
         return self.finish(pending, write, build)
 
     def finish(self, pending: Pending, write: Callable[[Pending], Any],
@@ -231,6 +284,8 @@ class Protocol:
 
     def _undo(self, lease: Lease) -> Callable[[Instant], dict[str, list[str]]]:
         def undo(target: Instant) -> dict[str, list[str]]:
+            if target.action == CLEAN_ACTION:
+                return self._undo_clean(target, lease)
             named, damaged = marked_paths(self._storage, target.time)
             deleted = []
             for marker, path in named:
@@ -248,6 +303,35 @@ class Protocol:
             return record
 
         return undo
+
+    def _undo_clean(self, target: Instant, lease: Lease) -> dict[str, list[str]]:
+        """Undo a clean that did not complete: move every file of its plan that is in its trash
+        folder back where it was, and delete its metadata blocks (a purge it may have written).
+
+        Idempotent, so a rollback left pending is rolled forward by running it again. A file
+        found at both places (a move through the storage protocol interrupted between its copy
+        and its delete) keeps its original; the copy goes. Files the plan deletes for good
+        (expired trash) stay deleted: they were in the trash for longer than the table keeps it.
+        The retention floor the clean published stays: it only makes time travel stop earlier.
+        """
+        plan = self._timeline.read_plan(target, TrashPlan)
+        folder = trash_folder(target.time)
+        trashed = set(self._storage.list(folder, recursive=True))
+        restored = []
+        for entry in plan.files:
+            moved = f"{folder}/{entry.path}"
+            if entry.reason == EXPIRED_TRASH or moved not in trashed \
+                    or entry.path.startswith(_NEVER_RESTORED):
+                continue  # a plan never moves these: a damaged one must not aim a move there
+            try:
+                move(self._storage, moved, entry.path)
+            except ObjectExistsError:
+                self._storage.delete(moved)
+            except ObjectNotFoundError:
+                continue
+            restored.append(entry.path)
+        blocks = self._metadata.remove_instant(target.time, lease=lease)
+        return {"files_restored": restored, "metadata_blocks_deleted": blocks}
 
     def _remove_markers(self, written: Any) -> None:
         """Delete the markers of the files a committed write wrote, by name (no listing).
@@ -301,4 +385,15 @@ def _written_paths(written: Any) -> Iterator[str]:
             yield item.path
 
 
-__all__ = ["Builder", "Pending", "Protocol"]
+__all__ = [
+    "CLEAN_ACTION",
+    "EXPIRED_TRASH",
+    "TRASH_FOLDER",
+    "Admission",
+    "Builder",
+    "Pending",
+    "Protocol",
+    "TrashPlan",
+    "TrashedFile",
+    "trash_folder",
+]

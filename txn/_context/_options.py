@@ -7,12 +7,23 @@ before anything is written.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from indexes import MetadataOptions
 from timeline import InvalidOptionError, TimelineOptions
+
+from ._compaction import (
+    AUTO_PROPERTY,
+    LEVEL_THRESHOLD_PROPERTY,
+    MAJOR_SIZE_PROPERTY,
+    MAX_MAJOR_SIZE_MB,
+    MAX_PRESERVE,
+    PRESERVE_PROPERTY,
+    level_counts,
+)
 
 # Types a partition value can take: they print as stable, filesystem-safe folder names.
 _PARTITION_TYPES = "integers, strings, dates or booleans"
@@ -146,7 +157,7 @@ _SECOND_MS, _HOUR_MS, _DAY_MS = 1_000, 3_600_000, 86_400_000
 #: Table properties metatxn understands, with how to check their values. Other keys are kept
 #: as user properties, as Delta and Hudi keep unknown table properties. Bounds and the reasons
 #: for them: design/properties.md.
-KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], None], str]] = {
+KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
     "streaming": (_bool, "segments of this table are streaming segments"),
     "timeline.archive.trigger": (
         _WholeNumber(2, 10_000, "instants"), "archive once this many instants are active"),
@@ -173,6 +184,24 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], None], str]] = {
     "deletes.compaction.threshold": (
         _WholeNumber(1, 1_000, "delete deltas"),
         "merge a data file's delete deltas once it has more than this many"),
+    LEVEL_THRESHOLD_PROPERTY: (
+        level_counts, "compaction MINOR: level-1 and level-2 segment counts to merge"),
+    MAJOR_SIZE_PROPERTY: (
+        _WholeNumber(1, MAX_MAJOR_SIZE_MB, "MB"),
+        "compaction MAJOR merges segments together under this size"),
+    PRESERVE_PROPERTY: (
+        _WholeNumber(0, MAX_PRESERVE, "segments"),
+        "compaction leaves the latest this many segments alone"),
+    AUTO_PROPERTY: (_bool, "a MINOR compaction runs after every load"),
+    "clean.retain_commits": (
+        _WholeNumber(1, 100_000, "commits"),
+        "CLEAN FILES keeps what time travel to this many latest commits needs"),
+    "clean.retain_hours": (
+        _WholeNumber(0, 87_600, "hours"),
+        "CLEAN FILES keeps what time travel this many hours back needs"),
+    "clean.trash_hours": (
+        _WholeNumber(0, 87_600, "hours"),
+        "CLEAN FILES keeps removed files in the table's trash this long"),
 }
 
 #: Record-index shards when a keyed table does not choose: tens of millions of keys make shards
@@ -270,6 +299,28 @@ def metadata_options(properties: dict[str, str]) -> MetadataOptions:
         if key in properties
     }
     return MetadataOptions(**overrides)
+
+
+@dataclass(frozen=True)
+class CleanOptions:
+    """What CLEAN FILES keeps (table properties ``clean.*``, design/properties.md)."""
+
+    #: Time travel to the last this many data commits keeps working.
+    retain_commits: int = 10
+    #: Time travel to any moment of the last this many hours keeps working (Delta: 7 days).
+    retain_hours: int = 168
+    #: Files moved to ``_trash/`` are deleted for good by a clean this long after.
+    trash_hours: int = 24
+
+
+def clean_options(properties: dict[str, str]) -> CleanOptions:
+    """The CLEAN FILES options a table's properties select."""
+    defaults = CleanOptions()
+    return CleanOptions(
+        retain_commits=int(properties.get("clean.retain_commits", defaults.retain_commits)),
+        retain_hours=int(properties.get("clean.retain_hours", defaults.retain_hours)),
+        trash_hours=int(properties.get("clean.trash_hours", defaults.trash_hours)),
+    )
 
 
 def delete_compaction_threshold(properties: dict[str, str]) -> int:

@@ -14,6 +14,9 @@ from .._files import DeltaStatus, FileStatus
 #: The actions of instants that change the table's data (a rollback or a clean does not).
 DATA_ACTIONS = frozenset({"commit", "replacecommit", "compaction"})
 
+#: The operation of a compaction's commits (a table service: see ``_conflicts``).
+COMPACT = "compact"
+
 #: Operations and the timeline action each one commits as.
 ACTION_OF = {
     "append": "commit",
@@ -21,6 +24,7 @@ ACTION_OF = {
     "upsert": "commit",
     "delete": "commit",
     "update": "commit",
+    COMPACT: "compaction",
 }
 
 
@@ -30,6 +34,9 @@ class WritePlan(msgspec.Struct, frozen=True, kw_only=True, tag="write_plan", tag
     operation: str
     #: The segment this write creates, allocated under the table lock when it began.
     segment: str | None = None
+    #: The segments it reads and replaces (a compaction's inputs): while it runs, DELETE
+    #: SEGMENT refuses them and other compactions skip them.
+    sources: list[str] = msgspec.field(default_factory=list)
     extra: dict[str, str] = msgspec.field(default_factory=dict)
 
 
@@ -41,6 +48,8 @@ class CommitMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="commit", ta
     files_added: list[FileStatus] = msgspec.field(default_factory=list)
     files_removed: list[str] = msgspec.field(default_factory=list)
     segments_removed: list[str] = msgspec.field(default_factory=list)
+    #: The segments a compaction merged into ``segment`` (now ``Compacted``).
+    segments_merged: list[str] = msgspec.field(default_factory=list)
     rows_added: int = 0
     rows_deleted: int = 0
     #: Caller-supplied key/value metadata (streaming records its batch ids here).
@@ -53,6 +62,9 @@ class CommitMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="commit", ta
     #: Completion time of the snapshot the write read (its conflicts are checked against
     #: everything that completed after it); None when it read nothing.
     read_at: str | None = None
+    #: How often the write was planned again because a table service (a compaction) completed
+    #: while it ran and replaced files it had read.
+    retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,12 @@ class Commit:
     #: Table-relative paths of the data files the commit added.
     paths_added: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
+    #: Times the write was re-planned after a compaction replaced files it had read.
+    retries: int = 0
+    #: Segments the commit marked ``Marked for Delete`` (DELETE SEGMENT, overwrite), and the
+    #: segments a compaction merged into ``segment`` (now ``Compacted``).
+    segments_removed: tuple[str, ...] = ()
+    segments_merged: tuple[str, ...] = ()
 
 
 class DataFile(msgspec.Struct, frozen=True, gc=False):

@@ -63,7 +63,7 @@ _HIVE_NULL_LITERAL = "%5F" + HIVE_NULL[1:]
 MAX_PARTITION_FOLDER_BYTES = 255
 #: What a marker names: data files and delete deltas, never metadata.
 _MARKED_SUFFIXES = (".parquet", ".deletedelta")
-_NOT_DATA_FOLDERS = frozenset({"_timeline", "_metadata", MARKERS_FOLDER})
+_NOT_DATA_FOLDERS = frozenset({"_timeline", "_metadata", MARKERS_FOLDER, "_trash"})
 class ColumnStats(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """min/max (None when unknown), null count and value count of one column in one file."""
 
@@ -283,8 +283,12 @@ class DataFileWriter:
         buffer_bytes: int = 512 * 1024 * 1024,
         row_group_rows: int = 128 * 1024,
         key_columns: Sequence[str] = (),
+        presorted: bool = False,
     ) -> None:
+        """``presorted``: the rows arrive sorted by ``sort_by`` already (a compaction sorted all
+        of them at once), so a file's buffer is not sorted again."""
         self._store = store
+        self._presorted = presorted
         self._schema = schema
         self._instant_time = instant_time
         self._segment = segment
@@ -354,7 +358,7 @@ class DataFileWriter:
         if not buffer.batches:
             return
         table = pa.Table.from_batches(buffer.batches, schema=self._schema)
-        if self._sort_by:
+        if self._sort_by and not self._presorted:
             table = table.sort_by([(name, "ascending") for name in self._sort_by])
         name = (f"part-{self._segment}-{len(self._written):05d}-{self._new_token()}"
                 f"_{self._instant_time}.parquet")

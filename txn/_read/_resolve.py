@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 import pyarrow as pa
 
-from indexes import COLUMN_STATS, DELETES, FILES
+from indexes import COLUMN_STATS, DELETES, FILES, SnapshotExpiredError
 from timeline import Instant, InvalidOptionError, TimelineView, parse_time, time_of
 
 from .._context import DATA_ACTIONS, TableContext
@@ -28,11 +29,37 @@ def snapshot(context: TableContext, as_of: str | datetime | None = None) -> Snap
         completed = tuple(sorted((i for i in history if i.is_completed),
                                  key=lambda i: i.completed_at or ""))
         bound = completion_bound(as_of, {i.time: i for i in history}, view)
+        check_retained(context, as_of, bound, completed)
     # The snapshot is named after the last write it includes, not a rollback after it.
     writes = [i for i in completed if i.action in DATA_ACTIONS
               and bound is not None and (i.completed_at or "") <= bound]
     travel = None if as_of is None else {i.time: i.completed_at or "" for i in completed}
     return snapshot_at(context, view, writes[-1].time if writes else None, bound, travel)
+
+
+def check_retained(context: TableContext, as_of: str | datetime, bound: str,
+                   completed: Sequence[Instant]) -> None:
+    """Raise if cleaning expired the snapshot at ``bound`` (``completed``: every completed
+    instant, archived ones included, in completion order).
+
+    CLEAN FILES publishes its floor before it moves a file, metadata cleaning before it deletes
+    a block: a snapshot completed before the floor may miss either, so it is refused whole.
+
+    Raises:
+        SnapshotExpiredError: naming the oldest instant time travel still reaches, and the
+            table property that keeps more history.
+    """
+    floor = context.metadata.retention_floor()
+    if floor is None or bound >= floor.resolvable_from:
+        return
+    oldest = next((i for i in completed if i.action in DATA_ACTIONS
+                   and (i.completed_at or "") >= floor.resolvable_from), None)
+    reachable = (f"the oldest reachable instant is {oldest.time} (completed at {oldest.completed_at})"
+                 if oldest is not None else
+                 f"snapshots completed at or after {floor.resolvable_from} are reachable")
+    raise SnapshotExpiredError(
+        f"the snapshot as of {as_of} (bound {bound}) is no longer retained: cleaning removed files "
+        f"it needs; {reachable}\n{floor.help()}")
 
 
 def completion_bound(as_of: str | datetime, instants: dict[str, Instant], view: TimelineView) -> str:

@@ -3,12 +3,13 @@
 Checks, for the latest snapshot:
 
 * every file the metadata table lists (live, or removed but not yet cleaned) exists, with the
-  recorded size, and live files have the recorded row count in their Parquet footer;
+  recorded size, and live files have the recorded row count in their Parquet footer (files
+  CLEAN FILES purged are neither: they are in the trash, or gone);
 * every page of every live data file decodes, with the table's columns and types;
 * every live file has column statistics, and belongs to a live segment whose row count is the
   sum of its files';
 * no data file on storage is unknown to the metadata context, unless a pending instant's marker
-  claims it (a write in progress);
+  claims it (a write in progress); the trash (``_trash/``) holds no data of the table;
 * every delete delta listed exists with its recorded size; live ones hold their recorded number
   of positions, all inside a live data file; none on storage is unknown (same marker rule);
 * keyed tables: the record index has exactly one live entry per live row, pointing at the file
@@ -34,6 +35,7 @@ from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, liv
 from indexes._layout import base_path, parse_listing, partition_folder
 from timeline import CorruptMetadataError, ObjectNotFoundError, TimelineView, TxnError
 
+from .._commit._protocol import TRASH_FOLDER
 from .._context import Problem, TableContext, ValidationReport
 from .._files import (
     DELTA_SUFFIX,
@@ -47,7 +49,9 @@ from .._files import (
 )
 from .._rows import describe, index_keys, repeated
 
-_NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/")
+#: Folders whose files are not data files of the table: the timelines, the markers, and the
+#: trash CLEAN FILES moves removed files to (they are no longer the table's).
+_NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/")
 
 
 def validate(context: TableContext) -> ValidationReport:
@@ -75,7 +79,8 @@ def validate(context: TableContext) -> ValidationReport:
     except TxnError as exc:
         return ValidationReport(problems=_unique([*problems, _damaged(_in_metadata(exc))]))
     assert metadata.files is not None and metadata.segments is not None
-    listed = metadata.files.to_pylist()
+    # Purged records (``deleted`` null) name files CLEAN FILES moved out: they must not exist.
+    listed = [row for row in metadata.files.to_pylist() if row["deleted"] is not None]
     live_files = live(metadata.files)
     problems += _check_lost_completions(view, listed)
 
@@ -123,7 +128,8 @@ def validate(context: TableContext) -> ValidationReport:
 
     assert metadata.deletes is not None
     file_rows = dict(zip(live_files["path"].to_pylist(), live_files["rows"].to_pylist(), strict=True))
-    problems += _check_deltas(context, metadata.deletes.to_pylist(), file_rows)
+    problems += _check_deltas(context, [row for row in metadata.deletes.to_pylist()
+                                        if row["deleted"] is not None], file_rows)
     if context.record_key_columns and last is not None:
         try:
             problems += _check_record_index(context, completed, last.completed_at or "", live_files,
@@ -131,7 +137,7 @@ def validate(context: TableContext) -> ValidationReport:
         except TxnError as exc:
             problems.append(_damaged(exc))
 
-    known = {row["path"] for row in listed} | set(metadata.deletes["path"].to_pylist())
+    known = set(metadata.files["path"].to_pylist()) | set(metadata.deletes["path"].to_pylist())
     # Markers of an instant that is not completed claim their files (``in_progress``).
     for key in storage.list("", recursive=True):
         if key.startswith(_NOT_DATA) or not key.endswith((".parquet", DELTA_SUFFIX)):

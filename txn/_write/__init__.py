@@ -2,11 +2,13 @@
 state and handed to the commit."""
 
 from ._mutations import append, delete, lookup, overwrite, update, upsert
-from ._state import State, find_keys, latest, read_state
+from ._state import REPLANS, State, commit_planned, find_keys, latest, read_state
 
 __all__ = [
+    "REPLANS",
     "State",
     "append",
+    "commit_planned",
     "delete",
     "find_keys",
     "latest",

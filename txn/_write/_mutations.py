@@ -36,7 +36,7 @@ from .._rows import (
     last_wins,
     user_keys,
 )
-from ._state import State, find_keys, latest, read_state
+from ._state import State, commit_planned, find_keys, latest
 
 log = logging.getLogger("metatxn")
 
@@ -86,7 +86,7 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
                 "nothing was written\nHelp: use upsert to replace existing keys")
         return Change("append", rows.to_batches(), state.read_at, state.deltas)
 
-    return commit_change(context, latest(context, plan), extra)
+    return commit_planned(context, plan, extra)
 
 
 def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
@@ -118,7 +118,7 @@ def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
         existing = find_keys(context, state, index_keys(rows, columns))
         return Change("upsert", rows.to_batches(), state.read_at, state.deltas, deleted=_by_file(existing))
 
-    return commit_change(context, latest(context, plan), extra)
+    return commit_planned(context, plan, extra)
 
 
 def lookup(context: TableContext, keys: Any) -> pa.Table:
@@ -182,7 +182,7 @@ def delete(context: TableContext, where: Any = None, *, keys: Any = None,
         _require_key(context, "delete(keys=...)")
     wanted = keys_argument(keys, context.schema, columns) if keys is not None else None
 
-    def plan(state: State) -> Change:
+    def plan(state: State) -> Change | None:
         if wanted is not None:
             found = find_keys(context, state, wanted)
             deleted = _by_file(found)
@@ -190,13 +190,12 @@ def delete(context: TableContext, where: Any = None, *, keys: Any = None,
         else:
             deleted, matched = _matching_rows(context, state, expression, columns)
             removed = index_keys(matched, columns) if columns and matched.num_rows else None
+        if not deleted:
+            log.info("delete matched no rows: nothing to commit")
+            return None
         return Change("delete", None, state.read_at, state.deltas, deleted=deleted, removed_keys=removed)
 
-    change = latest(context, plan)
-    if not change.deleted:
-        log.info("delete matched no rows: nothing to commit")
-        return None
-    return commit_change(context, change, extra)
+    return commit_planned(context, plan, extra)
 
 
 def _new_values(context: TableContext, values: object, count: int) -> dict[str, pa.Array]:
@@ -270,12 +269,16 @@ def update(context: TableContext, where: Any, values: Any, *,
            extra: dict[str, str] | None = None) -> Commit | None:
     expression = _check_where(where, context.schema)
     _new_values(context, values, 0)  # check the values before reading anything
-    state = read_state(context)
-    deleted, matched = _matching_rows(context, state, expression, list(context.schema.names))
-    if not deleted:
-        log.info("update matched no rows: nothing to commit")
-        return None
-    for name, array in _new_values(context, values, matched.num_rows).items():
-        matched = matched.set_column(matched.schema.get_field_index(name), context.schema.field(name), array)
-    change = Change("update", matched.to_batches(), state.read_at, state.deltas, deleted=deleted)
-    return commit_change(context, change, extra)
+
+    def plan(state: State) -> Change | None:
+        deleted, matched = _matching_rows(context, state, expression, list(context.schema.names))
+        if not deleted:
+            log.info("update matched no rows: nothing to commit")
+            return None
+        for name, array in _new_values(context, values, matched.num_rows).items():
+            matched = matched.set_column(matched.schema.get_field_index(name),
+                                         context.schema.field(name), array)
+        return Change("update", matched.to_batches(), state.read_at, state.deltas, deleted=deleted)
+
+    # Read once, like the other writes (re-read only after a compaction overtook it).
+    return commit_planned(context, plan, extra, attempts=1)

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import DELETES, FILES, MetadataSnapshot, SnapshotExpiredError, live
-from timeline import TimelineView
+from timeline import ObjectNotFoundError, TimelineView
 
-from .._context import TableContext
+from .._commit import CLEAN_ACTION, Change, CompactedMeanwhileError, commit_change
+from .._context import Commit, TableContext
 from .._files import LiveDeltas
 
 log = logging.getLogger("metatxn")
@@ -61,13 +62,58 @@ def find_keys(context: TableContext, state: State, keys: pa.Table) -> pa.Table:
     return entries.filter(alive)
 
 
-def latest(context: TableContext, work: Callable[[State], T]) -> T:
+def latest(context: TableContext, work: Callable[[State], T], *, attempts: int = _ATTEMPTS) -> T:
     """Run ``work`` on the latest state; again on a fresh one if cleaning overtook it."""
-    for attempt in range(_ATTEMPTS):
+    for attempt in range(attempts):
         try:
             return work(read_state(context))
         except SnapshotExpiredError:
-            if attempt == _ATTEMPTS - 1:
+            if attempt == attempts - 1:
                 raise
             log.info("the table moved on while a write read it; reading it again")
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: How often a write is planned again when compactions keep completing while it runs.
+REPLANS = 3
+
+
+def commit_planned(context: TableContext, plan: Callable[[State], Change | None],
+                   extra: dict[str, str] | None, *, attempts: int = _ATTEMPTS) -> Commit | None:
+    """Plan a write on the latest state and commit it (None: ``plan`` found nothing to do).
+
+    Table services never fail the write: when its only conflict is a compaction that completed
+    while it ran (the rows it read were moved to the compacted segment), or a clean that
+    completed since it read the table removed a file it needs (a delete delta the compaction
+    replaced), it is planned again on the new state and retried, up to :data:`REPLANS` times;
+    the returned commit says how often (``Commit.retries``). A conflict with any other writer is
+    the caller's to resolve, as before.
+    """
+    read_at: list[str | None] = []
+
+    def remembered(state: State) -> Change | None:
+        read_at.append(state.read_at)
+        return plan(state)
+
+    for retries in range(REPLANS + 1):
+        read_at.clear()
+        try:
+            change = latest(context, remembered, attempts=attempts)
+            if change is None:
+                return None
+            return commit_change(context, change, extra, retries=retries)
+        except CompactedMeanwhileError:
+            if retries == REPLANS:
+                raise
+            reason = "a compaction completed while it ran"
+        except ObjectNotFoundError:
+            if retries == REPLANS or not _cleaned_since(context, read_at[-1] if read_at else None):
+                raise
+            reason = "a clean removed a file of the state it read"
+        log.info("write planned again: %s (retry %d of %d)", reason, retries + 1, REPLANS)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _cleaned_since(context: TableContext, read_at: str | None) -> bool:
+    """Whether a clean completed after the state read at ``read_at`` (on the error path only)."""
+    return any(i.action == CLEAN_ACTION for i in context.timeline.load().completed_after(read_at or ""))

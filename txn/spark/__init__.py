@@ -12,6 +12,7 @@ from ._session import quiet_third_party_warnings
 # Before pyspark's Arrow helpers are imported: they warn about pandas 3 on import.
 quiet_third_party_warnings()
 
+from ._compact import compact  # noqa: E402
 from ._read import create_view, read  # noqa: E402
 from ._session import local_session  # noqa: E402
 from ._source import MetatxnDataSource, register  # noqa: E402
@@ -22,6 +23,7 @@ from ._write import write  # noqa: E402
 __all__ = [
     "MODES",
     "MetatxnDataSource",
+    "compact",
     "create_view",
     "local_session",
     "read",

@@ -73,11 +73,11 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     if not files:
         frame = spark.createDataFrame([], schema)
     else:
-        current = int(spark.conf.get(_LISTING_THRESHOLD, "32"))
-        if len(files) >= current:
-            spark.conf.set(_LISTING_THRESHOLD, str(len(files) + 1))
-        frame = spark.read.schema(schema).parquet(*[_glob_escaped(f.path) for f in files])
-        frame = _without_deleted(spark, frame, snapshot, table, files)
+        frame = native_scan(spark, schema, [f.path for f in files])
+        prefix = table.store.location("")
+        frame = without_deleted(spark, frame, [
+            (f.path, snapshot._deltas.positions(f.path.removeprefix(prefix)))
+            for f in files if f.delete_files])
     if isinstance(filter, str):
         frame = frame.where(filter)
     elif filter is not None:
@@ -86,16 +86,11 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     return frame.select(*columns) if columns is not None else frame
 
 
-def _without_deleted(spark: Any, frame: Any, snapshot: Any, table: Any, files: Sequence[Any]) -> Any:
-    prefix = table.store.location("")
-    names: list[str] = []
-    positions: list[Any] = []
-    for data_file in files:
-        if not data_file.delete_files:
-            continue
-        deleted = snapshot._deltas.positions(data_file.path.removeprefix(prefix))
-        names.append(posixpath.basename(data_file.path))
-        positions.append(deleted)
+def without_deleted(spark: Any, frame: Any, deleted: Sequence[tuple[str, Any]]) -> Any:
+    """``frame`` (a native Parquet scan) without the rows at the given positions of the given
+    files (location, sorted positions): an anti-join on Spark's file name and row index."""
+    names = [posixpath.basename(path) for path, positions in deleted if len(positions)]
+    positions = [positions for _, positions in deleted if len(positions)]
     if not names:
         return frame
     from pyspark.sql import functions as F
@@ -109,6 +104,14 @@ def _without_deleted(spark: Any, frame: Any, snapshot: Any, table: Any, files: S
     condition = (F.col("_metadata.file_name") == deletes["__file"]) & (
         F.col("_metadata.row_index") == deletes["__row"])
     return frame.join(F.broadcast(deletes), condition, "left_anti")
+
+
+def native_scan(spark: Any, schema: Any, locations: Sequence[str]) -> Any:
+    """Spark's own Parquet scan of exactly these files (no listing job, paths taken literally)."""
+    current = int(spark.conf.get(_LISTING_THRESHOLD, "32"))
+    if len(locations) >= current:
+        spark.conf.set(_LISTING_THRESHOLD, str(len(locations) + 1))
+    return spark.read.schema(schema).parquet(*[_glob_escaped(path) for path in locations])
 
 
 def create_view(spark: Any, name: str, uri: str, *, as_of: str | datetime | None = None,

@@ -31,7 +31,7 @@ from timeline import (
     open_storage,
 )
 
-from .._commit import Change, Pending, Written, commit_change
+from .._commit import Change, CompactedMeanwhileError, Pending, Written, commit_change
 from .._context import Commit, TableContext, delete_compaction_threshold, target_file_bytes
 from .._files import (
     DataFileWriter,
@@ -44,7 +44,8 @@ from .._files import (
     stage_deletes,
 )
 from .._rows import SHOWN, describe, index_keys
-from .._write import State, latest
+from .._segments import after_load
+from .._write import REPLANS, State, latest
 from ._tables import Layout, resolve, save_mode
 from ._types import conform
 from ._workers import ensure_workers_run_metatxn
@@ -182,7 +183,7 @@ def _find_existing_rows(table: TableContext, df: Any, state: State) -> pa.Table:
     return found.toArrow()
 
 
-def _run_job(table: TableContext, df: Any, pending: Pending, deleted: dict[str, Positions],
+def run_job(table: TableContext, df: Any, pending: Pending, deleted: dict[str, Positions],
              current: LiveDeltas) -> Written:
     assert pending.segment is not None
     index = table.metadata.record_index
@@ -294,9 +295,26 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
                         state.deltas, deleted=deleted, replace=operation == "overwrite")
         return change, deleted
 
-    change, deleted = latest(table, plan)
-    return commit_change(table, change, extra,
-                         write=lambda pending: _run_job(table, df, pending, deleted, change.current))
+    for retries in range(REPLANS + 1):
+        change, deleted = latest(table, plan)
+        try:
+            commit = commit_change(table, change, extra, retries=retries, write=functools.partial(
+                _write_phase, table, df, deleted, change.current))
+        except CompactedMeanwhileError:
+            # Only a compaction overlapped: the keyed DataFrame is pinned, so planning and
+            # writing it again writes the same rows against the compacted table.
+            if retries == REPLANS:
+                raise
+            continue
+        if operation == "append":
+            after_load(table, commit)
+        return commit
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _write_phase(table: TableContext, df: Any, deleted: dict[str, Positions], current: LiveDeltas,
+                 pending: Pending) -> Written:
+    return run_job(table, df, pending, deleted, current)
 
 
 def _checked(df: Any, schema: pa.Schema, columns: list[str]) -> Any:

@@ -22,11 +22,13 @@ from timeline import (
     MemoryStorage,
     ObjectExistsError,
     ObjectNotFoundError,
+    PrefixedStorage,
     Storage,
     StorageError,
     TxnError,
     open_storage,
 )
+from timeline._storage import move
 
 MakeStorage = Callable[[str], Storage]
 
@@ -191,6 +193,51 @@ class AbstractStorageTests:
         storage.delete("f/a")
         assert storage.list("f") == ["f/b"]
         assert storage.read("f/b") == b"b"
+
+    # -- moving (optional operation; timeline._storage.move) ------------------------------------
+
+    @pytest.mark.parametrize("native", [True, False], ids=["backend", "through-the-protocol"])
+    def test_move_puts_the_object_at_the_target_and_removes_the_source(
+        self, storage: Storage, native: bool
+    ) -> None:
+        """The backend's own move and the portable one (read, put-if-absent, delete) agree."""
+        store = storage if native else _Plain(storage)
+        storage.put_if_absent("seg/a.parquet", b"payload")
+        move(store, "seg/a.parquet", "_trash/1/seg/a.parquet")
+        assert storage.read("_trash/1/seg/a.parquet") == b"payload"
+        assert not storage.exists("seg/a.parquet")
+        assert storage.list("", recursive=True) == ["_trash/1/seg/a.parquet"]
+        move(store, "_trash/1/seg/a.parquet", "seg/a.parquet")  # and back: its folder is gone
+        assert storage.list("", recursive=True) == ["seg/a.parquet"]
+
+    @pytest.mark.parametrize("native", [True, False], ids=["backend", "through-the-protocol"])
+    def test_move_never_overwrites_and_a_missing_source_is_object_not_found(
+        self, storage: Storage, native: bool
+    ) -> None:
+        store = storage if native else _Plain(storage)
+        storage.put_if_absent("a", b"source")
+        storage.put_if_absent("b", b"target")
+        with pytest.raises(ObjectExistsError) as exists:
+            move(store, "a", "b")
+        assert exists.value.path == "b"
+        assert (storage.read("a"), storage.read("b")) == (b"source", b"target")
+        with pytest.raises(ObjectNotFoundError) as missing:
+            move(store, "missing", "c")
+        assert missing.value.path == "missing"
+        assert not storage.exists("c")
+
+    def test_move_checks_both_keys(self, storage: Storage) -> None:
+        storage.put_if_absent("a", b"x")
+        for source, target in (("a", "../outside"), ("../outside", "a2"), ("a", "/abs")):
+            with pytest.raises(InvalidOptionError):
+                move(storage, source, target)
+        assert storage.read("a") == b"x"
+
+    def test_move_through_a_prefixed_view_stays_inside_it(self, storage: Storage) -> None:
+        view = PrefixedStorage(storage, "_metadata")
+        view.put_if_absent("x/a", b"1")
+        move(view, "x/a", "y/a")
+        assert storage.list("", recursive=True) == ["_metadata/y/a"]
 
     # -- listing -------------------------------------------------------------------------------
 
@@ -478,3 +525,36 @@ def test_empty_storage_options_are_accepted_everywhere(tmp_path: Path, memory_ur
 def test_an_empty_location_is_refused() -> None:
     with pytest.raises(InvalidOptionError, match="non-empty"):
         open_storage("")
+
+
+class _Plain:
+    """A storage with only the protocol's operations (no ``move``): what a wrapper such as the
+    tests' ``FaultyStorage`` looks like to :func:`timeline._storage.move`."""
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+
+    @property
+    def uri(self) -> str:
+        return self.inner.uri
+
+    def read(self, path: str) -> bytes:
+        return self.inner.read(path)
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        self.inner.put_if_absent(path, data)
+
+    def put(self, path: str, data: bytes) -> None:
+        self.inner.put(path, data)
+
+    def list(self, prefix: str, *, recursive: bool = False) -> list[str]:
+        return self.inner.list(prefix, recursive=recursive)
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(path)
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def size(self, path: str) -> int:
+        return self.inner.size(path)

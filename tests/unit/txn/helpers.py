@@ -27,7 +27,7 @@ SCHEMA = pa.schema([
     ("price", pa.float64()),
 ])
 
-METADATA_PREFIXES = ("_timeline/", "_metadata/", "_markers/")
+METADATA_PREFIXES = ("_timeline/", "_metadata/", "_markers/", "_trash/")
 
 
 def rows(ids: range | list[int], *, region: str | None = "eu", day: date = date(2026, 1, 1),

@@ -66,18 +66,25 @@ def test_the_demo_loads_reads_time_travels_and_validates(
     table = run(str(tmp_path), rows_per_load=2_000, spark=spark)
     out = capsys.readouterr().out
     assert spark.sparkContext._jsc is not None, "a session passed in is left running"
-    # four loads and the upsert's segment; the delete writes delete deltas, no segment
-    assert [s.status for s in table.segments()] == ["Success"] * 5
-    assert [i.action for i in table.timeline()] == ["commit"] * 6
-    for step in ("== load", "== upsert", "== delete", "== selective read", "== time travel",
-                 "== SHOW SEGMENTS", "== timeline", "== validate"):
+    # four loads compacted into 0.1 (CarbonData's walk-through), the upsert's segment; the
+    # delete writes delete deltas, no segment; the clean moves the compacted segments' files
+    assert [(s.id, s.status, s.merged_to) for s in table.segments()] == [
+        ("4", "Success", None), ("3", "Compacted", "0.1"), ("2", "Compacted", "0.1"),
+        ("1", "Compacted", "0.1"), ("0.1", "Success", None), ("0", "Compacted", "0.1")]
+    assert [i.action for i in table.timeline()] == ["commit"] * 4 + ["compaction"] + ["commit"] * 2 + [
+        "clean"]
+    for step in ("== load", "== compact MINOR", "== upsert", "== delete", "== selective read",
+                 "== time travel", "== CLEAN FILES", "== SHOW SEGMENTS", "== timeline", "== validate"):
         assert step in out
+    assert "segments 0, 1, 2, 3 -> segment 0.1" in out
+    assert "SnapshotExpiredError" in out and "oldest reachable" in out, "clean expired the last load"
+    assert not table.clean().files, "nothing else to clean"
     assert "created by this write" in out, "the first Spark write creates the table"
     assert (table.partition_by, table.record_key, table.sort_by) == (
         ["o_orderstatus"], "o_orderkey", ["o_orderdate"])
     assert "rows replaced through delete deltas" in out and "record index: order" in out
     assert "skipped without being opened" in out and "ok: " in out
-    assert "then: 8,000 rows" in out
+    assert "then: 8,000 rows" in out, "time travel before the clean"
     rows = table.snapshot().count()
     assert txn.spark.read(spark, table.uri).count() == rows
     assert table.validate().ok

@@ -34,7 +34,7 @@ from tests.unit.txn.helpers import SCHEMA, rows, storage_of
 from timeline import Instant
 from txn._commit import Protocol, _change
 from txn._context import CommitMetadata
-from txn._write import _mutations, _state
+from txn._write import _state
 
 #: Where writer A is stopped to let writer B run its whole write (see ``run_between``), for the
 #: writes that read a snapshot first, and for those that read nothing before they begin.
@@ -119,7 +119,6 @@ def run_between(monkeypatch: pytest.MonkeyPatch, point: str, write: Callable[[],
             return state
 
         monkeypatch.setattr(_state, "read_state", after_read)
-        monkeypatch.setattr(_mutations, "read_state", after_read)  # update() reads it directly
     elif point == "begin":
         begin = Protocol.begin
 

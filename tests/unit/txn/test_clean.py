@@ -1,0 +1,442 @@
+"""CLEAN FILES (``t.clean``): what it removes, what it keeps, and that a crash never loses a row.
+
+Invariants, checked on the durable state of storage:
+
+* nothing a retained snapshot needs is removed: time travel to the last ``clean.retain_commits``
+  commits and the last ``clean.retain_hours`` hours reads the same rows after a clean; older
+  snapshots raise ``SnapshotExpiredError`` naming the oldest reachable instant;
+* ``force`` ignores retention but keeps the current snapshot and every file of a live writer;
+* removed files go to ``_trash/<clean instant>/`` and leave it for good ``clean.trash_hours``
+  later; ``dry_run`` changes nothing;
+* a clean that fails or dies is undone (by itself, or by the next writer once its heartbeat
+  expired): the table reads the same rows and ``validate()`` is clean.
+
+Clocks are injected (``FakeClock``); faults at the storage seam (``tests/faults.py``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import timeline
+import txn
+from indexes import FILES, SEGMENTS
+from tests.conftest import FakeClock
+from tests.faults import InjectedFault, injected
+from tests.unit.txn.helpers import SCHEMA, Faulty, batch_reader, rows, sorted_rows, storage_of, table_on
+from txn._commit import protocol_of
+
+#: Longer than the default heartbeat timeout and lock lease (60 s each).
+EXPIRY_MS = 10 * 60_000
+HOUR_MS = 3_600_000
+#: Retention off: everything removed may be cleaned at once (the tests that need it set more).
+NO_RETENTION = {"clean.retain_commits": "1", "clean.retain_hours": "0"}
+_NOT_DATA = ("_timeline/", "_metadata/", "_markers/", "_trash/")
+
+
+def _table(uri: str, clock: FakeClock, **properties: str) -> txn.Table:
+    return txn.create_table(uri, SCHEMA, clock=clock,
+                            properties={"write.target_file_bytes": "2000", **properties})
+
+
+def _data_files(uri: str) -> list[str]:
+    return sorted(k for k in storage_of(uri).list("", recursive=True)
+                  if k.endswith((".parquet", ".deletedelta")) and not k.startswith(_NOT_DATA))
+
+
+def _trash(uri: str) -> list[str]:
+    return storage_of(uri).list("_trash", recursive=True)
+
+
+def _everything(uri: str, *, locks: bool = True) -> dict[str, bytes]:
+    """Every file of the table and its content (lock records too, unless ``locks`` is False:
+    taking the table lock writes them)."""
+    storage = storage_of(uri)
+    return {key: storage.read(key) for key in storage.list("", recursive=True)
+            if locks or not key.startswith("_timeline/lock/")}
+
+
+def _removed_files(table: txn.Table) -> dict[str, int]:
+    """Removed (tombstoned, not yet cleaned) files and deltas of the latest snapshot: sizes."""
+    context = table._context
+    resolved = context.metadata_at(context.timeline.load(), None, (FILES, SEGMENTS, "deletes"))
+    found = {}
+    for part in (resolved.files, resolved.deletes):
+        assert part is not None
+        gone = part.filter(pc.fill_null(part["deleted"], False))
+        found.update(zip(gone["path"].to_pylist(), gone["size"].to_pylist(), strict=True))
+    return found
+
+
+def _ok(table: txn.Table) -> None:
+    report = table.validate()
+    assert report.ok, str(report)
+
+
+def _overwritten(uri: str, clock: FakeClock, **properties: str) -> tuple[txn.Table, list[txn.Commit]]:
+    table = _table(uri, clock, **properties)
+    first = table.append(rows(range(20)))
+    clock.advance(1_000)
+    second = table.overwrite(rows(range(100, 110)))
+    clock.advance(1_000)
+    return table, [first, second]
+
+
+# -- retention -------------------------------------------------------------------------------------
+
+
+def test_nothing_is_removed_until_both_retentions_passed(table_uri: str, clock: FakeClock) -> None:
+    table, _ = _overwritten(table_uri, clock)
+    doomed = _removed_files(table)
+    assert doomed, "the overwrite removed the first load's files"
+    assert table.clean().files == []
+    for i in range(10):  # clean.retain_commits (10) commits later: the hours still hold it
+        table.append(rows(range(200 + i, 201 + i)))
+    assert table.clean().files == []
+    assert set(doomed) <= set(_data_files(table_uri))
+
+    clock.advance(168 * HOUR_MS + 1)  # clean.retain_hours: 168
+    result = table.clean()
+    assert result.files == sorted(doomed)
+    assert result.bytes == sum(doomed.values())
+    assert result.reasons == {"marked_for_delete": len(doomed)}
+    assert result.instant is not None and result.trash == f"_trash/{result.instant}"
+    assert not result.dry_run
+    assert not set(doomed) & set(_data_files(table_uri))
+    assert _trash(table_uri) == sorted(f"{result.trash}/{path}" for path in doomed)
+    assert [(i.action, i.state) for i in table.timeline()][-1] == ("clean", "completed")
+    assert table.snapshot().count() == 20
+    _ok(table)
+    assert table.clean().files == [], "a second clean finds nothing"
+
+
+def test_time_travel_inside_retention_reads_the_same_rows_and_past_it_is_expired(
+    table_uri: str, clock: FakeClock
+) -> None:
+    table = _table(table_uri, clock, **{"clean.retain_commits": "2", "clean.retain_hours": "0"})
+    commits, seen, moments = [], [], []
+    for write in (lambda: table.append(rows(range(10))), lambda: table.overwrite(rows(range(50, 55))),
+                  lambda: table.append(rows(range(60, 62))), lambda: table.append(rows(range(70, 71)))):
+        clock.advance(1_000)
+        commits.append(write())
+        seen.append(sorted_rows(table.to_arrow()))
+        clock.advance(100)
+        moments.append(datetime.fromtimestamp(clock.now_ms / 1000, tz=timezone.utc))
+    result = table.clean()
+    assert result.reasons == {"marked_for_delete": 1}
+
+    fresh = txn.open_table(table_uri, clock=clock)
+    for commit, rows_then, moment in list(zip(commits, seen, moments, strict=True))[1:]:
+        for as_of in (commit.instant, moment):
+            assert sorted_rows(fresh.snapshot(as_of=as_of).to_arrow()) == rows_then
+    for as_of in (commits[0].instant, moments[0]):
+        with pytest.raises(txn.SnapshotExpiredError) as expired:
+            fresh.snapshot(as_of=as_of)
+        message = str(expired.value)
+        assert f"oldest reachable instant is {commits[1].instant}" in message
+        assert "clean.retain_commits" in message and "clean.retain_hours" in message
+
+
+def test_force_ignores_retention_but_keeps_the_current_snapshot_and_live_writers(
+    table_uri: str, clock: FakeClock
+) -> None:
+    table, _ = _overwritten(table_uri, clock)
+    doomed = _removed_files(table)
+    faulty = Faulty(storage_of(table_uri))
+    faulty.arm(2, ops={"put_if_absent"}, match=_is_marker, crash=True)
+    with pytest.raises(InjectedFault):  # a writer still writing: its heartbeat is live
+        table_on(table_uri, faulty, clock=clock).append(batch_reader(SCHEMA, _batches(10)))
+    writing = [p for p in _data_files(table_uri) if p not in doomed and p not in _live(table)]
+    assert writing, "the live writer wrote a file"
+    current = sorted_rows(table.to_arrow())
+    assert table.clean().files == [], "retention holds without force"
+
+    # The writer began after the overwrite, so the snapshot it read does not need the removed
+    # files: force takes them, never the writer's own.
+    result = table.clean(force=True)
+    assert result.files == sorted(doomed)
+    assert set(writing) <= set(_data_files(table_uri))
+    assert sorted_rows(table.to_arrow()) == current
+    assert sorted_rows(txn.open_table(table_uri).to_arrow()) == current
+
+
+def test_force_keeps_what_a_live_writer_may_have_read(table_uri: str, clock: FakeClock) -> None:
+    """A writer read a snapshot before it began: files removed after it began stay while it
+    runs, even with force."""
+    table, _ = _overwritten(table_uri, clock)
+    doomed = _removed_files(table)
+    protocol = protocol_of(table._context)
+    pending = protocol.begin("append", "commit", new_segment=True)
+    pending.heartbeat.stop(delete=False)  # no beating thread: the fake clock keeps it alive
+    clock.advance(1_000)
+    table.overwrite(rows(range(300, 303)))
+    later = {k: v for k, v in _removed_files(table).items() if k not in doomed}
+    assert later
+    assert table.clean(force=True).files == sorted(doomed)
+    assert set(later) <= set(_data_files(table_uri))
+    protocol.roll_back(pending.instant)
+    trashed = _trash(table_uri)
+    assert table.clean(force=True).files == sorted([*later, *trashed]), "force empties the trash too"
+    _ok(table)
+
+
+# -- what is removed -------------------------------------------------------------------------------
+
+
+def test_dry_run_lists_what_a_clean_removes_and_changes_nothing(table_uri: str, clock: FakeClock) -> None:
+    table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
+    before = _everything(table_uri)
+    listed = table.clean(dry_run=True)
+    assert _everything(table_uri) == before
+    assert listed.dry_run and listed.instant is None and listed.trash is None
+    assert listed.files and listed.files == sorted(_removed_files(table))
+    done = table.clean()
+    assert (done.files, done.bytes) == (listed.files, listed.bytes)
+
+
+def test_replaced_delete_deltas_are_removed(table_uri: str, clock: FakeClock) -> None:
+    table = _table(table_uri, clock, **NO_RETENTION)
+    table.append(rows(range(10)))
+    for i in range(3):  # deletes.compaction.threshold 1: each delta replaces the one before
+        table.delete(pc.field("id") == i)
+    expected = sorted_rows(table.to_arrow())
+    replaced = _removed_files(table)
+    assert len(replaced) == 2 and all(p.endswith(".deletedelta") for p in replaced)
+    clock.advance(1_000)  # clean.retain_hours 0: what was removed before now
+    result = table.clean()
+    assert result.files == sorted(replaced) and result.reasons == {"replaced_delta": 2}
+    assert result.bytes == sum(replaced.values())
+    assert sorted_rows(table.to_arrow()) == expected
+    assert sorted_rows(txn.open_table(table_uri).to_arrow()) == expected
+    _ok(table)
+
+
+@pytest.mark.allow_metatxn_warnings  # the rollback logs the damaged marker it cannot follow
+def test_an_orphan_of_a_killed_writer_is_removed(table_uri: str, clock: FakeClock) -> None:
+    """A killed writer's files go with its rollback (its markers name them); one whose marker is
+    damaged cannot be located by the rollback and is an orphan: the clean removes it."""
+    table = _table(table_uri, clock)
+    table.append(rows(range(5)))
+    faulty = Faulty(storage_of(table_uri))
+    faulty.arm(3, ops={"put_if_absent"}, match=_is_marker, crash=True)
+    with pytest.raises(InjectedFault):
+        table_on(table_uri, faulty, clock=clock).append(batch_reader(SCHEMA, _batches(10)))
+    storage = storage_of(table_uri)
+    markers = storage.list("_markers")
+    assert len(markers) == 2
+    orphan = storage.read(markers[0]).decode()
+    storage.put(markers[0], b"garbage")
+    before = sorted_rows(table.to_arrow())
+
+    assert table.clean().files == [], "the writer is alive: nothing of it goes"
+    clock.advance(EXPIRY_MS)
+    result = table.clean()
+    assert result.files == [orphan] and result.reasons == {"orphan": 1}
+    assert result.bytes > 0
+    assert [p for p in _data_files(table_uri) if p.endswith(".parquet")] == _live(table)
+    assert sorted_rows(table.to_arrow()) == before
+    _ok(table)
+
+
+def test_files_of_a_live_writer_and_names_metatxn_does_not_write_are_never_removed(
+    table_uri: str, clock: FakeClock
+) -> None:
+    table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
+    faulty = Faulty(storage_of(table_uri))
+    faulty.arm(2, ops={"put_if_absent"}, match=_is_marker, crash=True)
+    with pytest.raises(InjectedFault):
+        table_on(table_uri, faulty, clock=clock).append(batch_reader(SCHEMA, _batches(10)))
+    storage = storage_of(table_uri)
+    pending = next(i for i in table.timeline() if i.state == "inflight")
+    unannounced = f"segment_9/part-9-00000-x_{pending.time}.parquet"
+    storage.put(unannounced, b"a file of the live writer whose marker is not written yet")
+    storage.put("notes/readme.parquet", b"not a name metatxn writes")
+    writer_files = [p for p in _data_files(table_uri) if pending.time in p]
+    clock.advance(EXPIRY_MS // 20)  # not expired
+
+    table.clean(force=True)
+    assert set(writer_files) <= set(_data_files(table_uri))
+    assert storage.exists("notes/readme.parquet")
+
+
+def test_trash_is_deleted_for_good_after_clean_trash_hours(table_uri: str, clock: FakeClock) -> None:
+    table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
+    first = table.clean()
+    trashed = _trash(table_uri)
+    assert trashed and first.files
+    clock.advance(23 * HOUR_MS)
+    assert table.clean().files == [] and _trash(table_uri) == trashed
+    clock.advance(HOUR_MS)
+    gone = table.clean()
+    assert gone.files == trashed and gone.reasons == {"expired_trash": len(trashed)}
+    assert gone.bytes == first.bytes and gone.trash is None
+    assert _trash(table_uri) == []
+    _ok(table)
+
+
+def test_force_empties_the_trash(table_uri: str, clock: FakeClock) -> None:
+    table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
+    assert table.clean().files
+    trashed = _trash(table_uri)
+    assert table.clean(force=True).files == trashed
+    assert _trash(table_uri) == []
+
+
+def test_a_mistaken_clean_can_be_undone_by_hand(table_uri: str, clock: FakeClock) -> None:
+    """The trash keeps each file under its table-relative path: moving it back restores it."""
+    table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
+    result = table.clean()
+    storage = storage_of(table_uri)
+    for path in result.files:
+        storage.put_if_absent(path, storage.read(f"{result.trash}/{path}"))
+        storage.delete(f"{result.trash}/{path}")
+    assert set(result.files) <= set(_data_files(table_uri))
+    assert table.snapshot().count() == 10
+    _ok(table)
+
+
+# -- one clean at a time, and crashes --------------------------------------------------------------
+
+
+def test_a_second_clean_is_refused_while_one_runs(table_uri: str, clock: FakeClock) -> None:
+    table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
+    faulty = Faulty(storage_of(table_uri))
+    faulty.arm(1, ops={"delete"}, match=lambda p: not p.startswith("_timeline"), crash=True)
+    with pytest.raises(InjectedFault):  # dies while moving: its instant stays pending
+        table_on(table_uri, faulty, clock=clock).clean()
+    running = next(i for i in table.timeline() if i.action == "clean")
+    assert running.state == "inflight"
+    before = _everything(table_uri, locks=False)
+    with pytest.raises(txn.TxnError, match=f"clean instant {running.time} is still running"):
+        table.clean()
+    assert _everything(table_uri, locks=False) == before
+
+    clock.advance(EXPIRY_MS)
+    result = table.clean()  # rolls the dead clean back, then cleans
+    states = {i.time: i.state for i in table.timeline()}
+    assert states[running.time] == "rolledback"
+    assert result.files and result.instant != running.time
+    assert table.snapshot().count() == 10
+    _ok(table)
+
+
+@pytest.mark.parametrize("crash", [True, False], ids=["death", "exception"])
+def test_a_failure_at_any_storage_call_of_a_clean_loses_nothing(tmp_path: Path, crash: bool) -> None:
+    """Fail each storage call of a clean in turn, before it reaches storage and after it landed.
+    Exception: the clean rolls itself back. Death: the next writer rolls it back once its
+    heartbeat expired. Either way the table reads the same rows, and the past snapshots inside
+    retention too, and validate() is clean; a later clean then finishes the job."""
+    clock = FakeClock()
+    template = tmp_path / "template"
+    # A lock whose release failed stays held until its lease ends, which a clock standing still
+    # never sees: give up waiting for it at once (the instant then expires into recovery).
+    table = _table(str(template), clock, **{"clean.retain_commits": "2", "clean.retain_hours": "0",
+                                            "lock.timeout_ms": "100"})
+    table.append(rows(range(10)))
+    table.delete(pc.field("id") == 1)
+    table.delete(pc.field("id") == 2)  # replaces the first delta
+    table.overwrite(rows(range(100, 106)))  # marks the first segment for delete
+    table.delete(pc.field("id") == 100)
+    kept = table.timeline()[-2].time  # the overwrite: inside retention
+    expected = sorted_rows(table.to_arrow())
+    expected_then = sorted_rows(table.snapshot(as_of=kept).to_arrow())
+    after_append = sorted_rows(pa.Table.from_pylist(expected + rows([900]).to_pylist(), schema=SCHEMA))
+    clock.advance(1_000)  # clean.retain_hours 0: what was removed before now
+
+    probe_uri = tmp_path / "probe"
+    shutil.copytree(template, probe_uri)
+    probe = Faulty(storage_of(str(probe_uri)))
+    assert table_on(str(probe_uri), probe, clock=FakeClock(clock.now_ms)).clean().files
+    calls = len(probe.calls)
+    for nth in range(1, calls + 1):
+        for when in ("before", "after"):
+            uri = tmp_path / f"t-{nth}-{when}"
+            shutil.copytree(template, uri)
+            own = FakeClock(clock.now_ms)
+            faulty = Faulty(storage_of(str(uri)))
+            faulty.arm(nth, when=when, crash=crash)  # type: ignore[arg-type]
+            try:
+                table_on(str(uri), faulty, clock=own).clean()
+            except Exception as exc:  # what matters is what is left on storage
+                assert injected(exc) is not None, exc
+            own.advance(EXPIRY_MS)
+            survivor = txn.open_table(str(uri), clock=own)
+            case = (nth, when, faulty.fault.call if faulty.fault else None)
+            assert sorted_rows(survivor.to_arrow()) == expected, case
+            assert sorted_rows(survivor.snapshot(as_of=kept).to_arrow()) == expected_then, case
+            survivor.append(rows([900]))  # recovers a dead clean
+            assert survivor.validate().ok, (case, str(survivor.validate()))
+            survivor.clean()
+            assert sorted_rows(survivor.to_arrow()) == after_append, case
+            assert survivor.validate().ok, (case, str(survivor.validate()))
+            assert _trash(str(uri)), case
+            shutil.rmtree(uri)
+
+
+def test_a_writer_committing_at_any_point_of_a_clean_loses_nothing(tmp_path: Path) -> None:
+    """Another writer appends (a whole write: files, markers, commit) just before each storage
+    call of a forced clean in turn: whatever the clean listed or resolved by then, it never takes
+    that writer's files, and every acknowledged row is there afterwards. (While the clean holds
+    the table lock the append times out at once and writes nothing.)"""
+    clock = FakeClock()
+    template = tmp_path / "template"
+    table = _table(str(template), clock, **NO_RETENTION, **{"lock.timeout_ms": "100"})
+    table.append(rows(range(10)))
+    table.overwrite(rows(range(100, 106)))
+    clock.advance(1_000)
+    probe_uri = tmp_path / "probe"
+    shutil.copytree(template, probe_uri)
+    probe = Faulty(storage_of(str(probe_uri)))
+    assert table_on(str(probe_uri), probe, clock=FakeClock(clock.now_ms)).clean(force=True).files
+    appended = 0
+    for nth in range(1, len(probe.calls) + 1):
+        uri = tmp_path / f"t-{nth}"
+        shutil.copytree(template, uri)
+        own = FakeClock(clock.now_ms)
+        faulty = Faulty(storage_of(str(uri)))
+        other = txn.open_table(str(uri), clock=own)
+        acknowledged: list[int] = []
+
+        def append(other: txn.Table = other, ids: list[int] = acknowledged, nth: int = nth) -> None:
+            try:
+                other.append(rows([1_000 + nth]))
+            except txn.LockTimeoutError:
+                return
+            ids.append(1_000 + nth)
+
+        faulty.interleave(nth, append)
+        table_on(str(uri), faulty, clock=own).clean(force=True)
+        survivor = txn.open_table(str(uri), clock=own)
+        appended += len(acknowledged)
+        assert sorted(survivor.to_arrow()["id"].to_pylist()) == [*range(100, 106), *acknowledged]
+        assert survivor.validate().ok, (nth, str(survivor.validate()))
+        shutil.rmtree(uri)
+    assert appended > 10, "most points of the clean let the other writer commit"
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _is_marker(path: str) -> bool:
+    return path.startswith("_markers")
+
+
+def _live(table: txn.Table) -> list[str]:
+    prefix = table.uri.rstrip("/") + "/"
+    return sorted(f.path[len(prefix):] for f in table.snapshot().files())
+
+
+def _batches(count: int) -> Iterator[pa.RecordBatch]:
+    for i in range(count):
+        yield rows(range(1_000 + i * 100, 1_100 + i * 100)).to_batches()[0]
+
+
+def test_the_timeline_accepts_clean_instants() -> None:
+    assert "clean" in timeline.ACTIONS

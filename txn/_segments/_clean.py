@@ -1,0 +1,207 @@
+"""CLEAN FILES (``t.clean``): remove what no retained snapshot needs, through the table's trash.
+
+A clean is an instant with action ``clean`` (not a data action: it changes no snapshot's rows):
+
+1. plan, without the lock (``_clean_plan``): the removed files past retention, orphans and
+   expired trash, with their sizes;
+2. ``begin``, under the lock: refuse if another clean is running (its instant pending, its
+   heartbeat live); write the plan as the instant's ``requested`` file;
+3. publish the new time-travel floor (``retention.json``, under the lock) *before* anything
+   moves, so time travel past it raises ``SnapshotExpiredError`` instead of missing a file;
+4. move each planned file to ``_trash/<T>/<path>`` (one that is gone already is skipped) and
+   delete for good the expired trash;
+5. commit, under the lock: clean the metadata table's old bases and blocks and sweep the markers
+   of decided instants (as the maintenance after a commit does), then a metadata delta purging
+   the moved paths from ``files``, ``column_stats`` and ``deletes``, then the completed instant
+   with what was moved.
+
+An error before the commit point rolls the clean back, and a clean that dies is rolled back by
+the next writer once its heartbeat expires: the rollback moves every file of the plan that is in
+``_trash/<T>/`` back where it was (``Protocol._undo_clean``), so the table is as it was. The
+trash keeps files ``clean.trash_hours`` (a mistaken clean can be undone by hand: move the files
+back; time travel past the published floor stays expired).
+
+The crash argument is in design/segments.md ("CLEAN FILES").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+import msgspec
+
+from indexes import DELETES_SCHEMA, FILES_SCHEMA, MetadataChanges, column_stats_schema, purges
+from timeline import (
+    CommitConflictError,
+    Lease,
+    ObjectNotFoundError,
+    Storage,
+    TimelineView,
+    move,
+)
+
+from .._commit import Builder, Pending, Protocol, protocol_of
+from .._commit._protocol import CLEAN_ACTION, EXPIRED_TRASH, trash_folder
+from .._context import DATA_ACTIONS, TableContext
+from ._clean_plan import CleanEntry, CleanPlan, plan_clean
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    """What a clean removed (or, in a dry run, would remove)."""
+
+    #: Table-relative paths moved to the trash or deleted for good, sorted: data files, delete
+    #: deltas, expired trash, and old files of the metadata table.
+    files: list[str]
+    #: Their total size in bytes.
+    bytes: int
+    #: The clean instant's time; None for a dry run or when there was nothing to move.
+    instant: str | None = None
+    #: The trash folder files were moved to (``_trash/<instant>``), if any were.
+    trash: str | None = None
+    dry_run: bool = False
+    #: Per reason (compacted, marked_for_delete, replaced_delta, removed, orphan, expired_trash,
+    #: metadata): how many files.
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class CleanMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="clean", tag_field="kind"):
+    """The payload of a completed clean instant."""
+
+    #: Table-relative paths moved to ``_trash/<T>/``.
+    moved: list[str] = msgspec.field(default_factory=list)
+    #: Paths in ``_trash/`` deleted for good (older than clean.trash_hours).
+    deleted: list[str] = msgspec.field(default_factory=list)
+    #: Old bases and blocks of the metadata table deleted.
+    metadata_deleted: list[str] = msgspec.field(default_factory=list)
+    bytes: int = 0
+    #: The time-travel floor published (None: unchanged).
+    floor: str | None = None
+
+
+@dataclass
+class _Done:
+    """What the write phase of a clean did."""
+
+    moved: list[CleanEntry] = field(default_factory=list)
+    deleted: list[CleanEntry] = field(default_factory=list)
+
+
+def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) -> CleanResult:
+    """CLEAN FILES; see :meth:`txn.Table.clean`."""
+    storage = context.storage
+    protocol = protocol_of(context)
+    if not dry_run and context.timeline.expired(context.timeline.load()):
+        # Roll dead writers back first (as any writer's begin would), so that what a rollback
+        # cannot delete (a file whose marker is damaged) is an orphan of this clean already.
+        with context.timeline.lock() as lease:
+            protocol.recover(lease)
+    plan = plan_clean(context, force=force).plan
+    if dry_run:
+        view = context.timeline.load()
+        old = context.metadata.cleanable(_writes(view))
+        return _result(plan.files, _sized(storage, old), dry_run=True)
+    if not plan.files:
+        with context.timeline.lock() as lease:
+            return _result([], _clean_metadata(context, protocol, lease))
+    pending = protocol.begin("clean", CLEAN_ACTION, admit=_refuse_running_clean, plan=plan)
+    metadata_files: dict[str, int] = {}
+    outcome = _Done()
+
+    def write(begun: Pending) -> _Done:
+        if plan.floor is not None:
+            with context.timeline.lock() as lease:
+                context.metadata.raise_retention(plan.floor, source="clean", lease=lease)
+        _move(storage, plan, trash_folder(begun.instant.time), outcome)
+        return outcome
+
+    def build(begun: Pending, done: _Done) -> Builder:
+        def under_lock(lease: Lease, view: TimelineView) -> tuple[MetadataChanges, CleanMetadata]:
+            metadata_files.update(_clean_metadata(context, protocol, lease))
+            files = [e.path for e in done.moved if e.record == "files"]
+            deltas = [e.path for e in done.moved if e.record == "deletes"]
+            changes = MetadataChanges(
+                files=purges(FILES_SCHEMA, files),
+                column_stats=purges(column_stats_schema(context.schema), files),
+                deletes=purges(DELETES_SCHEMA, deltas))
+            record = CleanMetadata(
+                moved=[e.path for e in done.moved], deleted=[e.path for e in done.deleted],
+                metadata_deleted=sorted(metadata_files),
+                bytes=sum(e.size for e in (*done.moved, *done.deleted)) + sum(metadata_files.values()),
+                floor=plan.floor)
+            return changes, record
+
+        return cast(Builder, under_lock)
+
+    completed, _ = protocol.finish(pending, write, build)
+    return _result([*outcome.moved, *outcome.deleted], metadata_files, instant=completed.time,
+                   trash=trash_folder(completed.time) if outcome.moved else None)
+
+
+def _refuse_running_clean(view: TimelineView) -> None:
+    """Admission of a clean, under the lock after recovery: a pending clean is a live one."""
+    running = [i for i in view.pending() if i.action == CLEAN_ACTION]
+    if running:
+        raise CommitConflictError(
+            f"clean refused: clean instant {running[0].time} is still running (its writer's "
+            "heartbeat is live); nothing was changed\nHelp: wait for it to finish; if its "
+            "writer died, the next write or clean after heartbeat.timeout_ms rolls it back")
+
+
+def _move(storage: Storage, plan: CleanPlan, folder: str, done: _Done) -> None:
+    """Move each planned file to the trash (expired trash: delete it), noting each in ``done``.
+    A file that is gone already is skipped."""
+    for entry in plan.files:
+        if entry.reason == EXPIRED_TRASH:
+            storage.delete(entry.path)
+            done.deleted.append(entry)
+            continue
+        try:
+            move(storage, entry.path, f"{folder}/{entry.path}")
+        except ObjectNotFoundError:
+            continue  # gone since the plan: nothing to move, nothing to purge
+        done.moved.append(entry)
+
+
+def _clean_metadata(context: TableContext, protocol: Protocol, lease: Lease) -> dict[str, int]:
+    """Old bases and blocks of the metadata table, and markers of decided instants, under the
+    lock: returns the metadata files deleted with their sizes."""
+    writes = _writes(context.timeline.view(lease))
+    sizes = _sized(context.storage, context.metadata.cleanable(writes))
+    deleted = context.metadata.clean(writes, lease=lease)
+    protocol.sweep_markers(lease)
+    return {path: sizes.get(path, 0) for path in deleted}
+
+
+def _writes(view: TimelineView) -> list[tuple[str, str]]:
+    """The completed data commits, in completion order (what metadata retention counts)."""
+    return [(i.time, i.completed_at or "") for i in view.completed() if i.action in DATA_ACTIONS]
+
+
+def _sized(storage: Storage, paths: Sequence[str]) -> dict[str, int]:
+    sizes = {}
+    for path in paths:
+        try:
+            sizes[path] = storage.size(path)
+        except ObjectNotFoundError:
+            continue
+    return sizes
+
+
+def _result(entries: Sequence[CleanEntry], metadata_files: dict[str, int], *,
+            instant: str | None = None, trash: str | None = None,
+            dry_run: bool = False) -> CleanResult:
+    reasons: dict[str, int] = {}
+    for entry in entries:
+        reasons[entry.reason] = reasons.get(entry.reason, 0) + 1
+    if metadata_files:
+        reasons["metadata"] = len(metadata_files)
+    return CleanResult(
+        files=sorted([*(e.path for e in entries), *metadata_files]),
+        bytes=sum(e.size for e in entries) + sum(metadata_files.values()),
+        instant=instant, trash=trash, dry_run=dry_run, reasons=reasons)
+
+
+__all__ = ["CleanMetadata", "CleanResult", "clean"]

@@ -1,0 +1,254 @@
+"""CLEAN FILES, the plan: what may leave the table now, worked out without the lock.
+
+A file may go when no snapshot the table still promises needs it:
+
+* **removed** files (data files of ``Compacted`` and ``Marked for Delete`` segments, delete deltas
+  replaced by horizontal compaction or dropped with their data file), once the commit that
+  removed them is older than the retention floor (``_clean_retention``).
+* **orphans**: data files and deltas under the table that no metadata record names (live,
+  removed or purged), whose writer is decided (not pending, not newer than the newest instant
+  seen, older than the newest completed instant) and that no marker of an undecided instant
+  claims.
+* **expired trash**: files in ``_trash/<T>/`` of a decided clean ``T`` older than
+  ``clean.trash_hours`` (``force``: any age), deleted for good.
+
+Never: a path outside the table (absolute, ``..``), files of external segments, anything in
+``_timeline/``, ``_metadata/`` or ``_markers/``, or a name metatxn does not write.
+
+The reads are ordered so that a writer writing and committing meanwhile cannot lose a file:
+data files are listed *first*, then the timeline and the markers are read, then the metadata
+table is resolved from that timeline. A file in the listing was written after its instant ``T``
+was requested, so ``T`` is on that timeline (or archived, so decided): pending (skipped), or
+completed (its files are in the metadata resolved from it), or rolled back (only its leftovers
+are orphans). A file written after the listing is not in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import msgspec
+import pyarrow as pa
+
+from indexes import (
+    COMPACTED,
+    DELETES,
+    FILES,
+    MARKED_FOR_DELETE,
+    METADATA_FOLDER,
+    SEGMENTS,
+    SegmentEntry,
+    live,
+    removed,
+)
+from timeline import (
+    InvalidOptionError,
+    ObjectNotFoundError,
+    Storage,
+    TimelineView,
+    TxnError,
+    check_key,
+    parse_time,
+)
+
+from .._commit._protocol import CLEAN_ACTION, EXPIRED_TRASH, TRASH_FOLDER
+from .._context import TableContext
+from .._context._options import clean_options
+from .._files import DELTA_SUFFIX, MARKERS_FOLDER, marker_instant, read_marker
+from ._clean_retention import HOUR_MS, History, retention_floor
+
+#: Why a file is in the plan (``CleanEntry.reason``).
+COMPACTED_FILE = "compacted"
+MARKED_FILE = "marked_for_delete"
+REMOVED_FILE = "removed"
+REPLACED_DELTA = "replaced_delta"
+ORPHAN = "orphan"
+
+#: Folders that hold no data: never listed as data, never cleaned as orphans.
+NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/")
+DATA_SUFFIXES = (".parquet", DELTA_SUFFIX)
+
+
+class CleanEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One file of a clean's plan."""
+
+    #: Table-relative path (for expired trash: the path in ``_trash/``).
+    path: str
+    size: int
+    #: compacted, marked_for_delete, removed, replaced_delta, orphan or expired_trash.
+    reason: str
+    #: Completion time of the commit that removed it (removed files and deltas only).
+    removed_at: str | None = None
+    #: The metadata partition that lists it, whose record the clean purges: ``files`` (and its
+    #: statistics), ``deletes``, or None (orphans, trash).
+    record: str | None = None
+
+
+class CleanPlan(msgspec.Struct, frozen=True, kw_only=True, tag="clean_plan", tag_field="kind"):
+    """The plan in a clean instant's ``requested`` file: what it moves to ``_trash/<T>/`` (or
+    deletes for good), so that a clean that dies is undone from it by the next writer."""
+
+    files: list[CleanEntry] = msgspec.field(default_factory=list)
+    #: The time-travel floor the clean publishes before it moves anything (the newest removal it
+    #: cleans); None when it cleans no removed file.
+    floor: str | None = None
+    #: The retention floor it decided by: removals completed at or before it may go.
+    retained_from: str = ""
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Planned:
+    plan: CleanPlan
+    view: TimelineView
+
+
+def plan_clean(context: TableContext, *, force: bool) -> Planned:
+    """What a clean run now would remove (reads only)."""
+    storage = context.storage
+    now = context.clock()
+    options = clean_options(context.config.properties)
+    # 1. List first (see the module docstring for why the order matters).
+    listing = storage.list("", recursive=True)
+    on_storage = [key for key in listing
+                  if key.endswith(DATA_SUFFIXES) and not key.startswith(NOT_DATA)]
+    trash = [key for key in listing if key.startswith(f"{TRASH_FOLDER}/")]
+    # 2. The timeline and the markers.
+    view = context.timeline.load()
+    claimed = _claimed(storage, {i.time for i in view.completed()})
+    # 3. The metadata table at the latest instant of that timeline.
+    metadata = context.metadata_at(view, None, (FILES, SEGMENTS, DELETES))
+    assert metadata.files is not None and metadata.deletes is not None
+    assert metadata.segments is not None
+    history = History(context, view)
+    floor = retention_floor(context, view, history, now, options.retain_commits,
+                            options.retain_hours, force)
+
+    entries = _removed(metadata.files, metadata.deletes, metadata.segments, history, floor)
+    referenced = set(metadata.files["path"].to_pylist()) | set(metadata.deletes["path"].to_pylist())
+    entries += _orphans(storage, view, on_storage, referenced, claimed, metadata.segments)
+    entries += _expired_trash(storage, view, trash, now, options.trash_hours * HOUR_MS, force)
+    entries.sort(key=lambda entry: entry.path)
+    removals = [e.removed_at for e in entries if e.removed_at is not None]
+    plan = CleanPlan(files=entries, floor=max(removals, default=None), retained_from=floor,
+                     force=force)
+    return Planned(plan, view)
+
+
+# -- candidates ------------------------------------------------------------------------------------
+
+
+def _inside(path: str) -> bool:
+    """A table-relative path in a data folder (never absolute, never ``..``)."""
+    if "://" in path or path.startswith(NOT_DATA):
+        return False
+    try:
+        check_key(path)
+    except InvalidOptionError:
+        return False
+    return "/" in path
+
+
+def _removed(files: pa.Table, deletes: pa.Table, segments: Mapping[str, SegmentEntry],
+             history: History, floor: str) -> list[CleanEntry]:
+    gone_files = removed(files).select(["path", "segment", "size"]).to_pylist()
+    gone_deltas = removed(deletes).select(["path", "file", "size"]).to_pylist()
+    if not (gone_files or gone_deltas) or not floor:
+        return []
+    external = {entry.id for entry in segments.values() if entry.external}
+    reasons = {COMPACTED: COMPACTED_FILE, MARKED_FOR_DELETE: MARKED_FILE}
+    live_files = set(live(files)["path"].to_pylist())
+    segment_of = {row["path"]: row["segment"] for row in gone_files}
+    candidates: list[tuple[str, int, str, str]] = []
+    for row in gone_files:
+        if row["segment"] in external or not _inside(row["path"]):
+            continue
+        entry = segments.get(row["segment"])
+        reason = reasons.get(entry.status, REMOVED_FILE) if entry is not None else REMOVED_FILE
+        candidates.append((row["path"], row["size"] or 0, reason, FILES))
+    for row in gone_deltas:
+        data_file = row["file"]
+        if segment_of.get(data_file) in external or not _inside(row["path"]):
+            continue
+        if data_file in live_files:
+            reason = REPLACED_DELTA
+        else:
+            entry = segments.get(segment_of.get(data_file, ""))
+            reason = reasons.get(entry.status, REMOVED_FILE) if entry is not None else REMOVED_FILE
+        candidates.append((row["path"], row["size"] or 0, reason, DELETES))
+    found = history.removals({path for path, *_ in candidates}, floor)
+    return [CleanEntry(path=path, size=size, reason=reason, removed_at=found[path], record=record)
+            for path, size, reason, record in candidates if path in found]
+
+
+def _claimed(storage: Storage, done: set[str]) -> set[str]:
+    """Files named by the markers of instants not completed: a write or a rollback in progress."""
+    claimed = set()
+    for marker in storage.list(MARKERS_FOLDER):
+        if marker_instant(marker) in done:
+            continue
+        try:
+            claimed.add(read_marker(storage, marker))
+        except (FileNotFoundError, TxnError):
+            continue  # gone, or damaged: a damaged marker names nothing we could trust
+    return claimed
+
+
+def _is_time(text: str) -> bool:
+    try:
+        parse_time(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _orphans(storage: Storage, view: TimelineView, on_storage: Iterable[str], referenced: set[str],
+             claimed: set[str], segments: Mapping[str, SegmentEntry]) -> list[CleanEntry]:
+    last = view.last_completed()
+    if last is None:
+        return []
+    pending = {i.time for i in view.pending()}
+    newest = view.max_time() or ""
+    outside = tuple(f"{entry.path.strip('/')}/" for entry in segments.values()
+                    if entry.external and entry.path)
+    found = []
+    for path in on_storage:
+        if path in referenced or path in claimed or not _inside(path) or path.startswith(outside):
+            continue
+        writer = marker_instant(path)
+        if not _is_time(writer) or writer in pending or writer > newest or writer >= last.time:
+            continue
+        try:
+            size = storage.size(path)
+        except ObjectNotFoundError:
+            continue
+        found.append(CleanEntry(path=path, size=size, reason=ORPHAN))
+    return found
+
+
+def _expired_trash(storage: Storage, view: TimelineView, trash: Iterable[str], now: int,
+                   keep_ms: int, force: bool) -> list[CleanEntry]:
+    if any(i.action == "rollback" and i.is_pending for i in view.instants):
+        return []  # a rollback in progress may be moving a clean's files back
+    newest = view.max_time() or ""
+    found = []
+    for key in trash:
+        parts = key.split("/")
+        cleaned_at = parts[1] if len(parts) > 2 else ""
+        if not _is_time(cleaned_at) or cleaned_at > newest:
+            continue
+        instant = view.get(cleaned_at)
+        if instant is not None and (instant.is_pending or instant.action != CLEAN_ACTION):
+            continue
+        if not force and now - parse_time(cleaned_at) < keep_ms:
+            continue
+        try:
+            size = storage.size(key)
+        except ObjectNotFoundError:
+            continue
+        found.append(CleanEntry(path=key, size=size, reason=EXPIRED_TRASH))
+    return found
+
+
+__all__ = ["CleanEntry", "CleanPlan", "Planned", "plan_clean"]

@@ -1,0 +1,51 @@
+"""``txn.spark.compact``: the same compaction as ``Table.compact``, rewritten by Spark's executors.
+
+The driver plans (which segments, the new id) and commits exactly as a local compaction does;
+only the rewrite moves: Spark scans the source files natively, drops the rows their delete deltas
+delete (an anti-join on file name and row index, as ``txn.spark.read`` does), range-partitions
+the rows by ``sort_by`` into one task per output file group, and each task writes its files and
+record-index log parts for the instant (the write job of ``txn.spark.write``). A segment larger
+than one machine's memory is therefore compacted in pieces no larger than a file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._commit import Change, Pending, Written
+from .._context import Commit, TableContext, open_context, target_file_bytes
+from .._segments import compact as compact_table
+from ._read import native_scan, without_deleted
+from ._types import spark_schema
+from ._workers import ensure_workers_run_metatxn
+from ._write import run_job
+
+
+def compact(spark: Any, uri: str, kind: str = "minor", *,
+            segments: Sequence[str | int] | None = None,
+            storage_options: dict[str, Any] | None = None) -> Commit | None:
+    """Compact the table at ``uri`` with the rewrite on Spark's executors; the same selection,
+    naming, conflicts and commit as :meth:`txn.Table.compact` (returns its commit, or None when
+    there is nothing to compact)."""
+    ensure_workers_run_metatxn(spark)
+    context = open_context(uri, storage_options)
+    return compact_table(context, kind, segments=segments,
+                         rewrite=lambda change: _rewrite(spark, context, change))
+
+
+def _rewrite(spark: Any, context: TableContext, change: Change) -> Callable[[Pending], Written]:
+    merge = change.merge
+    assert merge is not None
+    store = context.store
+    frame = native_scan(spark, spark_schema(context.schema), [store.location(f) for f in merge.files])
+    frame = without_deleted(spark, frame, [(store.location(f), change.current.positions(f))
+                                           for f in merge.files if change.current.paths(f)])
+    # Parquet is several times smaller than the Arrow memory a file's target counts.
+    tasks = max(1, math.ceil(3 * merge.size / target_file_bytes(context.properties)))
+    if context.sort_by:
+        frame = frame.repartitionByRange(tasks, *context.sort_by).sortWithinPartitions(*context.sort_by)
+    else:
+        frame = frame.repartition(tasks)
+    return lambda pending: run_job(context, frame, pending, {}, change.current)
