@@ -4,11 +4,10 @@ optimistic conflict checks, and how a write's change becomes one instant."""
 from ._change import Change, Merge, Written, commit_begun, commit_change, to_commit
 from ._conflicts import CompactedMeanwhileError
 from ._conflicts import check as check_conflicts
-from ._protocol import CLEAN_ACTION, Builder, Pending, Protocol
+from ._protocol import Builder, Pending, Protocol
 from ._upkeep import protocol_of
 
 __all__ = [
-    "CLEAN_ACTION",
     "Builder",
     "Change",
     "CompactedMeanwhileError",

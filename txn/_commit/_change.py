@@ -30,9 +30,10 @@ from indexes import (
     SegmentEntry,
     column_stats_schema,
     live,
+    segment_sort_key,
     tombstones,
 )
-from timeline import CommitConflictError, Lease, TimelineView, parse_time
+from timeline import CommitConflictError, Lease, TimelineView, TxnError, parse_time
 
 from .._context import (
     ACTION_OF,
@@ -56,7 +57,7 @@ from .._files import (
 )
 from .._rows import index_keys
 from . import _conflicts
-from ._protocol import Builder, Pending
+from ._protocol import Admission, Builder, Pending
 from ._upkeep import protocol_of
 
 
@@ -233,6 +234,20 @@ def _replacement(context: TableContext, view: TimelineView, pending: Pending,
     return removed_files, removed_deltas, segments, rows
 
 
+def _merged(merge: Merge, pending: Pending,
+            statuses: Sequence[FileStatus]) -> tuple[list[str], list[str], list[SegmentEntry], int]:
+    """What a compaction removes: (the sources' files, their deltas, the sources marked
+    ``Compacted``, their live rows)."""
+    written = sum(s.rows for s in statuses)
+    if written != merge.rows:  # never commit a compaction that lost or revived rows
+        raise TxnError(
+            f"compaction {pending.instant.time} into {merge.target} wrote {written} rows, but its "
+            f"sources hold {merge.rows} live rows; nothing was committed")
+    compacted = [msgspec.structs.replace(entry, status=COMPACTED, merged_to=merge.target)
+                 for entry in merge.sources.values()]
+    return list(merge.files), list(merge.deltas), compacted, merge.rows
+
+
 def _written_keys(context: TableContext, view: TimelineView, change: Change, pending: Pending,
                   written: Written) -> pa.Table | None:
     index = context.metadata.record_index
@@ -244,16 +259,19 @@ def _written_keys(context: TableContext, view: TimelineView, change: Change, pen
 
 
 def commit_change(context: TableContext, change: Change, extra: dict[str, str] | None, *,
-                  write: Callable[[Pending], Written] | None = None, retries: int = 0) -> Commit:
+                  write: Callable[[Pending], Written] | None = None, retries: int = 0,
+                  admit: Admission | None = None) -> Commit:
     """Write and commit ``change`` as one instant (rolled back on any failure).
 
     ``write`` replaces the local write phase (Spark's executors write the files). ``retries``:
     how often the caller planned this write again after a compaction overtook it (recorded).
+    ``admit``: the check ``begin`` runs under the lock (see ``Protocol.begin``).
     """
     new_segment = change.rows is not None or write is not None
     completed, metadata = protocol_of(context).run(
         change.operation, ACTION_OF[change.operation], new_segment=new_segment,
         segment=change.segment, sources=list(change.merge.sources) if change.merge else (),
+        read_at=change.read_at, admit=admit,
         write=write or (lambda pending: _write(context, pending, change)),
         build=builder(context, change, extra, retries=retries), extra=extra,
     )
@@ -292,19 +310,15 @@ def builder(context: TableContext, change: Change, extra: dict[str, str] | None,
             removed_files: list[str] = []
             removed_deltas = list(written.replaced)
             rows_deleted = change.rows_deleted
+            merged: list[str] = []
             if change.replace:
                 removed_files, dropped, marked, rows_deleted = _replacement(context, view, pending, change)
+            elif change.merge is not None:
+                removed_files, dropped, marked, rows_deleted = _merged(change.merge, pending, statuses)
+                merged = sorted(change.merge.sources, key=segment_sort_key)
+            if change.replace or change.merge is not None:
                 removed_deltas += dropped
                 segments += marked
-                files = pa.concat_tables([files, tombstones(FILES_SCHEMA, removed_files)])
-                stats = pa.concat_tables([stats, tombstones(stats.schema, removed_files)])
-            merged: list[str] = []
-            if change.merge is not None:
-                merge = change.merge
-                removed_files, merged, rows_deleted = list(merge.files), sorted(merge.sources), merge.rows
-                removed_deltas += merge.deltas
-                segments += [msgspec.structs.replace(entry, status=COMPACTED, merged_to=merge.target)
-                             for entry in merge.sources.values()]
                 files = pa.concat_tables([files, tombstones(FILES_SCHEMA, removed_files)])
                 stats = pa.concat_tables([stats, tombstones(stats.schema, removed_files)])
             if removed_deltas:

@@ -40,8 +40,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from indexes import MetadataChanges, MetadataTable
 from timeline import (
     CommitStateUnknownError,
@@ -58,38 +56,21 @@ from timeline import (
     next_time,
 )
 
-from .._context import CommitMetadata, WritePlan
+from .._context import (
+    CLEAN_ACTION,
+    EXPIRED_TRASH,
+    TRASH_FOLDER,
+    CleanPlan,
+    CommitMetadata,
+    WritePlan,
+    trash_folder,
+)
 from .._files import MARKERS_FOLDER, marked_paths, marker_instant, marker_path
 
 log = logging.getLogger("metatxn")
 
-#: The action of a CLEAN FILES instant, and where it moves what it removes.
-CLEAN_ACTION = "clean"
-TRASH_FOLDER = "_trash"
-#: The reason of a plan entry deleted for good (trash older than ``clean.trash_hours``).
-EXPIRED_TRASH = "expired_trash"
-
-
 #: Folders a clean never moves files out of, so its undo never moves files into them.
 _NEVER_RESTORED = ("_timeline/", "_metadata/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/")
-
-
-def trash_folder(instant_time: str) -> str:
-    """Where clean ``instant_time`` moves files: ``_trash/<T>/<table-relative path>``."""
-    return f"{TRASH_FOLDER}/{instant_time}"
-
-
-class TrashedFile(msgspec.Struct, frozen=True, kw_only=True):
-    """What undoing a clean needs of one entry of its plan (the plan holds more)."""
-
-    path: str
-    reason: str
-
-
-class TrashPlan(msgspec.Struct, frozen=True, kw_only=True, tag="clean_plan", tag_field="kind"):
-    """What undoing a clean needs of its plan: the files it moves (or deletes for good)."""
-
-    files: list[TrashedFile] = msgspec.field(default_factory=list)
 
 
 @dataclass
@@ -130,7 +111,7 @@ class Protocol:
     # -- the steps -----------------------------------------------------------------------------
 
     def begin(self, operation: str, action: str, *, new_segment: bool = False,
-              segment: str | None = None, sources: Sequence[str] = (),
+              segment: str | None = None, sources: Sequence[str] = (), read_at: str | None = None,
               extra: dict[str, str] | None = None, admit: Admission | None = None,
               plan: Any = None) -> Pending:
         """Step 1 and 2: request and start an instant, under the lock.
@@ -138,9 +119,10 @@ class Protocol:
         ``new_segment`` allocates the next load id; ``segment`` names the segment instead (a
         compaction's ``x.1``). ``sources`` are the segments the write reads and replaces (a
         compaction's inputs), recorded in the plan so that others can see them while it runs.
-        ``admit`` runs under the lock on the recovered timeline before anything is written and
-        may refuse the write by raising. ``plan`` replaces the ``WritePlan`` (a table service
-        with a plan of its own).
+        ``read_at``: the completion time of the snapshot the write read (recorded: CLEAN FILES
+        keeps what it needs). ``admit`` runs under the lock on the recovered timeline before
+        anything is written and may refuse the write by raising. ``plan`` replaces the
+        ``WritePlan`` (a table service with a plan of its own).
         """
         with self._timeline.lock() as lease:
             view = self.recover(lease)
@@ -150,7 +132,7 @@ class Protocol:
                 segment = self._next_segment(view)
             if plan is None:
                 plan = WritePlan(operation=operation, segment=segment, sources=list(sources),
-                                 extra=dict(extra or {}))
+                                 read_at=read_at, extra=dict(extra or {}))
             # T comes back as the metadata table's deltacommit time, so it must also be above
             # every time on the metadata timeline (whose compactions take times of their own).
             after = max(filter(None, (view.max_time(), self._metadata.timeline.view(lease).max_time())),
@@ -314,7 +296,7 @@ class Protocol:
         (expired trash) stay deleted: they were in the trash for longer than the table keeps it.
         The retention floor the clean published stays: it only makes time travel stop earlier.
         """
-        plan = self._timeline.read_plan(target, TrashPlan)
+        plan = self._timeline.read_plan(target, CleanPlan)
         folder = trash_folder(target.time)
         trashed = set(self._storage.list(folder, recursive=True))
         restored = []
@@ -386,14 +368,8 @@ def _written_paths(written: Any) -> Iterator[str]:
 
 
 __all__ = [
-    "CLEAN_ACTION",
-    "EXPIRED_TRASH",
-    "TRASH_FOLDER",
     "Admission",
     "Builder",
     "Pending",
     "Protocol",
-    "TrashPlan",
-    "TrashedFile",
-    "trash_folder",
 ]

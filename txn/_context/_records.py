@@ -37,6 +37,9 @@ class WritePlan(msgspec.Struct, frozen=True, kw_only=True, tag="write_plan", tag
     #: The segments it reads and replaces (a compaction's inputs): while it runs, DELETE
     #: SEGMENT refuses them and other compactions skip them.
     sources: list[str] = msgspec.field(default_factory=list)
+    #: Completion time of the snapshot the write read (None: it read nothing). CLEAN FILES keeps
+    #: what that snapshot needs while the write runs.
+    read_at: str | None = None
     extra: dict[str, str] = msgspec.field(default_factory=dict)
 
 
@@ -65,6 +68,52 @@ class CommitMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="commit", ta
     #: How often the write was planned again because a table service (a compaction) completed
     #: while it ran and replaced files it had read.
     retries: int = 0
+
+
+#: The action of a CLEAN FILES instant, and where it moves what it removes.
+CLEAN_ACTION = "clean"
+TRASH_FOLDER = "_trash"
+#: The reason of a plan entry deleted for good (trash older than ``clean.trash_hours``).
+EXPIRED_TRASH = "expired_trash"
+#: Why a file is in the plan (``CleanEntry.reason``).
+COMPACTED_FILE = "compacted"
+MARKED_FILE = "marked_for_delete"
+REMOVED_FILE = "removed"
+REPLACED_DELTA = "replaced_delta"
+ORPHAN = "orphan"
+
+
+def trash_folder(instant_time: str) -> str:
+    """Where clean ``instant_time`` moves files: ``_trash/<T>/<table-relative path>``."""
+    return f"{TRASH_FOLDER}/{instant_time}"
+
+
+class CleanEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One file of a clean's plan."""
+
+    #: Table-relative path (for expired trash: the path in ``_trash/``).
+    path: str
+    size: int
+    #: compacted, marked_for_delete, removed, replaced_delta, orphan or expired_trash.
+    reason: str
+    #: Completion time of the commit that removed it (removed files and deltas only).
+    removed_at: str | None = None
+    #: The metadata partition that lists it, whose record the clean purges: ``files`` (and its
+    #: statistics), ``deletes``, or None (orphans, trash).
+    record: str | None = None
+
+
+class CleanPlan(msgspec.Struct, frozen=True, kw_only=True, tag="clean_plan", tag_field="kind"):
+    """The plan in a clean instant's ``requested`` file: what it moves to ``_trash/<T>/`` (or
+    deletes for good), so that a clean that dies is undone from it by the next writer."""
+
+    files: list[CleanEntry] = msgspec.field(default_factory=list)
+    #: The time-travel floor the clean publishes before it moves anything (the newest removal it
+    #: cleans); None when it cleans no removed file.
+    floor: str | None = None
+    #: The retention floor it decided by: removals completed at or before it may go.
+    retained_from: str = ""
+    force: bool = False
 
 
 @dataclass(frozen=True)

@@ -94,5 +94,10 @@ def snapshot_at(context: TableContext, view: TimelineView, instant: str | None, 
         assert resolved is not None
         return resolved
 
+    def still_retained() -> None:
+        if bound is not None:
+            completed = sorted(view.completed(), key=lambda i: i.completed_at or "")
+            check_retained(context, instant or bound, bound, completed)
+
     return Snapshot(instant=instant, completed_at=bound, metadata=metadata, schema=context.schema,
-                    store=context.store, load_column_stats=column_stats)
+                    store=context.store, load_column_stats=column_stats, check_retained=still_retained)

@@ -98,7 +98,11 @@ class Snapshot:
         schema: pa.Schema,
         store: DataStore,
         load_column_stats: Callable[[], pa.Table],
+        check_retained: Callable[[], None] = lambda: None,
     ) -> None:
+        """``check_retained`` raises ``SnapshotExpiredError`` if a clean since expired this
+        snapshot: a read that misses a file asks it before blaming the file."""
+        self._check_retained = check_retained
         self._instant = instant
         self._completed_at = completed_at
         self._schema = schema
@@ -203,6 +207,7 @@ class Snapshot:
         try:
             return self._read(expression, columns)
         except (pa.ArrowException, OSError) as exc:
+            self._check_retained()  # a clean since this snapshot was taken: expired, not damaged
             raise_for_files(self._store, self._paths(), self._schema, exc, filter=expression,
                             columns=columns)
 
@@ -254,6 +259,7 @@ class Snapshot:
             return int(self._scan(expression, self._paths(),
                                   lambda d: d.count_rows(filter=expression)))
         except (pa.ArrowException, OSError) as exc:
+            self._check_retained()
             raise_for_files(self._store, self._paths(), self._schema, exc, filter=expression,
                             columns=[])
 

@@ -43,9 +43,16 @@ from timeline import (
 )
 
 from .._commit import Builder, Pending, Protocol, protocol_of
-from .._commit._protocol import CLEAN_ACTION, EXPIRED_TRASH, trash_folder
-from .._context import DATA_ACTIONS, TableContext
-from ._clean_plan import CleanEntry, CleanPlan, plan_clean
+from .._context import (
+    CLEAN_ACTION,
+    DATA_ACTIONS,
+    EXPIRED_TRASH,
+    CleanEntry,
+    CleanPlan,
+    TableContext,
+    trash_folder,
+)
+from ._clean_plan import plan_clean
 
 
 @dataclass(frozen=True)

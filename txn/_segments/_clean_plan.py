@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import msgspec
 import pyarrow as pa
 
 from indexes import (
@@ -52,50 +51,26 @@ from timeline import (
     parse_time,
 )
 
-from .._commit._protocol import CLEAN_ACTION, EXPIRED_TRASH, TRASH_FOLDER
-from .._context import TableContext
-from .._context._options import clean_options
+from .._context import (
+    CLEAN_ACTION,
+    COMPACTED_FILE,
+    EXPIRED_TRASH,
+    MARKED_FILE,
+    ORPHAN,
+    REMOVED_FILE,
+    REPLACED_DELTA,
+    TRASH_FOLDER,
+    CleanEntry,
+    CleanPlan,
+    TableContext,
+    clean_options,
+)
 from .._files import DELTA_SUFFIX, MARKERS_FOLDER, marker_instant, read_marker
 from ._clean_retention import HOUR_MS, History, retention_floor
-
-#: Why a file is in the plan (``CleanEntry.reason``).
-COMPACTED_FILE = "compacted"
-MARKED_FILE = "marked_for_delete"
-REMOVED_FILE = "removed"
-REPLACED_DELTA = "replaced_delta"
-ORPHAN = "orphan"
 
 #: Folders that hold no data: never listed as data, never cleaned as orphans.
 NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/")
 DATA_SUFFIXES = (".parquet", DELTA_SUFFIX)
-
-
-class CleanEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """One file of a clean's plan."""
-
-    #: Table-relative path (for expired trash: the path in ``_trash/``).
-    path: str
-    size: int
-    #: compacted, marked_for_delete, removed, replaced_delta, orphan or expired_trash.
-    reason: str
-    #: Completion time of the commit that removed it (removed files and deltas only).
-    removed_at: str | None = None
-    #: The metadata partition that lists it, whose record the clean purges: ``files`` (and its
-    #: statistics), ``deletes``, or None (orphans, trash).
-    record: str | None = None
-
-
-class CleanPlan(msgspec.Struct, frozen=True, kw_only=True, tag="clean_plan", tag_field="kind"):
-    """The plan in a clean instant's ``requested`` file: what it moves to ``_trash/<T>/`` (or
-    deletes for good), so that a clean that dies is undone from it by the next writer."""
-
-    files: list[CleanEntry] = msgspec.field(default_factory=list)
-    #: The time-travel floor the clean publishes before it moves anything (the newest removal it
-    #: cleans); None when it cleans no removed file.
-    floor: str | None = None
-    #: The retention floor it decided by: removals completed at or before it may go.
-    retained_from: str = ""
-    force: bool = False
 
 
 @dataclass(frozen=True)

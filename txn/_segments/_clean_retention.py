@@ -22,7 +22,7 @@ from timeline import (
     read_archive,
 )
 
-from .._context import DATA_ACTIONS, CommitMetadata, TableContext
+from .._context import DATA_ACTIONS, CommitMetadata, TableContext, WritePlan
 
 log = logging.getLogger("metatxn")
 
@@ -113,7 +113,8 @@ def retention_floor(context: TableContext, view: TimelineView, history: History,
         by_commits = completions[-retain_commits] if len(completions) >= retain_commits else ""
         by_hours = format_time(max(0, now - retain_hours * HOUR_MS))
         floor = min(by_commits, by_hours, latest)
-    # A live writer read a snapshot before it began: keep what that snapshot needs.
+    # A live writer read a snapshot before it began (its plan says which: ``read_at``; a plan
+    # without it, before the writer began): keep what that snapshot needs.
     try:
         expired = {i.time for i in context.timeline.expired(view)}
     except TxnError:
@@ -121,9 +122,14 @@ def retention_floor(context: TableContext, view: TimelineView, history: History,
     for instant in view.pending():
         if instant.action not in DATA_ACTIONS or instant.time in expired:
             continue
-        before = [i.completed_at or "" for i in view.completed()
-                  if (i.completed_at or "") < instant.time]
-        floor = min(floor, max(before, default=""))
+        try:
+            read_at = context.timeline.read_plan(instant, WritePlan).read_at
+        except TxnError:
+            read_at = None
+        if read_at is None:
+            read_at = max((i.completed_at or "" for i in view.completed()
+                           if (i.completed_at or "") < instant.time), default="")
+        floor = min(floor, read_at)
     return floor
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Final
 
 import pyarrow as pa
@@ -35,17 +35,16 @@ from timeline import CommitConflictError, InvalidOptionError, TimelineView
 from .._commit import Change, Merge, Pending, Written, commit_change
 from .._context import (
     COMPACT,
-    DATA_ACTIONS,
     LATEST_PARTITIONS,
     Commit,
     CommitMetadata,
     TableContext,
-    WritePlan,
     compaction_options,
     target_file_bytes,
 )
 from .._files import raise_for_files, scan_file
 from .._write import State, latest
+from ._running import held_segments, refuse_held
 from ._selection import check_custom, merged_name, select_major, select_minor
 
 log = logging.getLogger("metatxn")
@@ -73,21 +72,49 @@ def compact(context: TableContext, kind: str = "minor", *,
         # segment there is nothing to hand off.
         return None
     last: Commit | None = None
+    taken = 0
     while True:
         change = latest(context, lambda state: plan(context, state, kind, segments))
         if change is None:
             return last
-        assert change.merge is not None
+        merge = change.merge
+        assert merge is not None
         log.info("compacting segment(s) %s into %s (%s)",
-                 sorted(change.merge.sources, key=segment_sort_key), change.merge.target, kind)
-        if rewrite is None:
-            last = commit_change(context, change, {KIND_KEY: kind})
-        else:
-            write = rewrite(change)
-            last = commit_change(context, dataclasses.replace(change, rows=None), {KIND_KEY: kind},
-                                 write=write)
+                 sorted(merge.sources, key=segment_sort_key), merge.target, kind)
+        write = rewrite(change) if rewrite is not None else None
+        try:
+            last = commit_change(context, change if write is None else dataclasses.replace(change, rows=None),
+                                 {KIND_KEY: kind}, write=write, admit=_admit(context, merge))
+        except _SourcesHeld:
+            # A DELETE SEGMENT (or another compaction) took a source between our plan and our
+            # begin: MINOR and MAJOR choose again without it; CUSTOM was asked for exactly these.
+            taken += 1
+            if kind == "custom" or taken > _REPLANS:
+                raise
+            continue
         if kind != "minor":
             return last
+
+
+class _SourcesHeld(CommitConflictError):
+    """A source of the compaction is held by a running write (seen under the lock at begin)."""
+
+
+#: How often MINOR and MAJOR choose again when running writes keep taking their sources.
+_REPLANS: Final = 3
+
+
+def _admit(context: TableContext, merge: Merge) -> Callable[[TimelineView], None]:
+    """Under the lock at begin: no running write may hold a source (it planned after us)."""
+
+    def admit(view: TimelineView) -> None:
+        try:
+            refuse_held(context, view, list(merge.sources), refused=f"compaction into {merge.target}",
+                        nothing="nothing was written")
+        except CommitConflictError as exc:
+            raise _SourcesHeld(str(exc)) from None
+
+    return admit
 
 
 def after_load(context: TableContext, load: Commit | None) -> None:
@@ -128,21 +155,17 @@ def plan(context: TableContext, state: State, kind: str,
          ids: Sequence[str | int] | None) -> Change | None:
     """The compaction to run on ``state``, or None when there is nothing to compact."""
     entries = context.metadata_at(state.view, None, LATEST_PARTITIONS).segments or {}
-    busy = _busy(context, state.view)
     options = compaction_options(context.properties)
     if kind == "custom":
-        assert ids is not None
+        if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Iterable):
+            raise InvalidOptionError(
+                f"segments must be a list of segment ids such as ['0', '1'], got {ids!r}")
         chosen = check_custom(entries, list(ids))
-        taken = {segment: holder for segment, holder in busy.items() if segment in chosen}
-        if taken:
-            instant, operation = next(iter(taken.values()))
-            doing = "merged by compaction" if operation == COMPACT else f"replaced by {operation}"
-            raise CommitConflictError(
-                f"custom compaction of segment(s) {chosen}: segment(s) {sorted(taken)} are being "
-                f"{doing} {instant}, which is still running; nothing was written\n"
-                "Help: wait for it to complete, then compact what is left")
+        refuse_held(context, state.view, chosen, refused=f"custom compaction of segment(s) {chosen}",
+                    nothing="nothing was written")
     else:
-        free = [e for e in entries.values() if e.id not in busy]
+        held = held_segments(context, state.view)
+        free = [e for e in entries.values() if e.id not in held]
         if kind == "minor":
             chosen = select_minor(free, options.level_threshold, preserve=options.preserve_segments,
                                   major_results=_major_results(context, state.view, free))
@@ -205,18 +228,6 @@ def _merged_rows(context: TableContext, state: State, files: list[str]) -> Itera
     # their size and, written in order, disjoint sort ranges.
     per_file = target_file_bytes(context.properties) * table.num_rows // max(1, table.nbytes)
     yield from table.to_batches(max_chunksize=max(1, per_file // 4))
-
-
-def _busy(context: TableContext, view: TimelineView) -> dict[str, tuple[str, str]]:
-    """Segments that pending writes are replacing (a compaction's or DELETE SEGMENT's sources)
-    -> (their instant, their operation)."""
-    busy: dict[str, tuple[str, str]] = {}
-    for instant in view.pending():
-        if instant.action in DATA_ACTIONS:
-            plan = context.timeline.read_plan(instant, WritePlan)
-            for segment in plan.sources:
-                busy[segment] = (instant.time, plan.operation)
-    return busy
 
 
 def _major_results(context: TableContext, view: TimelineView,

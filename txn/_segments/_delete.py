@@ -25,7 +25,7 @@ delete or update of its rows) conflicts: this commit's ``files_removed`` counts 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final, NoReturn
 
@@ -44,12 +44,10 @@ from indexes import (
     SegmentEntry,
     column_stats_schema,
     live,
-    segment_sort_key,
 )
 from indexes import tombstones as tombstone_rows
 from timeline import (
     CommitConflictError,
-    Instant,
     InvalidOptionError,
     Lease,
     SegmentNotFoundError,
@@ -65,14 +63,14 @@ from .._context import (
     Commit,
     CommitMetadata,
     TableContext,
-    WritePlan,
 )
 from .._files import LiveDeltas
+from ._running import DELETE_SEGMENTS, refuse_held, running_plans
 from ._selection import select_delete_before, select_delete_by_id
 
 __all__ = ["delete_segments"]
 
-OPERATION: Final = "delete_segments"
+OPERATION: Final = DELETE_SEGMENTS
 ACTION: Final = "replacecommit"
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: The statuses a delete marks (a running load's Insert In Progress is refused separately).
@@ -119,11 +117,12 @@ def delete_segments(context: TableContext, ids: Any = None, *,
                 f"delete segment by date found nothing to delete: none of the {committed} "
                 f"segment(s) checked is a Success or Streaming Finish segment loaded before "
                 f"{_moment(before)}; nothing was deleted")
-    _refuse_running(context, view, targets)
+    refuse_held(context, view, targets, refused="delete segment", nothing="nothing was deleted")
 
     def admit(recovered: TimelineView) -> None:
         # Under the lock, after dead writers were rolled back: the definitive checks.
-        _refuse_running(context, recovered, targets)
+        refuse_held(context, recovered, targets, refused="delete segment",
+                    nothing="nothing was deleted")
         _recheck(context, recovered, targets, read_at, when="before it began")
 
     completed, metadata = protocol_of(context).run(
@@ -185,41 +184,13 @@ def _entries(context: TableContext, view: TimelineView) -> tuple[dict[str, Segme
     """
     entries = dict(context.metadata_at(view, None, LATEST_PARTITIONS).segments or {})
     running: set[str] = set()
-    for instant, plan in _running_plans(context, view):
+    for instant, plan in running_plans(context, view):
         if plan.segment is not None and plan.segment not in entries:
             entries[plan.segment] = SegmentEntry(
                 id=plan.segment, status=INSERT_IN_PROGRESS, instant=instant.time,
                 load_start_ms=parse_time(instant.time))
             running.add(plan.segment)
     return entries, running
-
-
-def _running_plans(context: TableContext, view: TimelineView) -> list[tuple[Instant, WritePlan]]:
-    """The plans of the pending data instants whose writers are alive."""
-    pending = [i for i in view.pending() if i.action in DATA_ACTIONS]
-    if not pending:
-        return []
-    dead = {i.time for i in context.timeline.expired(view)}
-    return [(i, context.timeline.read_plan(i, WritePlan)) for i in pending if i.time not in dead]
-
-
-def _refuse_running(context: TableContext, view: TimelineView, targets: Collection[str]) -> None:
-    """Refuse when a running write reads one of ``targets`` (its plan lists it in ``sources``)."""
-    wanted = set(targets)
-    for instant, plan in _running_plans(context, view):
-        busy = sorted(wanted.intersection(plan.sources), key=segment_sort_key)
-        if not busy:
-            continue
-        if instant.action == "compaction" or plan.operation.startswith("compact"):
-            doing = f"compaction {instant.time} is merging"
-        elif plan.operation == OPERATION:
-            doing = f"delete segment {instant.time} is already deleting"
-        else:
-            doing = f"{plan.operation} {instant.time} is replacing"
-        raise CommitConflictError(
-            f"{doing} segment(s) {busy}; delete segment is not allowed until it completes, "
-            "nothing was deleted\nHelp: retry the delete once that instant has completed or was "
-            "rolled back")
 
 
 def _recheck(context: TableContext, view: TimelineView, targets: list[str], read_at: str | None,
@@ -263,8 +234,7 @@ def _changed_by(context: TableContext, view: TimelineView, read_at: str | None,
         except TxnError:
             continue  # only for the message: a commit we cannot read is named below anyway
         # A compaction records its sources as merged, a delete or overwrite as removed.
-        merged = getattr(metadata, "segments_merged", ())
-        if wanted & {*metadata.segments_removed, *merged}:
+        if wanted & {*metadata.segments_removed, *metadata.segments_merged}:
             named.append(f"{metadata.operation} {instant.time}")
     return named or [f"{i.action} {i.time}" for i in after]
 

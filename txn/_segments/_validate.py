@@ -35,8 +35,7 @@ from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, liv
 from indexes._layout import base_path, parse_listing, partition_folder
 from timeline import CorruptMetadataError, ObjectNotFoundError, TimelineView, TxnError
 
-from .._commit._protocol import TRASH_FOLDER
-from .._context import Problem, TableContext, ValidationReport
+from .._context import TRASH_FOLDER, Problem, TableContext, ValidationReport
 from .._files import (
     DELTA_SUFFIX,
     MARKERS_FOLDER,

@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 from indexes import DELETES, FILES, MetadataSnapshot, SnapshotExpiredError, live
 from timeline import ObjectNotFoundError, TimelineView
 
-from .._commit import CLEAN_ACTION, Change, CompactedMeanwhileError, commit_change
-from .._context import Commit, TableContext
+from .._commit import Change, CompactedMeanwhileError, Pending, Written, commit_change
+from .._context import CLEAN_ACTION, Commit, TableContext
 from .._files import LiveDeltas
 
 log = logging.getLogger("metatxn")
@@ -79,7 +79,9 @@ REPLANS = 3
 
 
 def commit_planned(context: TableContext, plan: Callable[[State], Change | None],
-                   extra: dict[str, str] | None, *, attempts: int = _ATTEMPTS) -> Commit | None:
+                   extra: dict[str, str] | None, *, attempts: int = _ATTEMPTS,
+                   write: Callable[[Change], Callable[[Pending], Written]] | None = None,
+                   ) -> Commit | None:
     """Plan a write on the latest state and commit it (None: ``plan`` found nothing to do).
 
     Table services never fail the write: when its only conflict is a compaction that completed
@@ -87,7 +89,8 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
     completed since it read the table removed a file it needs (a delete delta the compaction
     replaced), it is planned again on the new state and retried, up to :data:`REPLANS` times;
     the returned commit says how often (``Commit.retries``). A conflict with any other writer is
-    the caller's to resolve, as before.
+    the caller's to resolve, as before. ``write`` gives the write phase of a planned change
+    when it runs elsewhere (Spark's executors).
     """
     read_at: list[str | None] = []
 
@@ -101,7 +104,8 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
             change = latest(context, remembered, attempts=attempts)
             if change is None:
                 return None
-            return commit_change(context, change, extra, retries=retries)
+            return commit_change(context, change, extra, retries=retries,
+                                 write=write(change) if write is not None else None)
         except CompactedMeanwhileError:
             if retries == REPLANS:
                 raise
@@ -115,5 +119,7 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
 
 
 def _cleaned_since(context: TableContext, read_at: str | None) -> bool:
-    """Whether a clean completed after the state read at ``read_at`` (on the error path only)."""
-    return any(i.action == CLEAN_ACTION for i in context.timeline.load().completed_after(read_at or ""))
+    """Whether a clean may have moved files since the state read at ``read_at`` (on the error
+    path only): one completed after it, or one still running (its moves precede its commit)."""
+    view = context.timeline.load()
+    return any(i.action == CLEAN_ACTION for i in (*view.completed_after(read_at or ""), *view.pending()))

@@ -31,7 +31,7 @@ from timeline import (
     open_storage,
 )
 
-from .._commit import Change, CompactedMeanwhileError, Pending, Written, commit_change
+from .._commit import Change, Pending, Written
 from .._context import Commit, TableContext, delete_compaction_threshold, target_file_bytes
 from .._files import (
     DataFileWriter,
@@ -45,7 +45,7 @@ from .._files import (
 )
 from .._rows import SHOWN, describe, index_keys
 from .._segments import after_load
-from .._write import REPLANS, State, latest
+from .._write import State, commit_planned
 from ._tables import Layout, resolve, save_mode
 from ._types import conform
 from ._workers import ensure_workers_run_metatxn
@@ -280,7 +280,7 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
         return None
     operation = "append" if mode in ("error", "ignore") else mode
 
-    def plan(state: State) -> tuple[Change, dict[str, Positions]]:
+    def plan(state: State) -> Change:
         deleted: dict[str, Positions] = {}
         if columns and operation in ("append", "upsert"):
             found = _find_existing_rows(table, df, state)
@@ -291,25 +291,16 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
                     f"table, e.g. {describe(sample, columns)}; nothing was written\n"
                     "Help: use mode='upsert' to replace existing keys")
             deleted = _positions_by_file(found)
-        change = Change(operation, None, state.read_at if operation != "overwrite" else None,
-                        state.deltas, deleted=deleted, replace=operation == "overwrite")
-        return change, deleted
+        return Change(operation, None, state.read_at if operation != "overwrite" else None,
+                      state.deltas, deleted=deleted, replace=operation == "overwrite")
 
-    for retries in range(REPLANS + 1):
-        change, deleted = latest(table, plan)
-        try:
-            commit = commit_change(table, change, extra, retries=retries, write=functools.partial(
-                _write_phase, table, df, deleted, change.current))
-        except CompactedMeanwhileError:
-            # Only a compaction overlapped: the keyed DataFrame is pinned, so planning and
-            # writing it again writes the same rows against the compacted table.
-            if retries == REPLANS:
-                raise
-            continue
-        if operation == "append":
-            after_load(table, commit)
-        return commit
-    raise AssertionError("unreachable")  # pragma: no cover
+    # A keyed DataFrame is pinned, so planning and writing it again (when a table service
+    # overtook the write) writes the same rows against the new state.
+    commit = commit_planned(table, plan, extra, write=lambda change: functools.partial(
+        _write_phase, table, df, change.deleted, change.current))
+    if operation == "append":
+        after_load(table, commit)
+    return commit
 
 
 def _write_phase(table: TableContext, df: Any, deleted: dict[str, Positions], current: LiveDeltas,

@@ -401,3 +401,73 @@ def test_an_overwrite_is_not_failed_by_a_compaction_that_completed_while_it_ran(
     assert sorted(table.to_arrow()["id"].to_pylist()) == list(range(500, 505))
     assert status(table)["0.1"] == ("Marked for Delete", None)
     assert table.validate().ok
+
+
+# -- the review's cases: held segments, dead compactions, bad ids, row counts ---------------------
+
+def test_a_compaction_planned_before_a_delete_segment_began_leaves_it_its_segment(
+        table_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compaction read the table, then a DELETE SEGMENT began on one of its sources: at its
+    own begin (under the lock) the compaction sees the segment held and chooses again."""
+    from txn._commit import protocol_of
+
+    table = loads(table_uri, 4)
+    real = _state.read_state
+    held: list[Any] = []
+
+    def read_then_delete_begins(context: Any) -> Any:
+        state = real(context)
+        if not held:
+            held.append(protocol_of(table._context).begin(
+                "delete_segments", "replacecommit", sources=["1"]))
+        return state
+
+    monkeypatch.setattr(_state, "read_state", read_then_delete_begins)
+    assert table.compact() is None, "without segment 1 three loads are left: nothing to merge"
+    pending = held[0]
+    assert {s.status for s in table.segments()} == {"Success"}
+    pending.heartbeat.stop(delete=False)
+    protocol_of(table._context).roll_back(pending.instant)
+    monkeypatch.undo()
+    assert table.compact() is not None and table.validate().ok
+
+
+def test_a_dead_compaction_does_not_hold_its_segments(table_uri: str, clock: Any) -> None:
+    from txn._commit import protocol_of
+
+    table = txn.create_table(table_uri, SCHEMA, clock=clock)
+    for n in range(4):
+        table.append(rows(range(n * 10, n * 10 + 10)))
+    dead = protocol_of(table._context).begin("compact", "compaction", segment="0.1",
+                                             sources=["0", "1", "2", "3"])
+    dead.heartbeat.stop(delete=False)  # the compacting process died
+    clock.advance(10 * 60 * 1000)  # past the heartbeat timeout and the lock lease
+    commit = txn.open_table(table_uri, clock=clock).compact("custom", segments=["0", "1"])
+    assert commit is not None and commit.segment == "0.1"
+    assert [i.action for i in table.timeline()].count("rollback") == 1
+
+
+@pytest.mark.parametrize("segments", ["23", b"0", 3, {"0": 1}])
+def test_custom_segments_must_be_a_list_of_ids(table_uri: str, segments: Any) -> None:
+    table = loads(table_uri, 4)
+    with pytest.raises((txn.InvalidOptionError, txn.SegmentNotFoundError)):
+        table.compact("custom", segments=segments)
+    assert {s.status for s in table.segments()} == {"Success"}
+
+
+def test_a_rewrite_that_loses_a_row_is_never_committed(table_uri: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    table = loads(table_uri, 4)
+    before = status(table)
+    real = _compact._merged_rows
+
+    def one_row_short(*args: Any) -> Iterator[pa.RecordBatch]:
+        batches = list(real(*args))
+        yield batches[0].slice(1)
+        yield from batches[1:]
+
+    monkeypatch.setattr(_compact, "_merged_rows", one_row_short)
+    with pytest.raises(txn.TxnError, match="wrote 39 rows, but its sources hold 40"):
+        table.compact()
+    assert status(table) == before and table.snapshot().count() == 40
+    assert table.validate().ok
