@@ -74,7 +74,7 @@ from bench._report import (
     run_folder,
 )
 from bench._systems import SystemUnavailableError, _require
-from bench.bench_mutations import ORDERS, loads, orders_for
+from bench.bench_mutations import ORDERS, at_least_option, loads, names_option, orders_for
 
 SUBJECT = "metatxn"
 PEER = "deltalake"
@@ -998,51 +998,29 @@ def write_json(report: Report, path: Path) -> None:
 
 # -- command line ----------------------------------------------------------------------------
 
-def _names(choices: Sequence[str]) -> Callable[[str], list[str]]:
-    def parse(text: str) -> list[str]:
-        names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
-        unknown = [n for n in names if n not in choices]
-        if unknown or not names:
-            raise argparse.ArgumentTypeError(f"unknown name(s) {unknown}; choose from {', '.join(choices)}")
-        return names
-    return parse
-
-
-def _at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text.replace("_", "").replace(",", ""))
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
-        return value
-    return parse
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.bench_compaction",
         description="Reads before/after compaction, compaction MB/s and clean time: metatxn vs deltalake.",
     )
-    parser.add_argument("--systems", type=_names(list(SYSTEMS)), default=list(SYSTEMS),
+    parser.add_argument("--systems", type=names_option(list(SYSTEMS)), default=list(SYSTEMS),
                         help=f"comma-separated, from {','.join(SYSTEMS)} (default: all)")
-    parser.add_argument("--phases", type=_names(PHASES), default=list(PHASES),
+    parser.add_argument("--phases", type=names_option(PHASES), default=list(PHASES),
                         help="compact (reads and compaction throughput), clean (default: both)")
-    parser.add_argument("--loads", type=_at_least(2),
+    parser.add_argument("--loads", type=at_least_option(2),
                         help=f"small appends building the table (default: {FULL.loads})")
-    parser.add_argument("--load-rows", type=_at_least(100),
+    parser.add_argument("--load-rows", type=at_least_option(100),
                         help=f"rows per load (default: {FULL.load_rows:,})")
-    parser.add_argument("--repeats", type=_at_least(1),
+    parser.add_argument("--repeats", type=at_least_option(1),
                         help=f"timed full and selective reads per table state (default: {FULL.repeats})")
-    parser.add_argument("--compact-repeats", type=_at_least(1),
+    parser.add_argument("--compact-repeats", type=at_least_option(1),
                         help=f"compactions timed, each on a fresh copy (default: {FULL.compact_repeats})")
-    parser.add_argument("--clean-files", type=_at_least(2),
+    parser.add_argument("--clean-files", type=at_least_option(2),
                         help="small files the clean table's compaction leaves behind "
                              f"(default: {FULL.clean_files:,})")
-    parser.add_argument("--clean-partitions", type=_at_least(1),
+    parser.add_argument("--clean-partitions", type=at_least_option(1),
                         help=f"o_part values: files written per append (default: {FULL.clean_partitions})")
-    parser.add_argument("--clean-repeats", type=_at_least(1),
+    parser.add_argument("--clean-repeats", type=at_least_option(1),
                         help=f"cleans timed, each on a fresh copy (default: {FULL.clean_repeats})")
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke run: {QUICK.loads} loads, {QUICK.repeats} reads, "

@@ -954,7 +954,8 @@ def write_json(report: Report, path: Path) -> None:
 
 # -- command line ----------------------------------------------------------------------------
 
-def _names(choices: Sequence[str]) -> Callable[[str], list[str]]:
+def names_option(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: a comma-separated list of names from ``choices``."""
     def parse(text: str) -> list[str]:
         names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
         unknown = [n for n in names if n not in choices]
@@ -964,7 +965,8 @@ def _names(choices: Sequence[str]) -> Callable[[str], list[str]]:
     return parse
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
+def at_least_option(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum`` (``_`` and ``,`` allowed)."""
     def parse(text: str) -> int:
         try:
             value = int(text.replace("_", "").replace(",", ""))
@@ -981,25 +983,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m bench.bench_mutations",
         description="Upsert, delete and key-lookup latency: metatxn vs deltalake vs pyiceberg.",
     )
-    parser.add_argument("--systems", type=_names(list(SYSTEMS)), default=list(SYSTEMS),
+    parser.add_argument("--systems", type=names_option(list(SYSTEMS)), default=list(SYSTEMS),
                         help=f"comma-separated, from {','.join(SYSTEMS)} (default: all)")
-    parser.add_argument("--phases", type=_names(PHASES), default=list(PHASES),
+    parser.add_argument("--phases", type=names_option(PHASES), default=list(PHASES),
                         help=f"comma-separated, from {','.join(PHASES)} (default: all)")
-    parser.add_argument("--rows", type=_at_least(200),
+    parser.add_argument("--rows", type=at_least_option(200),
                         help=f"rows of the upsert/delete table (default: {FULL.rows:,})")
-    parser.add_argument("--loads", type=_at_least(1),
+    parser.add_argument("--loads", type=at_least_option(1),
                         help=f"appends that build it (default: {FULL.loads})")
-    parser.add_argument("--repeats", type=_at_least(1),
+    parser.add_argument("--repeats", type=at_least_option(1),
                         help=f"upserts and deletes timed, each on a fresh copy (default: {FULL.repeats})")
-    parser.add_argument("--lookup-rows", type=_at_least(1),
+    parser.add_argument("--lookup-rows", type=at_least_option(1),
                         help=f"rows of the lookup table (default: {FULL.lookup_rows:,})")
-    parser.add_argument("--lookup-loads", type=_at_least(1),
+    parser.add_argument("--lookup-loads", type=at_least_option(1),
                         help=f"appends that build it (default: {FULL.lookup_loads})")
-    parser.add_argument("--lookup-keys", type=_at_least(1),
+    parser.add_argument("--lookup-keys", type=at_least_option(1),
                         help=f"keys per lookup (default: {FULL.lookup_keys:,})")
-    parser.add_argument("--lookups", type=_at_least(1),
+    parser.add_argument("--lookups", type=at_least_option(1),
                         help=f"timed lookups, on fresh handles and on a warm one (default: {FULL.lookups})")
-    parser.add_argument("--scan-repeats", type=_at_least(0),
+    parser.add_argument("--scan-repeats", type=at_least_option(0),
                         help="peers' filtered scans for the same keys; 0 skips them and the peers' "
                              f"lookup tables (default: {FULL.scan_repeats})")
     parser.add_argument("--quick", action="store_true",
