@@ -1,4 +1,4 @@
-"""The write operations: what each one writes, what it changes in the metadata context, and when it
+"""The write operations: what each one writes, what it changes in the metadata table, and when it
 conflicts with a concurrent commit.
 
 Every write is a :class:`Change`: new rows (a new segment), rows deleted by position from existing
@@ -86,7 +86,7 @@ class Change:
     operation: str
     #: New rows, written as a new segment (None: the write only deletes).
     rows: Iterable[pa.RecordBatch] | None
-    #: Completion time of the snapshot the change was computed from (None: an empty context).
+    #: Completion time of the snapshot the change was computed from (None: an empty table).
     read_at: str | None
     #: The live delete deltas of that snapshot.
     current: LiveDeltas

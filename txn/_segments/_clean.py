@@ -37,8 +37,10 @@ from timeline import (
     CommitConflictError,
     Lease,
     ObjectNotFoundError,
+    RollbackPlan,
     Storage,
     TimelineView,
+    TxnError,
     move,
 )
 
@@ -113,7 +115,8 @@ def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) 
     if not plan.files:
         with context.timeline.lock() as lease:
             return _result([], _clean_metadata(context, protocol, lease))
-    pending = protocol.begin("clean", CLEAN_ACTION, admit=_refuse_running_clean, plan=plan)
+    pending = protocol.begin("clean", CLEAN_ACTION, plan=plan,
+                             admit=lambda view: _refuse_running_clean(context, view))
     metadata_files: dict[str, int] = {}
     outcome = _Done()
 
@@ -147,14 +150,28 @@ def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) 
                    trash=trash_folder(completed.time) if outcome.moved else None)
 
 
-def _refuse_running_clean(view: TimelineView) -> None:
-    """Admission of a clean, under the lock after recovery: a pending clean is a live one."""
+def _refuse_running_clean(context: TableContext, view: TimelineView) -> None:
+    """Admission of a clean, under the lock after recovery: a pending clean is a live one, and so
+    is a pending rollback of a clean (it may still move files back from the trash: a clean
+    beside it could remove a file that the rollback then restores without a record)."""
     running = [i for i in view.pending() if i.action == CLEAN_ACTION]
     if running:
         raise CommitConflictError(
             f"clean refused: clean instant {running[0].time} is still running (its writer's "
             "heartbeat is live); nothing was changed\nHelp: wait for it to finish; if its "
             "writer died, the next write or clean after heartbeat.timeout_ms rolls it back")
+    for instant in view.pending():
+        if instant.action != "rollback":
+            continue
+        try:
+            target = context.timeline.read_plan(instant, RollbackPlan)
+        except TxnError:
+            continue  # validate() reports a damaged plan; its target is unknown, not a clean
+        if target.target_action == CLEAN_ACTION:
+            raise CommitConflictError(
+                f"clean refused: rollback {instant.time} of clean {target.target_time} is still "
+                "pending (it moves that clean's files back from the trash); nothing was changed\n"
+                "Help: retry after heartbeat.timeout_ms, when the next writer finishes the rollback")
 
 
 def _move(storage: Storage, plan: CleanPlan, folder: str, done: _Done) -> None:

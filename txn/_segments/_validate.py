@@ -8,7 +8,7 @@ Checks, for the latest snapshot:
 * every page of every live data file decodes, with the table's columns and types;
 * every live file has column statistics, and belongs to a live segment whose row count is the
   sum of its files';
-* no data file on storage is unknown to the metadata context, unless a pending instant's marker
+* no data file on storage is unknown to the metadata table, unless a pending instant's marker
   claims it (a write in progress); the trash (``_trash/``) holds no data of the table;
 * every delete delta listed exists with its recorded size; live ones hold their recorded number
   of positions, all inside a live data file; none on storage is unknown (same marker rule);
@@ -28,6 +28,8 @@ Validation is the one operation that lists data folders; reads never do.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,7 +37,7 @@ from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, liv
 from indexes._layout import base_path, parse_listing, partition_folder
 from timeline import CorruptMetadataError, ObjectNotFoundError, TimelineView, TxnError
 
-from .._context import TRASH_FOLDER, Problem, TableContext, ValidationReport
+from .._context import CLEAN_ACTION, TRASH_FOLDER, Problem, TableContext, ValidationReport, trash_folder
 from .._files import (
     DELTA_SUFFIX,
     MARKERS_FOLDER,
@@ -83,12 +85,14 @@ def validate(context: TableContext) -> ValidationReport:
     live_files = live(metadata.files)
     problems += _check_lost_completions(view, listed)
 
+    moving = _moved_by_running_clean(context, view)
     for row in listed:
         path = row["path"]
         try:
             size = storage.size(path)
         except FileNotFoundError:
-            problems.append(Problem("missing file", path, "listed by the metadata context, not on storage"))
+            if not moving(path):
+                problems.append(Problem("missing file", path, "listed by the metadata table, not on storage"))
             continue
         if size != row["size"]:
             problems.append(Problem("size mismatch", path, f"metadata says {row['size']} bytes, "
@@ -128,7 +132,7 @@ def validate(context: TableContext) -> ValidationReport:
     assert metadata.deletes is not None
     file_rows = dict(zip(live_files["path"].to_pylist(), live_files["rows"].to_pylist(), strict=True))
     problems += _check_deltas(context, [row for row in metadata.deletes.to_pylist()
-                                        if row["deleted"] is not None], file_rows)
+                                        if row["deleted"] is not None], file_rows, moving)
     if context.record_key_columns and last is not None:
         try:
             problems += _check_record_index(context, completed, last.completed_at or "", live_files,
@@ -172,7 +176,7 @@ def _unique(problems: list[Problem]) -> list[Problem]:
 
 
 def _in_metadata(error: TxnError) -> TxnError:
-    """``error`` of the metadata context, naming the file from the table root: the metadata
+    """``error`` of the metadata table, naming the file from the table root: the metadata
     timeline names its files ``_timeline/...`` relative to ``_metadata/``."""
     if isinstance(error, CorruptMetadataError) and error.path.startswith("_timeline/"):
         return CorruptMetadataError(f"{METADATA_FOLDER}/{error.path}", error.expected, error.found)
@@ -268,16 +272,26 @@ def _check_pending(context: TableContext, view: TimelineView) -> list[Problem]:
     return problems
 
 
+def _moved_by_running_clean(context: TableContext, view: TimelineView) -> Callable[[str], bool]:
+    """Whether a file the metadata table lists is in the trash of a clean that did not complete
+    (pending, or rolled back while its rollback still moves files back): moved, not lost. Its
+    instant, or its rollback, is reported on its own if its writer died."""
+    folders = [trash_folder(i.time) for i in view.instants
+               if i.action == CLEAN_ACTION and not i.is_completed]
+    return lambda path: any(context.storage.exists(f"{folder}/{path}") for folder in folders)
+
+
 def _check_deltas(context: TableContext, deltas: list[dict[str, object]],
-                  file_rows: dict[str, int]) -> list[Problem]:
+                  file_rows: dict[str, int], moving: Callable[[str], bool]) -> list[Problem]:
     problems = []
     for row in deltas:
         path = str(row["path"])
         try:
             size = context.storage.size(path)
         except FileNotFoundError:
-            problems.append(Problem("missing delete delta", path, "listed by the metadata context, "
-                                                                  "not on storage"))
+            if not moving(path):
+                problems.append(Problem("missing delete delta", path, "listed by the metadata table, "
+                                                                      "not on storage"))
             continue
         if size != row["size"]:
             problems.append(Problem("size mismatch", path, f"metadata says {row['size']} bytes, "
