@@ -101,7 +101,9 @@ not expired) name are still there after it, whatever fault hit it; a dry run mak
 call and no instant; a clean that returned moved each file it names into ``_trash/<T>/``, its
 instant is completed, and it rolled back every instant that had expired; one that failed is
 rolled back by the cleaner (from its first heartbeat on) or left pending for the next writer;
-another clean still running (alive) may refuse it with CommitConflictError.
+another clean still running (alive), or a pending rollback of a clean, refuses it with
+CommitConflictError. Every file of a live writer must also survive every other step
+(``live_writers_keep_their_files``).
 
 Around every write the machine also checks the outcome a caller sees: a write that saw no fault
 returns its commit, with the rows it added and deleted; a write that returned a commit is
@@ -158,6 +160,7 @@ from timeline import (
     Instant,
     LockTimeoutError,
     PrefixedStorage,
+    RollbackPlan,
     Storage,
     TableLock,
     Timeline,
@@ -1322,11 +1325,16 @@ class TableMachine(RuleBasedStateMachine):
             self.cleaner_dead = False
         view = self.observer_timeline.load()
         owed = {i.time for i in self.observer_timeline.expired(view)}
-        alive = {i.time: i for i in view.pending() if i.time not in owed}
         announced = self._announced(self._alive_writers())
         if announced:
             event("clean while a live writer has files")
-        running = any(i.action == "clean" for i in alive.values())
+        # A clean is refused beside a clean still running or a pending rollback of a clean (it
+        # may still move files back from the trash); recovery first finishes the expired ones,
+        # unless the fault hits it.
+        cleaning = {i.time for i in view.pending() if i.action == "clean" or (
+            i.action == "rollback"
+            and self.observer_timeline.read_plan(i, RollbackPlan).target_action == "clean")}
+        running = bool(cleaning - owed)
         fault = self._resolve(action.fault, operation)
         store = self.cleaner_store
         store.reset()
@@ -1362,7 +1370,7 @@ class TableMachine(RuleBasedStateMachine):
                   f" ({fault.mode})")
             if isinstance(outcome, Exception):
                 assert injected(outcome) is not None or (
-                    isinstance(outcome, txn.CommitConflictError) and running), (
+                    isinstance(outcome, txn.CommitConflictError) and cleaning), (
                     f"the fault surfaced as {outcome!r}")
         if mode == "dry_run":
             wrote = [f"{c.op} {c.path}" for c in calls if c.is_write]
