@@ -1099,6 +1099,20 @@ class TableMachine(RuleBasedStateMachine):
             event("a later write rolled back expired instants" if not recovery_failed else
                   "a fault in recovery left expired instants to a later write")
 
+    def _check_outcome(self, operation: str, outcome: object, fired: InjectedFault | None,
+                       fault: Fault | None, calls: list[Call], started_ms: int) -> None:
+        """What the caller of a write saw: its commit when no fault fired (and the run was
+        clean), else the injected fault (possibly wrapped) or a commit that landed anyway."""
+        if fired is None:
+            assert isinstance(outcome, txn.Commit), f"{operation} failed without a fault: {outcome!r}"
+            self._clean_run(operation, calls, started_ms)
+            return
+        assert fault is not None
+        event(f"{operation}: fault {fired.when} {fired.call.op} in {where(fired.call.path)}"
+              f" ({fault.mode})")
+        if isinstance(outcome, Exception):
+            assert injected(outcome) is not None, f"the fault surfaced as {outcome!r}"
+
     def _write(self, action: Mutation) -> None:
         serial = next(self.serials)
         expected = self._expect(action, serial)
@@ -1116,15 +1130,7 @@ class TableMachine(RuleBasedStateMachine):
 
         history = {i.time: i for i in self.observer_timeline.history()}
         found = history.get(instant) if instant is not None else None
-        if fired is None:
-            assert isinstance(outcome, txn.Commit), f"{operation} failed without a fault: {outcome!r}"
-            self._clean_run(operation, calls, started_ms)
-        else:
-            assert fault is not None
-            event(f"{operation}: fault {fired.when} {fired.call.op} in {where(fired.call.path)}"
-                  f" ({fault.mode})")
-            if isinstance(outcome, Exception):
-                assert injected(outcome) is not None, f"the fault surfaced as {outcome!r}"
+        self._check_outcome(operation, outcome, fired, fault, calls, started_ms)
         if found is not None:
             self._check_commit_point(fired, requested[0], found)
 
@@ -1224,15 +1230,7 @@ class TableMachine(RuleBasedStateMachine):
                                            noop=refused is None),
                                   outcome, fired, requested[0].time if requested else None)
             return
-        if fired is None:
-            assert isinstance(outcome, txn.Commit), f"{operation} failed without a fault: {outcome!r}"
-            self._clean_run(operation, calls, started_ms)
-        else:
-            assert fault is not None
-            event(f"{operation}: fault {fired.when} {fired.call.op} in {where(fired.call.path)}"
-                  f" ({fault.mode})")
-            if isinstance(outcome, Exception):
-                assert injected(outcome) is not None, f"the fault surfaced as {outcome!r}"
+        self._check_outcome(operation, outcome, fired, fault, calls, started_ms)
         history = {i.time: i for i in self.observer_timeline.history()}
         done: list[tuple[Instant, CommitMetadata]] = []
         for n, instant in enumerate(requested):
