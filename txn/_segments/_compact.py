@@ -73,8 +73,9 @@ def compact(context: TableContext, kind: str = "minor", *,
         return None
     last: Commit | None = None
     taken = 0
+    made_by: dict[str, str] = {}
     while True:
-        change = latest(context, lambda state: plan(context, state, kind, segments))
+        change = latest(context, lambda state: plan(context, state, kind, segments, made_by))
         if change is None:
             return last
         merge = change.merge
@@ -151,9 +152,12 @@ def _check_kind(context: TableContext, kind: object, segments: object) -> str:
     return kind
 
 
-def plan(context: TableContext, state: State, kind: str,
-         ids: Sequence[str | int] | None) -> Change | None:
-    """The compaction to run on ``state``, or None when there is nothing to compact."""
+def plan(context: TableContext, state: State, kind: str, ids: Sequence[str | int] | None,
+         made_by: dict[str, str] | None = None) -> Change | None:
+    """The compaction to run on ``state``, or None when there is nothing to compact.
+
+    ``made_by``: compaction instant -> its kind, as read so far (MINOR's rounds share it, so a
+    commit's metadata is read once per call, not once per round)."""
     entries = context.metadata_at(state.view, None, LATEST_PARTITIONS).segments or {}
     options = compaction_options(context.properties)
     if kind == "custom":
@@ -168,7 +172,8 @@ def plan(context: TableContext, state: State, kind: str,
         free = [e for e in entries.values() if e.id not in held]
         if kind == "minor":
             chosen = select_minor(free, options.level_threshold, preserve=options.preserve_segments,
-                                  major_results=_major_results(context, state.view, free))
+                                  major_results=_major_results(context, state.view, free,
+                                                               {} if made_by is None else made_by))
         else:
             chosen = select_major(free, options.major_size_bytes, preserve=options.preserve_segments)
         if len(chosen) < 2:
@@ -230,21 +235,20 @@ def _merged_rows(context: TableContext, state: State, files: list[str]) -> Itera
     yield from table.to_batches(max_chunksize=max(1, per_file // 4))
 
 
-def _major_results(context: TableContext, view: TimelineView,
-                   entries: Sequence[SegmentEntry]) -> set[str]:
+def _major_results(context: TableContext, view: TimelineView, entries: Sequence[SegmentEntry],
+                   made_by: dict[str, str]) -> set[str]:
     """Segments made by a MAJOR compaction (CarbonData flags them ``majorCompacted``; minor
-    compaction never merges them again). The kind is in the extra of the commit that made them.
+    compaction never merges them again). The kind is in the extra of the commit that made them;
+    ``made_by`` caches it per instant.
     """
     made = {e.instant: e.id for e in entries if "." in e.id and e.status == SUCCESS}
-    if not made:
-        return set()
-    found: set[str] = set()
-    instants = {i.time: i for i in view.completed() if i.time in made}
-    if len(instants) < len(made):  # some were archived
-        instants.update({i.time: i for i in context.timeline.history()
-                         if i.time in made and i.is_completed})
-    for time, instant in instants.items():
-        if context.timeline.read_metadata(instant, CommitMetadata).extra.get(KIND_KEY) == "major":
-            found.add(made[time])
-    return found
+    unknown = {time for time in made if time not in made_by}
+    if unknown:
+        instants = {i.time: i for i in view.completed() if i.time in unknown}
+        if len(instants) < len(unknown):  # some were archived
+            instants.update({i.time: i for i in context.timeline.history()
+                             if i.time in unknown and i.is_completed})
+        for time, instant in instants.items():
+            made_by[time] = context.timeline.read_metadata(instant, CommitMetadata).extra.get(KIND_KEY, "")
+    return {segment for time, segment in made.items() if made_by.get(time) == "major"}
 
