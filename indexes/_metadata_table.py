@@ -8,16 +8,19 @@ pending or rolled-back writes are never read.
 
 Bases. A metadata compaction at time ``M`` folds, for every partition, the blocks of all data
 instants completed at or before a horizon ``H`` into ``<M>_<H>.base.parquet``. ``H`` is the last
-completion time on the data timeline when it runs, under the table lock; completion times only
-grow, so an instant pending then completes after ``H`` and its block stays a log. A base is used
-only once compaction ``M`` completed on the metadata timeline.
+completion time on the data timeline when the compaction begins, under the table lock;
+completion times only grow, so an instant pending then completes after ``H`` and its block stays
+a log. A base is used only once compaction ``M`` completed on the metadata timeline.
 
 Snapshot at completion time ``X``: the newest usable base with ``H <= X``, plus the blocks of
 instants completed in ``(H, X]``, merged. Merges are commutative (see ``_records`` and
 ``_segments``), so the grouping compaction chose never changes the answer.
 
-Every write here happens under the data table's lock, so the metadata table has one writer at a
-time; any metadata instant found pending by a lock holder was left by a writer that died.
+Writers. Log blocks and deltacommits are written under the data table's lock, by the writer of
+their data instant. A compaction is an instant of its own: it begins and completes under the
+lock, and folds in between without it, beating a heartbeat; compactions run one at a time. A
+pending compaction whose heartbeat expired was left by a maintainer that died, and the next lock
+holder retires it (:meth:`MetadataTable.recover`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import pyarrow as pa
 from timeline import (
     Clock,
     CorruptMetadataError,
+    Heartbeat,
     Instant,
     InvalidOptionError,
     Lease,
@@ -241,6 +245,15 @@ class MetadataChanges:
 
 
 @dataclass(frozen=True)
+class MetadataCleanPlan:
+    """What one cleaning of the metadata table deletes, and the retention floor it sets."""
+
+    doomed: tuple[str, ...]
+    #: Snapshots completed before this are expired once it is published (None: nothing to do).
+    floor: str | None
+
+
+@dataclass(frozen=True)
 class MetadataSnapshot:
     """The merged metadata partitions at one point of the data timeline.
 
@@ -361,24 +374,47 @@ class MetadataTable:
         return removed
 
     def recover(self, *, lease: Lease) -> None:
-        """Retire metadata instants left pending by a writer that died holding the lock.
+        """Retire metadata compactions whose maintainer died (its heartbeat expired).
 
-        Every lock holder runs this first, so a compaction that died is retired before any later
-        one runs. A pending compaction older than a completed one therefore did not die: its
-        completed file was lost. Its bases are kept (deleting them would lose what they folded)
-        and :meth:`damaged_files` reports it.
+        Every lock holder runs this first. A compaction runs outside the table lock, beating a
+        heartbeat, so a pending one whose heartbeat is fresh is at work and stays. One found
+        expired is aborted and its bases deleted; if its maintainer was only paused, it finds
+        itself aborted when it tries to complete and deletes what it wrote after (see
+        :meth:`complete_compaction`). A pending compaction older than a completed one did not
+        die either (a compaction begins only once the older ones are decided): its completed
+        file was lost. Its bases are kept (deleting them would lose what they folded) and
+        :meth:`damaged_files` reports it.
         """
         view = self.timeline.view(lease)
         for instant in view.pending():
             if instant.action == "compaction" and _lost_completion(instant, view.completed()):
                 continue
+            if instant.action == "compaction" and not self.timeline.is_expired(instant):
+                continue
             if instant.action == "compaction":
-                horizon = self.timeline.read_plan(instant, dict).get("horizon", _NOTHING)
-                for partition in self.schemas:
-                    self.storage.delete(base_path(partition_folder(partition), instant.time, horizon))
-                if self.record_index is not None:
-                    self.record_index.remove_bases(instant.time)
+                self._remove_bases(instant)
             self.timeline.abort(instant, lease=lease)
+
+    def _remove_bases(self, instant: Instant) -> list[str]:
+        """Delete every base compaction ``instant`` may have written."""
+        try:
+            horizon: str | None = self.timeline.read_plan(instant, dict).get("horizon", _NOTHING)
+        except (FileNotFoundError, CorruptMetadataError):
+            horizon = None  # retired and archived since: find its bases by name
+        removed = []
+        for partition in self.schemas:
+            folder = partition_folder(partition)
+            if horizon is not None:
+                paths = [base_path(folder, instant.time, horizon)]
+            else:
+                paths = [b.path for b in parse_listing(self.storage.list(folder))[0]
+                         if b.compaction_time == instant.time]
+            for path in paths:
+                self.storage.delete(path)
+                removed.append(path)
+        if self.record_index is not None:
+            removed += self.record_index.remove_bases(instant.time)
+        return removed
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -593,13 +629,19 @@ class MetadataTable:
                 reads: cleaning publishes its floor before it deletes anything).
         """
         assert self.record_index is not None, "a table without a record key has no record index"
-        try:
-            entries = self.record_index.lookup(keys, completed, bound, self.done_compactions(),
-                                               instants=instants, recorded=self.recorded_shards)
-        except CorruptMetadataError as exc:
-            if exc.found == MISSING:
+        for attempt in range(3):
+            try:
+                entries = self.record_index.lookup(keys, completed, bound, self.done_compactions(),
+                                                   instants=instants, recorded=self.recorded_shards)
+                break
+            except CorruptMetadataError as exc:
+                if exc.found != MISSING:
+                    raise
                 self._check_resolvable(bound)  # cleaned for an expired snapshot, not lost
-            raise
+                # A compaction completed and cleaning removed what it folded after we listed
+                # the compactions: list them again (maintenance runs beside lookups).
+                if attempt == 2:
+                    raise
         self._check_resolvable(bound)
         return entries
 
@@ -709,42 +751,98 @@ class MetadataTable:
 
     # -- maintenance ---------------------------------------------------------------------------
 
-    def compact_if_due(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease,
-                       data_max_time: str | None = None) -> str | None:
-        """Fold completed blocks into new bases if enough commits accumulated since the last.
+    def compaction_due(self, completed_in_order: Sequence[tuple[str, str]]) -> bool:
+        """Whether ``metadata.compact_after`` commits completed since the last compaction.
 
         ``completed_in_order`` lists ``(time, completed_at)`` of completed data instants in
-        completion order. Returns the compaction time, or None if none was due. The check costs
-        no storage call while this object knows the latest horizon; a stale hint (another
-        process compacted) only leads to a fresh check.
+        completion order. The check costs no storage call while this object knows the latest
+        horizon; a stale hint (another process compacted) only leads to a fresh check.
         """
         if not completed_in_order:
-            return None
+            return False
         if self._horizon_hint is None:
             self._completed_compactions()
         hint = self._horizon_hint or _NOTHING
         if sum(1 for _, done in completed_in_order if done > hint) < self.options.compact_after:
-            return None
+            return False
         horizon = max(self._completed_compactions().values(), default=_NOTHING)
-        if sum(1 for _, done in completed_in_order if done > horizon) < self.options.compact_after:
+        return sum(1 for _, done in completed_in_order if done > horizon) >= self.options.compact_after
+
+    def compact_if_due(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease,
+                       data_max_time: str | None = None) -> str | None:
+        """Compact now, under ``lease``, if :meth:`compaction_due`; return the compaction time.
+
+        Table maintenance does not use this (it holds the lock only to begin and to complete a
+        compaction, see :meth:`begin_compaction`); it is for callers that hold the lock anyway.
+        """
+        if not self.compaction_due(completed_in_order):
             return None
         return self.compact(completed_in_order, lease=lease, data_max_time=data_max_time)
 
     def compact(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease,
                 data_max_time: str | None = None) -> str:
-        """Compact now. ``data_max_time`` is the largest time on the data timeline.
+        """Compact now, every step under ``lease``. ``data_max_time`` is the largest time on the
+        data timeline.
+
+        Raises:
+            TxnError: another compaction is running (its heartbeat is fresh).
+        """
+        instant = self.begin_compaction(completed_in_order, lease=lease, data_max_time=data_max_time)
+        if instant is None:
+            raise TxnError("a metadata compaction is already running; it will fold these commits")
+        try:
+            self.build_compaction(instant, completed_in_order)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.abandon_compaction(instant, lease=lease)
+            raise
+        self.complete_compaction(instant, lease=lease)
+        return instant.time
+
+    def begin_compaction(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease,
+                         data_max_time: str | None = None) -> Instant | None:
+        """Under the table lock: request and start a compaction folding everything completed
+        up to the last of ``completed_in_order`` (the data timeline as seen under this lock).
+        Returns it (its heartbeat not yet started), or None if another compaction is running.
 
         The compaction's time is above every time on both timelines: data instants (even
         pending ones) later record deltacommits at their own times on this timeline, so a
-        compaction must never take one of those times.
+        compaction must never take one of those times. Its horizon is the last completion time
+        on the data timeline: completion times only grow, so every instant that completes from
+        here on completes above it and its blocks stay logs, which is what lets the fold run
+        outside the lock.
         """
         self.recover(lease=lease)
+        view = self.timeline.view(lease)
+        if any(i.action == "compaction" and not _lost_completion(i, view.completed())
+               for i in view.pending()):
+            return None
         horizon = completed_in_order[-1][1]
-        completed = dict(completed_in_order)
-        after = max(filter(None, (data_max_time, self.timeline.view(lease).max_time())), default=None)
+        after = max(filter(None, (data_max_time, view.max_time())), default=None)
         instant = self.timeline.request("compaction", {"horizon": horizon}, lease=lease,
                                         time=next_time(self.timeline.clock(), after))
-        instant = self.timeline.start(instant, lease=lease)
+        try:
+            return self.timeline.start(instant, lease=lease)
+        except BaseException:
+            # Retire it now rather than when it expires (if this fails too, it expires).
+            with contextlib.suppress(Exception):
+                self.timeline.abort(instant, lease=lease)
+            raise
+
+    def compaction_heartbeat(self, instant: Instant) -> Heartbeat:
+        """The heartbeat a compaction beats while it folds outside the lock."""
+        return self.timeline.heartbeat(instant)
+
+    def build_compaction(self, instant: Instant, completed_in_order: Sequence[tuple[str, str]]) -> None:
+        """Write the bases of begun compaction ``instant``; needs no lock.
+
+        Everything it reads is immutable: blocks of instants completed at or before its
+        horizon, and bases of completed compactions, which cleaning keeps while they are the
+        newest (compactions run one at a time). Everything it writes is new (put-if-absent) and
+        unused until the compaction completes.
+        """
+        horizon = self.timeline.read_plan(instant, dict)["horizon"]
+        completed = dict(completed_in_order)
         usable = self._completed_compactions()
         live_files = pa.array([], pa.string())
         for partition, schema in self.schemas.items():
@@ -766,9 +864,31 @@ class MetadataTable:
         if self.record_index is not None:
             self.record_index.compact(instant.time, horizon, completed, self.done_compactions(),
                                       live_files)
-        self.timeline.complete(instant, {"horizon": horizon}, lease=lease)
+
+    def complete_compaction(self, instant: Instant, *, lease: Lease) -> bool:
+        """Under the table lock: complete a built compaction; False if it was aborted meanwhile
+        (its heartbeat expired while it was paused), in which case what it wrote is deleted."""
+        current = self.timeline.view(lease).get(instant.time)
+        if current is None or not current.is_pending:
+            self._remove_bases(instant)
+            return False
+        horizon = self.timeline.read_plan(instant, dict)["horizon"]
+        self.timeline.complete(current, {"horizon": horizon}, lease=lease)
         self._horizon_hint = horizon
-        return instant.time
+        return True
+
+    def abandon_compaction(self, instant: Instant, *, lease: Lease) -> None:
+        """Under the table lock: give up a compaction that failed; delete what it wrote.
+
+        A compaction whose completion failed with an unknown outcome may have completed after
+        all: then it stays, bases and all.
+        """
+        current = self.timeline.load().get(instant.time)
+        if current is not None and current.is_completed:
+            return
+        if current is not None and current.is_pending:
+            self.timeline.abort(current, lease=lease)
+        self._remove_bases(instant)
 
     def cleanable(self, completed_in_order: Sequence[tuple[str, str]]) -> list[str]:
         """What :meth:`clean` would delete now (reads only: a dry run)."""
@@ -779,22 +899,37 @@ class MetadataTable:
         """Delete bases and blocks no retained snapshot needs; return what was deleted.
 
         Retained: whatever resolves the snapshots of the last ``retain_commits`` data commits.
+        All three steps (:meth:`plan_clean`, :meth:`publish_clean`, :meth:`finish_clean`) under
+        the caller's lease; table maintenance holds the lock for the publishing step only.
         """
+        plan = self.plan_clean(completed_in_order)
+        self.publish_clean(plan, lease=lease)
+        return self.finish_clean(plan)
+
+    def plan_clean(self, completed_in_order: Sequence[tuple[str, str]]) -> MetadataCleanPlan:
+        """What cleaning deletes now, and the retention floor that deleting it sets (reads
+        only; needs no lock). Everything doomed is superseded by a base of a completed
+        compaction, so nothing a running writer or compaction reads (the newest bases and the
+        blocks above them) is among it."""
         floors, index_doomed, index_floor = self._doomed(completed_in_order)
-        if not index_doomed and not any(doomed for _, doomed in floors.values()):
-            return []
-        # Publish the new floor before deleting anything, so a reader that misses a deleted
-        # file can tell "expired" from "raced with cleaning" (it then lists again). Never lower
-        # it: CLEAN FILES may have raised it further.
+        doomed = [path for _, paths in floors.values() for path in paths] + index_doomed
+        if not doomed:
+            return MetadataCleanPlan((), None)
         horizons = [floor.horizon for floor, _ in floors.values()] + ([index_floor] if index_floor else [])
-        if horizons:
-            self.raise_retention(max(horizons), source="metadata", lease=lease)
-        deleted: list[str] = []
-        for doomed in [*(doomed for _, doomed in floors.values()), index_doomed]:
-            for path in doomed:
-                self.storage.delete(path)
-                deleted.append(path)
-        return deleted
+        return MetadataCleanPlan(tuple(doomed), max(horizons, default=None))
+
+    def publish_clean(self, plan: MetadataCleanPlan, *, lease: Lease) -> None:
+        """Under the table lock: publish the plan's retention floor, before anything is deleted,
+        so a reader that misses a deleted file can tell "expired" from "raced with cleaning"
+        (it then lists again). Never lowers it: CLEAN FILES may have raised it further."""
+        if plan.floor is not None:
+            self.raise_retention(plan.floor, source="metadata", lease=lease)
+
+    def finish_clean(self, plan: MetadataCleanPlan) -> list[str]:
+        """Delete what a published plan dooms (needs no lock; deleting twice is harmless)."""
+        for path in plan.doomed:
+            self.storage.delete(path)
+        return list(plan.doomed)
 
     def _doomed(self, completed_in_order: Sequence[tuple[str, str]]
                 ) -> tuple[dict[str, tuple[BaseFile, list[str]]], list[str], str | None]:
@@ -833,7 +968,7 @@ class MetadataTable:
         """
         return min(self._completed_compactions().values(), default=_NOTHING)
 
-    def archive(self, *, lease: Lease) -> None:
+    def archive(self, *, lease: Lease) -> list[Instant]:
         """Archive old metadata instants, never those whose bases are still retained."""
         usable = self._completed_compactions()
         fence = min(usable, default=None)
@@ -842,7 +977,7 @@ class MetadataTable:
             # the active timeline to count as completed.
             oldest = self.record_index.oldest_base_compaction(self.done_compactions())
             fence = min(filter(None, (fence, oldest)), default=None)
-        self.timeline.archive(lease=lease, fence_exclusive=fence)
+        return self.timeline.archive(lease=lease, fence_exclusive=fence)
 
 
 class _ShardsRecorded:

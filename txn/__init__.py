@@ -33,7 +33,7 @@ from timeline import (
     WorkerEnvironmentError,
 )
 
-from ._context import Commit, DataFile, Problem, Segment, ValidationReport
+from ._context import Commit, DataFile, MaintenanceReport, Problem, Segment, ValidationReport
 from ._read import Snapshot
 from ._segments import CleanResult
 from ._table import Table, create_table, open_table
@@ -50,6 +50,7 @@ __all__ = [
     "InvalidOptionError",
     "LockLostError",
     "LockTimeoutError",
+    "MaintenanceReport",
     "Problem",
     "SchemaMismatchError",
     "Segment",

@@ -13,9 +13,11 @@ import pyarrow.dataset as ds
 from timeline import Clock, Instant, Storage, system_clock
 
 from . import _read, _segments, _write
+from ._commit import maintain, protocol_of
 from ._context import (
     Commit,
     IdFactory,
+    MaintenanceReport,
     Segment,
     TableConfig,
     TableContext,
@@ -222,6 +224,19 @@ class Table:
         current snapshot needs. ``dry_run`` changes nothing. External files are never removed.
         """
         return _segments.clean(self._context, dry_run=dry_run, force=force)
+
+    def maintain(self) -> MaintenanceReport:
+        """Run the table services that are due now: a metadata compaction (once
+        ``metadata.compact_after`` commits completed since the last), the metadata table's
+        cleaning, archival of the timelines and the sweep of leftover markers.
+
+        Each is an instant of its own: writers go on committing while it runs, and readers use
+        its result only once it completed. Writers also start it after their commits (table
+        property ``maintenance.mode``: ``inline``, the default, ``async`` or ``manual``, where
+        only this method runs it). A compaction already running elsewhere is not waited for:
+        the report says it was skipped.
+        """
+        return maintain(self._context, protocol_of(self._context))
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -46,7 +46,15 @@ Table services, with the fault armed like any write's:
 * ``clean()``, ``clean(force=True)`` and ``clean(dry_run=True)`` by another process (the
   cleaner), so that it finds the writer's instants pending and alive when the writer died;
   ``clean.retain_commits`` is 2 or 4, ``clean.retain_hours`` 0 and ``clean.trash_hours`` 0 or 1,
-  so that cleans remove files within a run. A cleaner that dies is replaced at the next clean.
+  so that cleans remove files within a run. A cleaner that dies is replaced at the next clean;
+* table maintenance (``maintain()``: metadata compaction, its cleaning, archival) by another
+  process (the maintainer), with the fault armed, or stopped after it began a metadata
+  compaction and wrote its bases (a maintainer paused, or dead), so that later writes race the
+  pending compaction until a ``finish`` step tries to complete it (refused if a writer retired
+  it as dead meanwhile) or its heartbeat expires and a writer retires it. Writers maintain the
+  table themselves after their commits (``maintenance.mode`` inline) or leave it to the
+  maintainer (manual), as drawn at create. No maintenance step may change what any snapshot
+  reads: the invariants below run after every step.
 
 The model is a list of acknowledged commits in completion order, each with the rows of the
 snapshot it produced (keyed: at most one row per key), and the segments of the latest one, each
@@ -187,13 +195,16 @@ LEVEL_THRESHOLDS = ((2, 2), (3, 0))
 #: trash of earlier ones for good) or 1 (only ``force`` does, as the clock never gets that far).
 CLEAN_RETENTIONS = (2, 4)
 TRASH_HOURS = (0, 1)
+#: maintenance.mode: writers maintain the table after their commits, or only the maintainer does.
+MAINTENANCE_MODES = ("inline", "manual")
 
 
 def properties(retain_commits: int, *, shards: int | None, delta_threshold: int,
                level_threshold: tuple[int, int] = LEVEL_THRESHOLDS[0],
                clean_retain: int = CLEAN_RETENTIONS[0], trash_hours: int = TRASH_HOURS[0],
-               ) -> dict[str, str]:
+               maintenance: str = MAINTENANCE_MODES[0]) -> dict[str, str]:
     chosen = {
+        "maintenance.mode": maintenance,
         # Compact the metadata table every second commit; keep what time travel to the last
         # retain_commits commits needs.
         "metadata.compact_after": "2",
@@ -414,8 +425,20 @@ class Clean:
     wait_ms: int
 
 
+@dataclass(frozen=True)
+class Maintain:
+    """Table maintenance by another process (the maintainer): ``run`` is ``maintain()`` with
+    the fault armed; ``begin`` begins a metadata compaction and writes its bases, then stops
+    (paused, or dead: nothing beats its heartbeat); ``finish`` completes the compaction a
+    ``begin`` left, if it is still the maintainer's."""
+
+    step: Literal["run", "begin", "finish"]
+    fault: FaultPlan | None
+    wait_ms: int
+
+
 Mutation = Write | Upsert | DeleteKeys | DeleteWhere | Update | DeleteSegments
-Action = Mutation | Compact | Clean | Lookup | ReadLatest | ReadPast | ReadWithFault
+Action = Mutation | Compact | Clean | Maintain | Lookup | ReadLatest | ReadPast | ReadWithFault
 
 fault_plans = st.one_of(st.none(), st.builds(
     FaultPlan, when=st.sampled_from(["before", "after"]),
@@ -455,6 +478,8 @@ segment_deletes = st.builds(
 #: and the clean rolls back those that expired.
 cleans = st.builds(Clean, mode=st.sampled_from(["retained", "retained", "force", "dry_run"]),
                    fault=fault_plans, wait_ms=st.sampled_from([5, 5, 250, EXPIRE_MS, EXPIRE_MS]))
+maintenance = st.builds(Maintain, step=st.sampled_from(["run", "run", "begin", "finish"]),
+                        fault=fault_plans, wait_ms=waits)
 
 
 def weighted(*choices: st.SearchStrategy[Action]) -> st.SearchStrategy[Action]:
@@ -473,13 +498,13 @@ reads: list[st.SearchStrategy[Action]] = [
 #: CLEAN FILES, DELETE SEGMENT) a quarter.
 keyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, upserts, upserts, delete_keys, delete_wheres, updates, updates,
-    compactions, compactions, cleans, segment_deletes, lookups, *reads,
+    compactions, compactions, cleans, segment_deletes, maintenance, maintenance, lookups, *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
               past=st.booleans(), lookup=st.booleans()),
 )
 unkeyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, writes, delete_wheres, updates, compactions, compactions, cleans,
-    segment_deletes, *reads,
+    segment_deletes, maintenance, maintenance, *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
               past=st.booleans()),
 )
@@ -714,6 +739,9 @@ class TableMachine(RuleBasedStateMachine):
         #: them may raise SnapshotExpiredError): what the cleans so far may have published.
         self.clean_floor = 0
         self.cleaner_dead = False
+        self.maintainer_dead = False
+        #: A metadata compaction the maintainer began and stopped in (``Maintain("begin")``).
+        self.paused: tuple[Instant, list[tuple[str, str]]] | None = None
         self.dead = False
         self.serials = itertools.count(1)
         self.acked: list[Acked] = []
@@ -735,9 +763,11 @@ class TableMachine(RuleBasedStateMachine):
                 delta_threshold=st.sampled_from(DELTA_THRESHOLDS),
                 level_threshold=st.sampled_from(LEVEL_THRESHOLDS),
                 clean_retain=st.sampled_from(CLEAN_RETENTIONS),
-                trash_hours=st.sampled_from(TRASH_HOURS))
+                trash_hours=st.sampled_from(TRASH_HOURS),
+                maintenance=st.sampled_from(MAINTENANCE_MODES))
     def create(self, retain_commits: int, shards: int, delta_threshold: int,
-               level_threshold: tuple[int, int], clean_retain: int, trash_hours: int) -> None:
+               level_threshold: tuple[int, int], clean_retain: int, trash_hours: int,
+               maintenance: str) -> None:
         self.retain_commits = retain_commits
         self.shards = shards if self.keyed else None
         self.delta_threshold = delta_threshold
@@ -748,7 +778,8 @@ class TableMachine(RuleBasedStateMachine):
                          properties=properties(retain_commits, shards=self.shards,
                                                delta_threshold=delta_threshold,
                                                level_threshold=level_threshold,
-                                               clean_retain=clean_retain, trash_hours=trash_hours),
+                                               clean_retain=clean_retain, trash_hours=trash_hours,
+                                               maintenance=maintenance),
                          clock=self.clock, ids=self._new_id)
         self.config = decode_config(self.inner.read(TABLE_CONFIG_PATH))
         self.reader = self._open(self.inner)  # long-lived: exercises the incremental cache
@@ -759,6 +790,8 @@ class TableMachine(RuleBasedStateMachine):
         # CLEAN FILES runs in a process of its own, so it sees the writer's instants pending
         # (alive until their heartbeat expires) when the writer has died.
         self.cleaner_store, self.cleaner = self._new_writer()
+        self.maintainer_store, self.maintainer = self._new_writer()
+        self.maintenance = maintenance
 
     def teardown(self) -> None:
         low = (self.steps - 1) // 10 * 10
@@ -1058,7 +1091,7 @@ class TableMachine(RuleBasedStateMachine):
             self.call_bounds[operation] = made if seen is None else {
                 counted: max(seen[counted], made[counted]) for counted in kinds}
         self._lock_is_free()
-        self._metadata_timeline_recovered()
+        self._metadata_timeline_recovered(started_ms)
 
     def _check_commit_point(self, fired: InjectedFault | None, instant: Instant,
                             found: Instant) -> None:
@@ -1422,6 +1455,77 @@ class TableMachine(RuleBasedStateMachine):
                     f"the cleaner did not roll back its failed clean: {found}")
             event(f"failed clean left its instant {found.state}")
 
+    def _maintain(self, action: Maintain) -> None:
+        """Table maintenance by the maintainer. Whatever happens (a fault at any storage call,
+        a death, a compaction left pending while writers go on, or retired under it), what every
+        snapshot reads is unchanged: the invariants check it after this step."""
+        if self.maintainer_dead:
+            self.maintainer_store, self.maintainer = self._new_writer()
+            self.maintainer_dead = False
+        context = self.maintainer._context
+        if action.step == "finish":
+            if self.paused is None:
+                return
+            instant, _ = self.paused
+            self.paused = None
+            with context.timeline.lock() as lease:
+                completed = context.metadata.complete_compaction(instant, lease=lease)
+            found = self.metadata_timeline.load().get(instant.time)
+            if completed:
+                assert found is not None and found.is_completed, found
+                event("a paused metadata compaction completed after writes raced it")
+            else:
+                assert found is None or found.state == ROLLEDBACK, found
+                left = [k for k in self.inner.list(METADATA_FOLDER, recursive=True)
+                        if k.rpartition("/")[2].startswith(f"{instant.time}_")]
+                assert not left, f"a retired compaction's files outlived its own finish: {left}"
+                event("a paused metadata compaction was retired while paused")
+            return
+        if action.step == "begin":
+            if self.paused is not None:
+                return
+            with context.timeline.lock() as lease:
+                view = context.timeline.view(lease)
+                order = [(i.time, i.completed_at or "") for i in view.completed()]
+                if not order:
+                    return
+                begun = context.metadata.begin_compaction(order, lease=lease,
+                                                          data_max_time=view.max_time())
+            if begun is None:
+                event("a metadata compaction was running: none begun")
+                return
+            context.metadata.build_compaction(begun, order)
+            self.paused = (begun, order)
+            event("a metadata compaction began and stopped")
+            return
+        fault = self._resolve(action.fault, "maintain")
+        store = self.maintainer_store
+        store.reset()
+        if fault is not None:
+            fault.arm(store)
+        outcome: object
+        try:
+            outcome = self.maintainer.maintain()
+        except Exception as exc:  # judged below
+            outcome = exc
+        finally:
+            store.disarm()
+        fired = store.fault
+        if fault is not None and fault.mode == "death" and fired is not None:
+            self.maintainer_dead = True
+        data = self._instants_of(list(store.calls))
+        assert not data, f"maintenance made data instants {data}"
+        if fired is None:
+            assert isinstance(outcome, txn.MaintenanceReport), (
+                f"maintenance failed without a fault: {outcome!r}")
+            event(f"maintenance: {'compacted' if outcome.compaction else outcome.skipped or 'nothing due'}")
+        else:
+            assert fault is not None
+            event(f"maintain: fault {fired.when} {fired.call.op} in {where(fired.call.path)}"
+                  f" ({fault.mode})")
+            if isinstance(outcome, Exception):
+                assert injected(outcome) is not None, f"the fault surfaced as {outcome!r}"
+
     def _changed_nothing(self, expected: Expected, outcome: object, fired: InjectedFault | None,
                          instant: str | None) -> None:
         """A write refused up front, or one that matched nothing: no instant, no change (the
@@ -1481,13 +1585,16 @@ class TableMachine(RuleBasedStateMachine):
             raise AssertionError(f"a write that saw no fault left the table lock held: {exc}") from None
         lease.release()
 
-    def _metadata_timeline_recovered(self) -> None:
+    def _metadata_timeline_recovered(self, started_ms: int) -> None:
         """After a write that saw no fault, nothing is pending on the metadata timeline but the
-        deltacommits of data instants still pending (a dead writer's compaction, say, was
-        retired by the write's recovery)."""
+        deltacommits of data instants still pending and compactions whose maintainer counted
+        as alive when the write began (a dead maintainer's compaction was retired by the
+        write's recovery)."""
         data_pending = {i.time for i in self.observer_timeline.load().pending()}
         stuck = [str(i) for i in self.metadata_timeline.load().pending()
-                 if not (i.action == "deltacommit" and i.time in data_pending)]
+                 if not (i.action == "deltacommit" and i.time in data_pending)
+                 and not (i.action == "compaction"
+                          and not self.metadata_timeline.is_expired(i, now_ms=started_ms))]
         assert not stuck, f"metadata instants left pending after a clean write: {stuck}"
 
     def _resolve(self, plan: FaultPlan | None, operation: str) -> Fault | None:
@@ -1508,6 +1615,9 @@ class TableMachine(RuleBasedStateMachine):
             self._wait(action.wait_ms)
             self._settle()
             self._clean(action)
+        elif isinstance(action, Maintain):
+            self._wait(action.wait_ms)
+            self._maintain(action)
         elif isinstance(action, (Write, Upsert, DeleteKeys, DeleteWhere, Update, DeleteSegments)):
             self._revive_if_dead()
             self._wait(action.wait_ms)

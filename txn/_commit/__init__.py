@@ -5,7 +5,7 @@ from ._change import Change, Merge, Written, commit_begun, commit_change, to_com
 from ._conflicts import CompactedMeanwhileError
 from ._conflicts import check as check_conflicts
 from ._protocol import Builder, Pending, Protocol
-from ._upkeep import protocol_of
+from ._upkeep import maintain, protocol_of, wait_for_background_maintenance
 
 __all__ = [
     "Builder",
@@ -18,6 +18,8 @@ __all__ = [
     "check_conflicts",
     "commit_begun",
     "commit_change",
+    "maintain",
     "protocol_of",
     "to_commit",
+    "wait_for_background_maintenance",
 ]

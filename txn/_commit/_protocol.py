@@ -9,8 +9,9 @@ One write is one instant ``T`` on the data timeline:
 4. ``commit``, under the table lock: re-read the timeline and check for conflicts with instants
    that completed after ``T`` began; write the metadata table's log blocks for ``T`` and complete
    its deltacommit ``T``; complete ``T`` on the data timeline. That last put-if-absent is the
-   single commit point. Then, still under the lock, the metadata table compacts and cleans
-   itself and both timelines archive (best effort: the commit has already landed).
+   single commit point, and the lock is released right after it. Table maintenance (metadata
+   compaction and cleaning, archival) then runs as instants of its own, outside the commit
+   (``_upkeep``): it never fails the commit, and other writers never wait for it.
 5. On any error before the commit point, roll ``T`` back: mark it rolled back, delete what its
    markers name and its metadata blocks, and record a completed ``rollback`` instant. A writer
    that dies instead leaves ``T`` pending; once its heartbeat expires the next writer does step 5
@@ -23,7 +24,7 @@ a later step failed, the failure is logged and the commit is returned.
 Markers: a write that committed deletes its own markers by name (the paths of the files and
 deltas it wrote give their names), so the commit path never lists ``_markers/``. A writer killed
 after its commit point leaves its markers; they are swept (one listing) by the table maintenance
-that runs when a metadata compaction is due, with those of rolled-back instants
+that runs after a metadata compaction, with those of rolled-back instants
 (:meth:`Protocol.sweep_markers`). A rollback lists the markers to find what ``T`` wrote.
 
 Recovery cannot be turned against the table: a marker's content is checked (``read_marker``)
@@ -80,6 +81,9 @@ class Pending:
     instant: Instant
     segment: str | None
     heartbeat: Heartbeat
+    #: The timeline as the commit left it (set at the commit point): what table maintenance
+    #: decides from, after the lock is released.
+    committed_view: TimelineView | None = None
 
 
 #: Runs under the lock when an instant begins, on the recovered timeline: raises to refuse it.
@@ -100,7 +104,7 @@ class Protocol:
         metadata: MetadataTable,
         *,
         next_segment: Callable[[TimelineView], str],
-        after_commit: Callable[[Lease], None],
+        after_commit: Callable[[TimelineView], None],
     ) -> None:
         self._storage = storage
         self._timeline = timeline
@@ -160,7 +164,7 @@ class Protocol:
                 changes, metadata = build(lease, self._timeline.view(lease))
                 self._metadata.write_delta(pending.instant.time, changes, lease=lease)
                 completed = self._timeline.complete(pending.instant, metadata, lease=lease)
-                self._after_commit_quietly(lease)
+                pending.committed_view = self._timeline.view(lease)
         except Exception:
             if completed is None:
                 raise
@@ -203,6 +207,8 @@ class Protocol:
         except Exception:
             log.warning("cleaning up after committed instant %s failed", pending.instant.time,
                         exc_info=True)
+        if pending.committed_view is not None:
+            self._after_commit_quietly(pending.committed_view)
         return completed, metadata
 
     # -- rollback and recovery -----------------------------------------------------------------
@@ -216,7 +222,10 @@ class Protocol:
         """
         view = self._timeline.view(lease)
         if not view.pending():
-            return view  # no writer in flight, so none died in flight either
+            # No writer in flight, so none died in flight; a maintainer may have (its
+            # compaction is on the metadata timeline, which ``begin`` lists anyway).
+            self._metadata.recover(lease=lease)
+            return view
         failed = False
         for instant in self._timeline.expired(view):
             undo = self._undo(lease)
@@ -352,9 +361,11 @@ class Protocol:
             log.info("removed %d marker(s) of decided instants", len(removed))
         return removed
 
-    def _after_commit_quietly(self, lease: Lease) -> None:
+    def _after_commit_quietly(self, view: TimelineView) -> None:
+        """Table maintenance, after the commit released the lock: the commit has landed, so a
+        failure here is logged, never raised to its writer."""
         try:
-            self._after_commit(lease)
+            self._after_commit(view)
         except Exception:
             log.warning("table maintenance after a commit failed; the next commit retries it",
                         exc_info=True)

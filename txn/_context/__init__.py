@@ -22,6 +22,7 @@ from ._options import (
     clean_options,
     column_list,
     delete_compaction_threshold,
+    maintenance_mode,
     target_file_bytes,
 )
 from ._records import (
@@ -41,6 +42,7 @@ from ._records import (
     Commit,
     CommitMetadata,
     DataFile,
+    MaintenanceReport,
     Problem,
     Segment,
     ValidationReport,
@@ -76,6 +78,7 @@ __all__ = [
     "CompactionOptions",
     "DataFile",
     "IdFactory",
+    "MaintenanceReport",
     "Problem",
     "Segment",
     "TableConfig",
@@ -92,6 +95,7 @@ __all__ = [
     "decode_config",
     "delete_compaction_threshold",
     "encode_config",
+    "maintenance_mode",
     "open_context",
     "parse_level_threshold",
     "random_id",

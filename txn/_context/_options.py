@@ -125,6 +125,22 @@ def _bool(value: str) -> None:
         raise ValueError("expected 'true' or 'false'")
 
 
+#: ``maintenance.mode``: who runs table services (metadata compaction, its cleaning, archival)
+#: after a commit. Never the commit itself: see design/protocol.md, "Table maintenance".
+MAINTENANCE_MODES = ("inline", "async", "manual")
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+    return check
+
+
+def maintenance_mode(properties: dict[str, str]) -> str:
+    return properties.get("maintenance.mode", "inline")
+
+
 class _OutOfBounds(ValueError):
     """A well-formed number outside a property's bounds (a stored table may still hold it)."""
 
@@ -175,6 +191,10 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
         _WholeNumber(2 * _SECOND_MS, _DAY_MS, "ms"), "silence after which a pending writer is failed"),
     "metadata.compact_after": (
         _WholeNumber(1, 1_000, "commits"), "compact the metadata table after this many commits"),
+    "maintenance.mode": (
+        _one_of(MAINTENANCE_MODES),
+        "table services after a commit: inline (the writer, after releasing the lock), async "
+        "(a background thread), manual (only Table.maintain())"),
     "metadata.retain_commits": (
         _WholeNumber(1, 100_000, "commits"), "time travel reaches back at least this many commits"),
     "write.target_file_bytes": (

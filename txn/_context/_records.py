@@ -138,6 +138,22 @@ class Commit:
     segments_merged: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """What one run of table maintenance (``Table.maintain()``) did."""
+
+    #: The metadata compaction it completed (its instant time), or None.
+    compaction: str | None = None
+    #: Metadata files cleaning deleted (superseded bases and folded log blocks).
+    metadata_files_cleaned: int = 0
+    #: Instants moved to the archive, data and metadata timelines together.
+    instants_archived: int = 0
+    #: Markers of decided instants that were swept.
+    markers_swept: int = 0
+    #: Why nothing was compacted although it was due, if so (another compaction is running).
+    skipped: str | None = None
+
+
 class DataFile(msgspec.Struct, frozen=True, gc=False):
     """A live data file of a snapshot.
 
