@@ -1,4 +1,4 @@
-"""The table lock: a lease built only from put-if-absent, so it works on every backend.
+"""The table lock: a short lease built only from put-if-absent, renewed while it is held.
 
 The lock is a sequence of immutable records ``_timeline/lock/<seq>``. The record with the highest
 sequence number is the lock's state: held by its owner until ``expires_ms``, or free if it is a
@@ -14,6 +14,19 @@ Old records are garbage-collected, keeping the newest few. Because a deleted num
 created again by a writer with a very stale listing, a writer re-lists after its put and holds the
 lock only if its record is the highest; a recreated old number is never the highest.
 
+**Renewal.** The lease is short (``lease_ms``, seconds), so a holder that dies (``kill -9``, a
+lost machine) blocks the others for at most one lease. A live holder keeps it however long its
+critical section runs: while a lease is held, a background thread of the process renews it every
+``renew_every_ms`` (a third of the lease by default) by writing ``head + 1`` with a new expiry,
+exactly as :meth:`Lease.renew` does; two renewals can fail before the lease runs out. Renewal
+never revives a lease whose end has passed by the holder's clock: that lease is lost for good
+(:class:`~timeline.LockLostError` from then on), even if no one took it over, so a holder that
+was paused past its lease (a stopped process, a long garbage-collection pause, a suspended VM)
+learns it at its next :meth:`Lease.ensure_held` instead of carrying on. A renewal that finds its
+``head + 1`` taken likewise marks the lease lost. The renewal thread waits in real time, as
+heartbeats do, but renews only once the injected clock has also moved on by half an interval:
+under a clock that tests hold still, leases never renew behind the test's back.
+
 A head record that cannot be decoded (power loss with fsync off, a damaged disk, a user's edit)
 would block every writer for good if it were an error. Instead a waiter treats it as a lease that
 ends ``lease_ms`` after the waiter first saw it damaged (by its own clock), then takes the lock
@@ -21,12 +34,11 @@ over with ``head + 1`` exactly as from an expired record, so exactly one waiter 
 holder whose record got damaged renews (``head + 1``) within its lease, before any waiter takes
 over. The takeover is logged with the damaged file's name; ``validate()`` reports the file.
 
-The lease bounds how long a crashed holder blocks others. It assumes clocks across writers agree
-to well within the lease (60 s by default). Before a commit point, the holder calls
-:meth:`Lease.ensure_held`, which re-checks the head and the remaining lease; that narrows, but
-cannot close, the window in which a holder paused for longer than its lease writes after losing
-the lock. The commit point itself is a put-if-absent, so even then no committed file is torn or
-overwritten.
+The lease assumes clocks across writers agree to well within it. Before a commit point, the
+holder calls :meth:`Lease.ensure_held`, which re-checks the head and the remaining lease; that
+narrows, but cannot close, the window in which a holder paused for longer than its remaining
+lease between that check and its next write acts after losing the lock. The commit point itself
+is a put-if-absent, so even then no committed file is torn or overwritten.
 
 Waiting costs storage requests (a listing and a read per look at the head), and every waiter's
 requests slow the holder down on a shared store. So a waiter backs off: its n-th wait is drawn
@@ -38,9 +50,14 @@ moment the holder's lease ends, when the lock may be taken over, nor past its ow
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import logging
+import os
 import random
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from types import TracebackType
 
@@ -57,6 +74,10 @@ _SEQ_DIGITS = 12
 _KEEP_RECORDS = 16
 #: The longest single wait between two looks at a busy lock, unless a lock is given another.
 DEFAULT_MAX_POLL_MS = 1_000
+#: The lease of a lock record: how long a dead holder can block the others. Renewal keeps a live
+#: holder's lease however long it holds the lock, so this only has to outlast a renewal's
+#: storage round trip and the clock skew between writers, with room for two failed renewals.
+DEFAULT_LEASE_MS = 5_000
 
 
 class LockRecord(msgspec.Struct, frozen=True, kw_only=True, tag="lock", tag_field="kind"):
@@ -78,12 +99,18 @@ def _record_path(seq: int) -> str:
 
 
 class Lease:
-    """Proof that this writer holds the table lock, until ``expires_ms``."""
+    """Proof that this writer holds the table lock, until ``expires_ms`` (renewed meanwhile).
+
+    Safe to use from several threads: the background renewal and the holder's checks take turns.
+    """
 
     def __init__(self, lock: TableLock, record: LockRecord) -> None:
         self._lock = lock
         self.record = record
         self.released = False
+        #: Why the lease is lost for good, once renewal learned it (see the module docstring).
+        self._lost: str | None = None
+        self._mutex = threading.Lock()
 
     @property
     def owner(self) -> str:
@@ -105,40 +132,86 @@ class Lease:
         """
         lock = self._lock
         margin = lock.lease_ms // 10 if margin_ms is None else margin_ms
-        if self.released:
-            raise LockLostError(f"lease {self.record.seq} of {self.owner!r} was already released")
-        if lock.clock() + margin >= self.record.expires_ms:
-            raise LockLostError(
-                f"lease {self.record.seq} of {self.owner!r} ends at {self.record.expires_ms}, "
-                f"too close to now ({lock.clock()}) to commit safely"
-            )
-        if not verify:
-            return
-        head = lock.head_seq()
-        if head != self.record.seq:
-            raise LockLostError(
-                f"table lock was taken over: our record is {self.record.seq}, the head is {head}"
-            )
+        with self._mutex:
+            if self.released:
+                raise LockLostError(f"lease {self.record.seq} of {self.owner!r} was already released")
+            if self._lost is not None:
+                raise LockLostError(self._lost)
+            if lock.clock() + margin >= self.record.expires_ms:
+                raise LockLostError(
+                    f"lease {self.record.seq} of {self.owner!r} ends at {self.record.expires_ms}, "
+                    f"too close to now ({lock.clock()}) to commit safely"
+                )
+            if not verify:
+                return
+            head = lock.head_seq()
+            if head != self.record.seq:
+                raise LockLostError(
+                    f"table lock was taken over: our record is {self.record.seq}, the head is {head}"
+                )
 
     def renew(self) -> None:
         """Extend the lease. Raises LockLostError if another writer took the lock over."""
+        with self._mutex:
+            self._renew()
+
+    def _renew(self) -> None:
+        if self.released:
+            raise LockLostError(f"lease {self.record.seq} of {self.owner!r} was already released")
+        if self._lost is not None:
+            raise LockLostError(self._lost)
         record = self._lock._write_next(self.record, released=False)
         # A successful put is not enough: if garbage collection deleted the record that took
         # the lock over, the put recreated that old number. Only the highest record holds it.
-        head = self._lock.head_seq()
+        seqs = self._lock._sequence_numbers()
+        head = seqs[-1] if seqs else 0
         if head != record.seq:
             raise LockLostError(
                 f"table lock was taken over: our renewal is record {record.seq}, the head is {head}"
             )
         self.record = record
+        # A long hold writes a record per renewal: collect them now, not at the next acquire.
+        # Best effort: the lease is renewed already, and the next renewal collects again.
+        with contextlib.suppress(Exception):
+            self._lock._collect_garbage(seqs)
+
+    def _renew_if_due(self) -> bool:
+        """The background renewal: renew if the clock moved on; False once there is nothing
+        more to renew (released or lost)."""
+        lock = self._lock
+        with self._mutex:
+            if self.released or self._lost is not None:
+                return False
+            now = lock.clock()
+            if now >= self.record.expires_ms:
+                self._lost = (f"lease {self.record.seq} of {self.owner!r} ran out at "
+                              f"{self.record.expires_ms} before it could be renewed (now {now}): "
+                              "the holder was paused or renewal failed for a whole lease")
+                # The holder learns it from LockLostError; a log line from this thread could
+                # only land beside someone else's work.
+                log.info("%s", self._lost)
+                return False
+            renewed_at = self.record.expires_ms - lock.lease_ms
+            if now - renewed_at < lock.renew_every_ms // 2:
+                return True  # an injected clock that stands still: nothing to renew yet
+            try:
+                self._renew()
+            except LockLostError as exc:
+                self._lost = str(exc)
+                log.info("the table lock was lost while held: %s", exc)
+                return False
+        return True
 
     def release(self) -> None:
         """Free the lock. Losing it earlier is not an error here: there is nothing to undo."""
-        if self.released:
-            return
-        self.released = True
-        with contextlib.suppress(LockLostError):
-            self._lock._write_next(self.record, released=True)
+        with self._mutex:
+            if self.released:
+                return
+            self.released = True  # from here the background renewal leaves this lease alone
+            if self._lost is not None:
+                return
+            with contextlib.suppress(LockLostError):
+                self._lock._write_next(self.record, released=True)
 
     def __enter__(self) -> Lease:
         return self
@@ -152,6 +225,68 @@ class Lease:
         self.release()
 
 
+class _Renewals:
+    """The one background thread of a process that renews every lease it holds.
+
+    One thread serves all leases, so taking the lock costs no thread start and releasing it no
+    join: a released lease is dropped when it next comes due. Leases are held by weak reference,
+    so one that its holder dropped without releasing (a test's abandoned lease) is not renewed
+    for ever; a holder that crashed took the thread with it.
+    """
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._due: list[tuple[float, int, weakref.ref[Lease]]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, lease: Lease) -> None:
+        with self._ready:
+            self._push(lease, lease._lock.renew_every_ms)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="metatxn-lock-renewal",
+                                                daemon=True)
+                self._thread.start()
+            self._ready.notify()
+
+    def _push(self, lease: Lease, after_ms: float) -> None:
+        heapq.heappush(self._due, (time.monotonic() + after_ms / 1000, next(self._order),
+                                   weakref.ref(lease)))
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._ready.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                _, _, ref = heapq.heappop(self._due)
+            lease = ref()
+            if lease is None:
+                continue
+            every = lease._lock.renew_every_ms
+            try:
+                again = lease._renew_if_due()
+            except Exception:
+                # A storage error: the lease still has two thirds left, so try again soon.
+                log.warning("renewing the table lock of %r failed; retrying", lease.owner,
+                            exc_info=True)
+                again, every = True, max(1, every // 4)
+            if again:
+                with self._ready:
+                    self._push(lease, every)
+            del lease
+
+    def forget_after_fork(self) -> None:
+        # The thread did not survive the fork; the leases are the parent's, not ours.
+        self._ready = threading.Condition()
+        self._due = []
+        self._thread = None
+
+
+_renewals = _Renewals()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renewals.forget_after_fork)
+
+
 class TableLock:
     """Acquire leases on one table's lock.
 
@@ -160,6 +295,9 @@ class TableLock:
         max_poll_ms: the cap on one wait (at least ``poll_ms``; default
             :data:`DEFAULT_MAX_POLL_MS`, or ``poll_ms`` if that is larger).
         sleep: how to wait (seconds); tests pass a fake that moves their clock.
+        renew_every_ms: how often a held lease is renewed in the background (default: a third
+            of ``lease_ms``); 0 turns background renewal off (then only :meth:`Lease.renew`
+            extends a lease).
         jitter: uniform floats in ``[0, 1)``; a wait is ``d - int(d * jitter() / 2)`` ms. The
             default is a generator seeded from ``owner``, so distinct owners wait differently
             and a test with fixed owners is reproducible.
@@ -171,11 +309,12 @@ class TableLock:
         *,
         owner: str,
         clock: Clock,
-        lease_ms: int = 60_000,
+        lease_ms: int = DEFAULT_LEASE_MS,
         timeout_ms: int = 120_000,
         poll_ms: int = 20,
         max_poll_ms: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        renew_every_ms: int | None = None,
         jitter: Callable[[], float] | None = None,
     ) -> None:
         self.storage = storage
@@ -185,6 +324,7 @@ class TableLock:
         self.timeout_ms = timeout_ms
         self.poll_ms = poll_ms
         self.max_poll_ms = max(poll_ms, DEFAULT_MAX_POLL_MS if max_poll_ms is None else max_poll_ms)
+        self.renew_every_ms = max(1, lease_ms // 3) if renew_every_ms is None else renew_every_ms
         self._sleep = sleep
         self._jitter = jitter or random.Random(f"lock-jitter:{owner}").random
         #: A damaged head record (its sequence number) and when this writer first saw it.
@@ -250,7 +390,10 @@ class TableLock:
                     raise
                 if seqs[-1] == mine.seq:
                     self._collect_garbage(seqs)
-                    return Lease(self, mine)
+                    lease = Lease(self, mine)
+                    if self.renew_every_ms > 0:
+                        _renewals.add(lease)
+                    return lease
                 continue
             # Count our own sleeps too: an injected clock that stands still must not make us
             # wait forever.

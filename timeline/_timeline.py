@@ -46,7 +46,7 @@ from ._instant import (
     parse_file_name,
     parse_time,
 )
-from ._lock import LOCK_FOLDER, Lease, LockRecord, TableLock
+from ._lock import DEFAULT_LEASE_MS, LOCK_FOLDER, Lease, LockRecord, TableLock
 from ._storage import Storage
 from ._view import TimelineView
 
@@ -58,7 +58,7 @@ TIMELINE_FOLDER = "_timeline"
 class TimelineOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Tuning knobs of a timeline. Times are milliseconds."""
 
-    lock_lease_ms: int = 60_000
+    lock_lease_ms: int = DEFAULT_LEASE_MS
     lock_timeout_ms: int = 120_000
     lock_poll_ms: int = 20
     heartbeat_interval_ms: int = 15_000

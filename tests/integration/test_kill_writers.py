@@ -144,3 +144,44 @@ def test_writers_killed_at_random_moments_leave_a_table_recovery_makes_whole(tmp
     assert not markers.exists() or os.listdir(markers) == [], "no stray markers after recovery"
     report = checker.validate()
     assert report.ok, report.problems
+
+
+#: A writer that takes the table lock the way a commit does and holds it until it is killed.
+HOLDER = r"""
+import sys, time
+import txn
+table = txn.open_table(sys.argv[1])
+lease = table._context.timeline.lock()
+print("HELD", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_writer_killed_holding_the_table_lock_stalls_the_next_append_by_one_lease(
+        tmp_path: Path) -> None:
+    """The holder renews its 5 s lease for 12 s, then is killed with SIGKILL: the next append
+    waits at most one lease (plus a second of bound), not a long fixed lease."""
+    uri = str(tmp_path / "table")
+    lease_ms = 5_000
+    table = txn.create_table(uri, SCHEMA, properties={"lock.lease_ms": str(lease_ms)})
+    row = pa.table({"id": [1], "writer": [0], "version": [0]}, schema=SCHEMA)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, uri], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "HELD"
+        time.sleep(12.0)  # more than two leases: only renewal keeps the lock
+        with pytest.raises(txn.LockTimeoutError):
+            table._context.timeline.lock(timeout_ms=0)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        killed = time.monotonic()
+        table.append(row)
+        waited_ms = (time.monotonic() - killed) * 1000
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert waited_ms <= lease_ms + 1_000, waited_ms
+    assert table.snapshot().count() == 1
