@@ -1,8 +1,13 @@
 """Snapshots: the live files at one completed instant, pruned and scanned with pyarrow.
 
 A snapshot is built from completed instants only (see ``indexes._metadata_table``); no data
-folder is listed. With a ``filter``, each file's column ranges become an Arrow guarantee
-expression, and Arrow drops every file whose guarantee contradicts the filter before opening it.
+folder is listed. Planning works on the file table (``_file_table``: one Arrow table of the live
+files, their delete deltas and, when a filter needs them, their column ranges), so it costs a few
+Arrow kernels whatever the number of files: a ``filter`` prunes files by their ranges in one
+vectorised pass (``_prune``), ``count()`` without a filter adds row counts, and the per-file
+objects of ``files()`` are made only for the files it returns. Only the files a filter may match
+are given to Arrow, each with its ranges as a guarantee expression (which also decides the files
+the vectorised pass could not, for filters it only partly understands).
 
 Files with live delete deltas (of completed instants only, like everything else) are scanned
 one row group at a time with their deleted positions masked out (``_scan``); the others go
@@ -20,6 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import date
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -38,6 +44,8 @@ from .._files import (
     reading_file,
     scan_file,
 )
+from ._file_table import file_table, with_locations, with_stats
+from ._prune import prune
 
 
 def _converter(data_type: pa.DataType) -> Callable[[str], object]:
@@ -109,11 +117,11 @@ class Snapshot:
         self._store = store
         self._load_column_stats = load_column_stats
         assert metadata.files is not None
-        # Files keep the metadata table's order (its base's key order, then newer files):
-        # sorting ten thousand paths on every read would cost more than the read itself.
         self._files = live(metadata.files)
         self._metadata = metadata
-        self._deltas = LiveDeltas.of(store, metadata.deletes)
+        self._table: pa.Table | None = None
+        self._with_stats: pa.Table | None = None
+        self._live_deltas: LiveDeltas | None = None
 
     @property
     def instant(self) -> str | None:
@@ -132,23 +140,84 @@ class Snapshot:
     def metadata(self) -> MetadataSnapshot:
         return self._metadata
 
-    def _paths(self) -> list[str]:
-        paths: list[str] = self._files["path"].to_pylist()
+    @property
+    def _deltas(self) -> LiveDeltas:
+        """The live delete deltas by data file, their positions read on demand (built once)."""
+        if self._live_deltas is None:
+            self._live_deltas = LiveDeltas.of(self._store, self._metadata.deletes)
+        return self._live_deltas
+
+    def _file_table(self, *, stats: bool) -> pa.Table:
+        """The file table without ``location`` (planning needs none; callers add it to what
+        they return), with ``stats`` if asked."""
+        if self._table is None:
+            self._table = file_table(self._files, self._metadata.deletes, "", located=False)
+        if not stats:
+            return self._table
+        if self._with_stats is None:
+            self._with_stats = with_stats(self._table, self._load_column_stats())
+        return self._with_stats
+
+    def file_table(self, filter: ds.Expression | None = None, *, stats: bool = True) -> pa.Table:
+        """The live data files as one Arrow table; with ``filter``, only those whose column
+        ranges can match it.
+
+        Columns: ``path``, ``location``, ``segment``, ``partition``, ``format``, ``rows``,
+        ``size``, ``instant``, ``deleted_rows``, ``delete_files`` and, unless ``stats`` is
+        false, ``stats`` (per column ``min``, ``max``, ``nulls``, ``count``); see
+        ``txn._read._file_table`` for their meaning. Without ``stats`` and ``filter`` no column
+        statistics are read.
+        """
+        expression = self._check_filter(filter)
+        table = self._file_table(stats=stats or expression is not None)
+        if expression is not None:
+            table = table.filter(self._may_match(expression, table))
+            if not stats:
+                table = table.drop_columns(["stats"])
+        return with_locations(table, self._store.location(""))
+
+    def _may_match(self, expression: ds.Expression, table: pa.Table) -> pa.Array:
+        """Which rows of ``table`` (a file table with ``stats``) may hold a row matching
+        ``expression``: the vectorised pass, then Arrow on what it kept if it was not exact."""
+        stats = table["stats"].combine_chunks() if table.num_rows else None
+        pruned = prune(expression, stats, table.num_rows)
+        if pruned.exact or not pc.any(pruned.keep).as_py():
+            return pruned.keep
+        candidates = pc.indices_nonzero(pruned.keep)
+        kept = table.take(candidates)
+        paths: list[str] = kept["path"].to_pylist()
+        dataset = self._store.dataset(paths, self._schema, self._guarantees(kept))
+        position = {self._store.full_path(p): i for i, p in enumerate(paths)}
+        try:
+            found = [position[f.path] for f in dataset.get_fragments(filter=expression)]
+        except (pa.ArrowException, OSError) as exc:  # the filter was checked: not its fault
+            raise StorageError(f"listing the data files that can match {expression} failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        mask = np.zeros(table.num_rows, dtype=bool)
+        mask[candidates.to_numpy()[found]] = True
+        return pa.array(mask)
+
+    def _guarantees(self, table: pa.Table) -> list[ds.Expression]:
+        """Each file's ranges as an expression (``table``: a file table with ``stats``)."""
+        return [_guarantee(ranges, self._schema) for ranges in table["stats"].to_pylist()]
+
+    @staticmethod
+    def _paths(table: pa.Table) -> list[str]:
+        paths: list[str] = table["path"].to_pylist()
         return paths
 
-    def _data_files(self, indices: Sequence[int] | None = None) -> list[DataFile]:
-        files = self._files if indices is None else self._files.take(pa.array(indices, pa.int64()))
-        prefix = self._store.location("")
+    def _data_files(self, table: pa.Table) -> list[DataFile]:
+        """``DataFile`` objects of the rows of ``table`` (a file table with ``location``)."""
         parse = _partition_parser(self._schema)
-        parsed = {partition: parse(partition) for partition in set(files["partition"].to_pylist())}
-        deltas = self._deltas
+        parsed = {partition: parse(partition) for partition in set(table["partition"].to_pylist())}
         return [
-            DataFile(prefix + path, segment, rows, size, fmt, deltas.rows(path), dict(parsed[partition]),
-                     tuple(prefix + p for p in deltas.paths(path)))
-            for path, segment, rows, size, fmt, partition in zip(
-                files["path"].to_pylist(), files["segment"].to_pylist(), files["rows"].to_pylist(),
-                files["size"].to_pylist(), files["format"].to_pylist(),
-                files["partition"].to_pylist(), strict=True)
+            DataFile(location, segment, rows, size, fmt, deleted, dict(parsed[partition]),
+                     tuple(deltas))
+            for location, segment, rows, size, fmt, deleted, partition, deltas in zip(
+                table["location"].to_pylist(), table["segment"].to_pylist(),
+                table["rows"].to_pylist(), table["size"].to_pylist(), table["format"].to_pylist(),
+                table["deleted_rows"].to_pylist(), table["partition"].to_pylist(),
+                table["delete_files"].to_pylist(), strict=True)
         ]
 
     def _check_filter(self, filter: object) -> ds.Expression | None:
@@ -165,29 +234,15 @@ class Snapshot:
             raise InvalidOptionError(f"filter {filter} does not apply to this table: {exc}") from None
         return filter
 
-    def _dataset(self, filter: ds.Expression | None,
-                 paths: list[str] | None = None) -> ds.FileSystemDataset:
-        paths = self._paths() if paths is None else paths
-        guarantees = None
-        if filter is not None:
-            stats = self._load_column_stats()
-            by_path = dict(zip(stats["path"].to_pylist(), stats["columns"].to_pylist(), strict=True))
-            guarantees = [_guarantee(by_path.get(path), self._schema) for path in paths]
-        return self._store.dataset(paths, self._schema, guarantees)
+    def _dataset(self, expression: ds.Expression | None, table: pa.Table) -> ds.FileSystemDataset:
+        """A dataset of the files of ``table`` (a file table, with ``stats`` if ``expression``
+        is given: their ranges become guarantees)."""
+        guarantees = self._guarantees(table) if expression is not None else None
+        return self._store.dataset(self._paths(table), self._schema, guarantees)
 
     def files(self, filter: ds.Expression | None = None) -> list[DataFile]:
         """The live data files; with ``filter``, only those whose ranges can match it."""
-        expression = self._check_filter(filter)
-        if expression is None:
-            return self._data_files()
-        dataset = self._dataset(expression)
-        position = {self._store.full_path(p): i for i, p in enumerate(self._paths())}
-        try:
-            kept = [position[f.path] for f in dataset.get_fragments(filter=expression)]
-        except (pa.ArrowException, OSError) as exc:  # the filter was checked: not its fault
-            raise StorageError(f"listing the data files that can match {expression} failed: "
-                               f"{type(exc).__name__}: {exc}") from exc
-        return self._data_files(sorted(kept))
+        return self._data_files(self.file_table(filter, stats=False))
 
     def to_arrow(self, filter: ds.Expression | None = None,
                  columns: Sequence[str] | None = None) -> pa.Table:
@@ -204,40 +259,51 @@ class Snapshot:
         if self._files.num_rows == 0:
             empty = self._schema.empty_table()
             return empty.select(columns) if columns is not None else empty
+        table = self._planned(expression)
         try:
-            return self._read(expression, columns)
+            return self._read(expression, columns, table)
         except (pa.ArrowException, OSError) as exc:
             self._check_retained()  # a clean since this snapshot was taken: expired, not damaged
-            raise_for_files(self._store, self._paths(), self._schema, exc, filter=expression,
+            raise_for_files(self._store, self._paths(table), self._schema, exc, filter=expression,
                             columns=columns)
 
-    def _read(self, expression: ds.Expression | None, columns: list[str] | None) -> pa.Table:
-        return pa.concat_tables(self._read_parts(expression, columns))
+    def _planned(self, expression: ds.Expression | None) -> pa.Table:
+        """The file table of the files a read with ``expression`` opens."""
+        if expression is None:
+            return self._file_table(stats=False)
+        table = self._file_table(stats=True)
+        return table.filter(self._may_match(expression, table))
 
-    def _read_parts(self, expression: ds.Expression | None, columns: list[str] | None) -> list[pa.Table]:
-        paths = self._paths()
-        dirty = [p for p in paths if p in self._deltas.by_file]
-        if not dirty:
-            return [self._scan(expression, paths, lambda d: d.to_table(filter=expression, columns=columns))]
-        clean = [p for p in paths if p not in self._deltas.by_file]
+    def _read(self, expression: ds.Expression | None, columns: list[str] | None,
+              table: pa.Table) -> pa.Table:
+        parts = self._read_parts(expression, columns, table)
+        if not parts:
+            empty = self._schema.empty_table()
+            return empty.select(columns) if columns is not None else empty
+        return pa.concat_tables(parts)
+
+    def _read_parts(self, expression: ds.Expression | None, columns: list[str] | None,
+                    table: pa.Table) -> list[pa.Table]:
+        dirty = pc.greater(table["deleted_rows"], 0)
+        clean = table.filter(pc.invert(dirty))
         parts = [self._scan(expression, clean, lambda d: d.to_table(filter=expression, columns=columns))] \
-            if clean else []
+            if clean.num_rows else []
         wanted = columns if columns is not None else self._schema.names
-        for path in dirty:
+        for path in self._paths(table.filter(dirty)):
             rows, _ = scan_file(self._store, path, self._schema, filter=expression, columns=wanted,
                                 deleted=self._deltas.positions(path))
             parts.append(rows)
         return parts
 
-    def _scan(self, expression: ds.Expression | None, paths: list[str],
+    def _scan(self, expression: ds.Expression | None, table: pa.Table,
               scan: Callable[[ds.FileSystemDataset], Any]) -> Any:
-        """``scan`` of a dataset of ``paths``, then a check that every file it opened has the
-        table's columns: Arrow reads a missing column as nulls, so another table's Parquet file
-        in place of a data file would change rows silently. The scan read those schemas already
-        (each fragment keeps it), so the check reads nothing more."""
-        dataset = self._dataset(expression, paths)
+        """``scan`` of a dataset of the files of ``table``, then a check that every file it
+        opened has the table's columns: Arrow reads a missing column as nulls, so another
+        table's Parquet file in place of a data file would change rows silently. The scan read
+        those schemas already (each fragment keeps it), so the check reads nothing more."""
+        dataset = self._dataset(expression, table)
         result = scan(dataset)
-        relative = {self._store.full_path(p): p for p in paths}
+        relative = {self._store.full_path(p): p for p in self._paths(table)}
         for fragment in (dataset.get_fragments(filter=expression) if expression is not None
                          else dataset.get_fragments()):
             path = relative[fragment.path]
@@ -246,21 +312,26 @@ class Snapshot:
         return result
 
     def count(self, filter: ds.Expression | None = None) -> int:
-        """The number of live rows (matching ``filter``); without a filter no data file is read."""
+        """The number of live rows (matching ``filter``); without a filter no data file is read:
+        the metadata table's row counts less the rows its delete deltas delete."""
         expression = self._check_filter(filter)
         if expression is None:
-            deleted = sum(self._deltas.rows(p) for p in self._deltas.by_file)
-            return int(pc.sum(self._files["rows"]).as_py() or 0) - deleted
+            table = self._file_table(stats=False)
+            rows = pc.sum(table["rows"]).as_py() or 0
+            deleted = pc.sum(table["deleted_rows"]).as_py() or 0
+            return int(rows - deleted)
         if self._files.num_rows == 0:
             return 0
+        table = self._planned(expression)
+        if table.num_rows == 0:
+            return 0
         try:
-            if self._deltas.by_file:
-                return sum(part.num_rows for part in self._read_parts(expression, []))
-            return int(self._scan(expression, self._paths(),
-                                  lambda d: d.count_rows(filter=expression)))
+            if pc.any(pc.greater(table["deleted_rows"], 0)).as_py():
+                return sum(part.num_rows for part in self._read_parts(expression, [], table))
+            return int(self._scan(expression, table, lambda d: d.count_rows(filter=expression)))
         except (pa.ArrowException, OSError) as exc:
             self._check_retained()
-            raise_for_files(self._store, self._paths(), self._schema, exc, filter=expression,
+            raise_for_files(self._store, self._paths(table), self._schema, exc, filter=expression,
                             columns=[])
 
     def __repr__(self) -> str:
