@@ -14,7 +14,7 @@ import shutil
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -111,15 +111,15 @@ def median_and_p90(samples: list[float]) -> tuple[float, float]:
     return statistics.median(samples), statistics.quantiles(samples, n=10, method="inclusive")[8]
 
 
-def machine_facts() -> Machine:
-    """What a reader needs to compare figures across machines."""
+def machine_facts(libraries: Sequence[str] = LIBRARIES) -> Machine:
+    """What a reader needs to compare figures across machines (with the versions of ``libraries``)."""
     return Machine(
         date_utc=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"),
         cpus=os.cpu_count(),
         memory_gib=_memory_gib(),
         platform=platform.platform(),
         python=f"{platform.python_implementation()} {platform.python_version()}",
-        libraries={name: _version(name) for name in LIBRARIES},
+        libraries={name: _version(name) for name in libraries},
         load_at_start=load_average(),
     )
 

@@ -202,3 +202,215 @@ def timed_open(name: str, root: str, warm_root: str) -> tuple[float, int]:
     start = time.perf_counter()
     files = system.open_and_list()
     return time.perf_counter() - start, files
+
+
+# -- keyed tables (bench_keyed.py) --------------------------------------------------------------
+#
+# A second family of adapters: named tables under one root, created keyed or not, and every write
+# bench_keyed times (append, upsert, delete of a key range) plus the reads it checks with. Lance and
+# deltalake have no record key: their tables are plain, appends do no key check, and an upsert is
+# their merge on the key column. The family is not in SYSTEMS: bench_commits runs the first one.
+
+
+class KeyedSystem(Protocol):
+    """A table format as bench_keyed drives it; ``handle`` is whatever the library's writer holds."""
+
+    name: ClassVar[str]
+    calls: ClassVar[dict[str, str]]  # operation -> the call timed, for the report
+
+    def __init__(self, root: Path, *, keyed: bool = True) -> None:
+        """Bind to ``root``; raise SystemUnavailableError if the library cannot run here."""
+
+    def path(self, table: str) -> Path:
+        """The folder of table ``table``: copying it copies the table."""
+
+    def create(self, table: str, schema: pa.Schema, key: list[str]) -> Any:
+        """Create an empty table (keyed by ``key`` where the system can be) and return a handle."""
+
+    def open(self, table: str) -> Any:
+        """Open the table from storage (the handle a new reader or writer starts from)."""
+
+    def append(self, handle: Any, data: pa.Table) -> None: ...
+
+    def upsert(self, handle: Any, data: pa.Table, key: list[str]) -> None: ...
+
+    def delete_range(self, handle: Any, column: str, low: int, high: int) -> None:
+        """Delete the rows whose ``column`` is in ``[low, high)``."""
+
+    def count(self, handle: Any, where: Any = None) -> int:
+        """Live rows (matching the ``pc.Expression`` ``where``) as the handle sees them."""
+
+    def plan(self, table: str) -> int:
+        """Open the table with no state and list what a reader must read; the number of files."""
+
+    def read(self, handle: Any, columns: list[str]) -> pa.Table:
+        """Every live row's ``columns``."""
+
+
+class MetatxnKeyed:
+    """metatxn through its public API; ``keyed=False`` makes the same tables with no record key."""
+
+    name: ClassVar[str] = "metatxn"
+    calls: ClassVar[dict[str, str]] = {
+        "append": "t.append(batch)",
+        "upsert": "t.upsert(batch)",
+        "delete": "t.delete(where=(pc.field(k) >= a) & (pc.field(k) < b))",
+        "count": "t.count() (t.snapshot().count() where Table has no count)",
+        "open": "txn.open_table(uri)",
+        "plan": "txn.open_table(uri).snapshot().file_table() (.files() where there is no file_table)",
+        "lookup": "t.lookup(keys)",
+    }
+
+    def __init__(self, root: Path, *, keyed: bool = True) -> None:
+        self.txn: Any = _require("txn", hint="pip install -e . from the repository root")
+        self.root, self.keyed = root, keyed
+
+    def path(self, table: str) -> Path:
+        return self.root / table
+
+    def create(self, table: str, schema: pa.Schema, key: list[str]) -> Any:
+        record_key = (key[0] if len(key) == 1 else key) if self.keyed else None
+        return self.txn.create_table(str(self.path(table)), schema, record_key=record_key)
+
+    def open(self, table: str) -> Any:
+        return self.txn.open_table(str(self.path(table)))
+
+    def append(self, handle: Any, data: pa.Table) -> None:
+        handle.append(data)
+
+    def upsert(self, handle: Any, data: pa.Table, key: list[str]) -> None:
+        handle.upsert(data)
+
+    def delete_range(self, handle: Any, column: str, low: int, high: int) -> None:
+        import pyarrow.compute as pc
+
+        handle.delete(where=(pc.field(column) >= low) & (pc.field(column) < high))
+
+    def count(self, handle: Any, where: Any = None) -> int:
+        if where is None and callable(getattr(handle, "count", None)):
+            return int(handle.count())
+        return int(handle.snapshot().count(filter=where))
+
+    def plan(self, table: str) -> int:
+        snapshot = self.open(table).snapshot()
+        file_table = getattr(snapshot, "file_table", None)
+        return len(file_table()) if callable(file_table) else len(snapshot.files())
+
+    def read(self, handle: Any, columns: list[str]) -> pa.Table:
+        return handle.to_arrow(columns=columns)
+
+    def maintain(self, handle: Any) -> bool:
+        """Run ``t.maintain()`` where the Table has one (untimed upkeep after a build); whether it ran."""
+        maintain = getattr(handle, "maintain", None)
+        if not callable(maintain):
+            return False
+        maintain()
+        return True
+
+
+class DeltalakeKeyed:
+    """delta-rs with default table config: plain appends, ``merge`` for upserts, predicate deletes."""
+
+    name: ClassVar[str] = "deltalake"
+    calls: ClassVar[dict[str, str]] = {
+        "append": "write_deltalake(dt, batch, mode='append')",
+        "upsert": "dt.merge(batch, 't.k = s.k', 's', 't').when_matched_update_all()"
+                  ".when_not_matched_insert_all().execute()",
+        "delete": "dt.delete('k >= a AND k < b')",
+        "count": "dt.count()",
+        "open": "DeltaTable(uri)",
+        "plan": "DeltaTable(uri).file_uris()",
+    }
+
+    def __init__(self, root: Path, *, keyed: bool = True) -> None:
+        self._deltalake: Any = _require("deltalake")
+        self.root = root
+
+    def path(self, table: str) -> Path:
+        return self.root / table
+
+    def create(self, table: str, schema: pa.Schema, key: list[str]) -> Any:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self._deltalake.DeltaTable.create(str(self.path(table)), schema)
+
+    def open(self, table: str) -> Any:
+        return self._deltalake.DeltaTable(str(self.path(table)))
+
+    def append(self, handle: Any, data: pa.Table) -> None:
+        self._deltalake.write_deltalake(handle, data, mode="append")
+
+    def upsert(self, handle: Any, data: pa.Table, key: list[str]) -> None:
+        predicate = " AND ".join(f"t.{k} = s.{k}" for k in key)
+        (handle.merge(data, predicate=predicate, source_alias="s", target_alias="t")
+         .when_matched_update_all().when_not_matched_insert_all().execute())
+
+    def delete_range(self, handle: Any, column: str, low: int, high: int) -> None:
+        handle.delete(f"{column} >= {low} AND {column} < {high}")
+
+    def count(self, handle: Any, where: Any = None) -> int:
+        if where is None:
+            return int(handle.count())
+        return int(handle.to_pyarrow_dataset().count_rows(filter=where))
+
+    def plan(self, table: str) -> int:
+        return len(self.open(table).file_uris())
+
+    def read(self, handle: Any, columns: list[str]) -> pa.Table:
+        return handle.to_pyarrow_table(columns=columns)
+
+
+class LanceKeyed:
+    """Lance (``pylance``) with default settings: no key, so an append does no key check.
+
+    Writes go through the held ``LanceDataset`` (``ds.insert``, ``merge_insert``, ``delete``), which
+    each move it to the version they made, as a long-lived writer's handle would.
+    """
+
+    name: ClassVar[str] = "lance"
+    calls: ClassVar[dict[str, str]] = {
+        "append": "ds.insert(batch)",
+        "upsert": "ds.merge_insert(k).when_matched_update_all().when_not_matched_insert_all()"
+                  ".execute(batch)",
+        "delete": "ds.delete('k >= a AND k < b')",
+        "count": "ds.count_rows()",
+        "open": "lance.dataset(uri)",
+        "plan": "lance.dataset(uri).get_fragments()",
+    }
+
+    def __init__(self, root: Path, *, keyed: bool = True) -> None:
+        self._lance: Any = _require("lance", hint="pip install pylance (pinned in bench/requirements.txt)")
+        self.root = root
+
+    def path(self, table: str) -> Path:
+        return self.root / table
+
+    def create(self, table: str, schema: pa.Schema, key: list[str]) -> Any:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self._lance.write_dataset(schema.empty_table(), str(self.path(table)))
+
+    def open(self, table: str) -> Any:
+        return self._lance.dataset(str(self.path(table)))
+
+    def append(self, handle: Any, data: pa.Table) -> None:
+        handle.insert(data)
+
+    def upsert(self, handle: Any, data: pa.Table, key: list[str]) -> None:
+        (handle.merge_insert(key[0] if len(key) == 1 else key)
+         .when_matched_update_all().when_not_matched_insert_all().execute(data))
+
+    def delete_range(self, handle: Any, column: str, low: int, high: int) -> None:
+        handle.delete(f"{column} >= {low} AND {column} < {high}")
+
+    def count(self, handle: Any, where: Any = None) -> int:
+        return int(handle.count_rows() if where is None else handle.count_rows(filter=where))
+
+    def plan(self, table: str) -> int:
+        return len(self.open(table).get_fragments())
+
+    def read(self, handle: Any, columns: list[str]) -> pa.Table:
+        return handle.to_table(columns=columns)
+
+
+KEYED_SYSTEMS: dict[str, type[KeyedSystem]] = {
+    cls.name: cls for cls in (MetatxnKeyed, DeltalakeKeyed, LanceKeyed)
+}
