@@ -19,11 +19,13 @@ from ._scan import (
     read_data_file,
     scan_file,
 )
+from ._sort import DEFAULT_SORT_MEMORY_BYTES, SORT_MEMORY_PROPERTY, sort_memory_bytes
 from ._storage_io import DataStore
 from ._writer import (
     MARKERS_FOLDER,
     DataFileWriter,
     FileStatus,
+    KeyLocations,
     marked_paths,
     marker_instant,
     marker_path,
@@ -33,12 +35,15 @@ from ._writer import (
 
 __all__ = [
     "DATA_FILE_EXPECTED",
+    "DEFAULT_SORT_MEMORY_BYTES",
     "DELTA_SUFFIX",
     "MARKERS_FOLDER",
+    "SORT_MEMORY_PROPERTY",
     "DataFileWriter",
     "DataStore",
     "DeltaStatus",
     "FileStatus",
+    "KeyLocations",
     "LiveDeltas",
     "Positions",
     "check_data_file",
@@ -54,5 +59,6 @@ __all__ = [
     "read_positions",
     "reading_file",
     "scan_file",
+    "sort_memory_bytes",
     "stage_deletes",
 ]

@@ -26,10 +26,12 @@ so it reads back as itself (:func:`parse_hive_value`). A folder name ``<column>=
 than 255 bytes, the file-name limit of common filesystems, is refused with
 ``InvalidOptionError`` before any file of that partition is written.
 
-Memory: input is buffered per partition until a file's worth (``target_file_bytes`` of Arrow
-memory) is reached, then sorted and written; beyond ``buffer_bytes`` in total the largest buffer
-is flushed early. A ``RecordBatchReader`` larger than memory is therefore written in bounded
-memory.
+Memory: without ``sort_by`` (or with rows that arrive sorted) input is buffered per partition
+until a file's worth (``target_file_bytes`` of Arrow memory) is reached, then written; beyond
+``buffer_bytes`` in total the largest buffer is flushed early. With ``sort_by`` the whole load is
+sorted before it is cut into files: in memory up to ``sort_memory_bytes``, beyond it through
+sorted runs spilled to a temporary folder and merged (``_sort``). Either way a
+``RecordBatchReader`` larger than memory is written in bounded memory.
 """
 
 from __future__ import annotations
@@ -44,12 +46,22 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import stats_eligible
 from timeline import CorruptMetadataError, InvalidOptionError, ObjectNotFoundError, Storage, check_key
 
+from ._sort import (
+    DEFAULT_SORT_MEMORY_BYTES,
+    SortOrder,
+    SpillFolder,
+    in_memory_run,
+    merge_in_passes,
+    read_run,
+    run_batch_bytes,
+)
 from ._storage_io import DataStore
 
 log = logging.getLogger("metatxn")
@@ -264,10 +276,31 @@ class _Buffer:
     values: dict[str, Any]
     batches: list[pa.RecordBatch] = field(default_factory=list)
     nbytes: int = 0
+    #: Sorted runs of this partition spilled to disk (a load sorted as a whole).
+    runs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class KeyLocations:
+    """Where a write put each record key: row ``i`` of ``keys`` is at ``position[i]`` of
+    ``file[i]`` (a dictionary array: each path is held once)."""
+
+    keys: pa.Table
+    file: pa.Array
+    position: pa.Array
 
 
 class DataFileWriter:
-    """Writes one instant's data files into a :class:`DataStore`."""
+    """Writes one instant's data files into a :class:`DataStore`.
+
+    With ``sort_by`` the whole load is sorted before it is cut into files, per partition, so the
+    files of one load cover disjoint ``sort_by`` ranges (rows that tie may straddle two files) and
+    a filter on a sort column opens files in proportion to what it selects. The load is sorted in
+    memory while its buffered rows fit ``sort_memory_bytes``; beyond that the largest partition's
+    rows are sorted and spilled as a run to a temporary folder, and each partition's runs are
+    merged as its files are cut (``_sort``). The temporary folder is removed whether the write
+    succeeds or fails.
+    """
 
     def __init__(
         self,
@@ -284,9 +317,12 @@ class DataFileWriter:
         row_group_rows: int = 128 * 1024,
         key_columns: Sequence[str] = (),
         presorted: bool = False,
+        sort_memory_bytes: int = DEFAULT_SORT_MEMORY_BYTES,
     ) -> None:
         """``presorted``: the rows arrive sorted by ``sort_by`` already (a compaction sorted all
-        of them at once), so a file's buffer is not sorted again."""
+        of them at once), so they are cut into files as they come, not sorted again.
+        ``buffer_bytes`` bounds the memory of a load that is not sorted, ``sort_memory_bytes``
+        that of one that is."""
         self._store = store
         self._presorted = presorted
         self._schema = schema
@@ -297,6 +333,7 @@ class DataFileWriter:
         self._new_token = new_token
         self._target = target_file_bytes
         self._budget = max(buffer_bytes, target_file_bytes)
+        self._sort_budget = sort_memory_bytes
         self._row_group_rows = row_group_rows
         self._buffers: dict[str, _Buffer] = {}
         self._buffered = 0
@@ -313,16 +350,31 @@ class DataFileWriter:
         """Per file written: its path and its record-key columns, row ``i`` at position ``i``."""
         return list(self._keys)
 
+    def key_locations(self) -> KeyLocations:
+        """The record keys of every file written and where each one is, as columns built once."""
+        if not self._keys:
+            empty = self._schema.empty_table().select(self._key_columns)
+            return KeyLocations(empty, pa.DictionaryArray.from_arrays(
+                pa.array([], pa.int32()), pa.array([], pa.string())), pa.array([], pa.int64()))
+        counts = np.array([keys.num_rows for _, keys in self._keys], dtype=np.int64)
+        total = int(counts.sum())
+        starts = np.cumsum(counts) - counts
+        file = pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(np.arange(len(counts), dtype=np.int32), counts)),
+            pa.array([path for path, _ in self._keys], pa.string()))
+        position = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+        return KeyLocations(pa.concat_tables([keys for _, keys in self._keys]), file,
+                            pa.array(position))
+
     def write(self, batches: Iterable[pa.RecordBatch]) -> list[FileStatus]:
         """Write every batch; return the status of each file written, in write order."""
+        if self._sort_by and not self._presorted:
+            with SpillFolder() as spill:
+                self._write_sorted(batches, SortOrder(self._sort_by), spill)
+            return self.written
         for batch in batches:
             for partition, values, part in self._split(batch):
-                buffer = self._buffers.get(partition)
-                if buffer is None:
-                    buffer = self._buffers[partition] = _Buffer(partition, values)
-                buffer.batches.append(part)
-                buffer.nbytes += part.nbytes
-                self._buffered += part.nbytes
+                buffer = self._add(partition, values, part)
                 if buffer.nbytes >= self._target:
                     self._flush(buffer)
             while self._buffered > self._budget:
@@ -331,6 +383,64 @@ class DataFileWriter:
             self._flush(buffer)
         return self.written
 
+    def _add(self, partition: str, values: dict[str, Any], part: pa.RecordBatch) -> _Buffer:
+        buffer = self._buffers.get(partition)
+        if buffer is None:
+            buffer = self._buffers[partition] = _Buffer(partition, values)
+        buffer.batches.append(part)
+        buffer.nbytes += part.nbytes
+        self._buffered += part.nbytes
+        return buffer
+
+    def _write_sorted(self, batches: Iterable[pa.RecordBatch], order: SortOrder,
+                      spill: SpillFolder) -> None:
+        batch_bytes = run_batch_bytes(self._sort_budget)
+        for batch in batches:
+            for partition, values, part in self._split(batch):
+                self._add(partition, values, part)
+            while self._buffered > self._sort_budget:
+                largest = max(self._buffers.values(), key=lambda b: b.nbytes)
+                sorted_rows = order.sort(self._take(largest))
+                largest.runs.append(spill.write(iter([sorted_rows]), self._schema, batch_bytes))
+        for buffer in list(self._buffers.values()):
+            rest = self._take(buffer)
+            self._buffers.pop(buffer.partition)
+            if not buffer.runs:
+                if rest.num_rows:
+                    self._cut(buffer, iter([order.sort(rest)]))
+                continue
+            runs = [read_run(path) for path in buffer.runs]
+            if rest.num_rows:
+                runs.append(in_memory_run(order.sort(rest), batch_bytes))
+            self._cut(buffer, merge_in_passes(runs, order, spill, self._schema, batch_bytes))
+
+    def _take(self, buffer: _Buffer) -> pa.Table:
+        """The rows buffered for ``buffer``'s partition, which is left empty."""
+        table = pa.Table.from_batches(buffer.batches, schema=self._schema)
+        self._buffered -= buffer.nbytes
+        buffer.batches, buffer.nbytes = [], 0
+        return table
+
+    def _cut(self, buffer: _Buffer, chunks: Iterator[pa.Table]) -> None:
+        """Write sorted ``chunks`` as files of ``target_file_bytes`` each (the last smaller), in
+        order, so consecutive files continue each other's range."""
+        pending: list[pa.Table] = []
+        pending_bytes = 0
+        for chunk in chunks:
+            while chunk.num_rows:
+                room = self._target - pending_bytes
+                if chunk.nbytes < room:
+                    pending.append(chunk)
+                    pending_bytes += chunk.nbytes
+                    break
+                rows = max(1, -(-room * chunk.num_rows // max(1, chunk.nbytes)))
+                pending.append(chunk.slice(0, rows))
+                chunk = chunk.slice(rows)
+                self._write_file(buffer, pa.concat_tables(pending))
+                pending, pending_bytes = [], 0
+        if pending:
+            self._write_file(buffer, pa.concat_tables(pending))
+
     def _split(self, batch: pa.RecordBatch) -> Iterator[tuple[str, dict[str, Any], pa.RecordBatch]]:
         if not self._partition_by:
             yield f"segment_{self._segment}", {}, batch
@@ -338,7 +448,7 @@ class DataFileWriter:
         keys = [(name, "ascending") for name in self._partition_by]
         ordered = batch.take(pc.sort_indices(batch, sort_keys=keys))  # nulls sort last
         count = ordered.num_rows
-        boundary = pa.array([False] * max(count - 1, 0), pa.bool_())
+        boundary = pa.array(np.zeros(max(count - 1, 0), dtype=np.bool_))
         for name in self._partition_by:
             column = ordered.column(name)
             head, tail = column.slice(0, count - 1), column.slice(1)
@@ -353,13 +463,12 @@ class DataFileWriter:
             yield path, values, part
 
     def _flush(self, buffer: _Buffer) -> None:
+        """Write ``buffer``'s rows as one file, in the order they came."""
         self._buffers.pop(buffer.partition, None)
-        self._buffered -= buffer.nbytes
-        if not buffer.batches:
-            return
-        table = pa.Table.from_batches(buffer.batches, schema=self._schema)
-        if self._sort_by and not self._presorted:
-            table = table.sort_by([(name, "ascending") for name in self._sort_by])
+        if buffer.batches:
+            self._write_file(buffer, self._take(buffer))
+
+    def _write_file(self, buffer: _Buffer, table: pa.Table) -> None:
         name = (f"part-{self._segment}-{len(self._written):05d}-{self._new_token()}"
                 f"_{self._instant_time}.parquet")
         path = posixpath.join(buffer.partition, name)

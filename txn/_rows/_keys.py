@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from indexes import key_names
 from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
+
+from ._codes import Codes, key_codes
 
 #: How many offending keys an error message lists.
 SHOWN = 5
@@ -49,20 +51,31 @@ def check_not_null(data: pa.Table, columns: Sequence[str]) -> None:
                 "needs a key")
 
 
-def _group_rows(keys: pa.Table) -> pa.Table:
-    """Per distinct key: how many rows carry it and the position of its last row."""
-    names = keys.column_names
-    numbered = keys.append_column("__row__", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
-    return numbered.group_by(names, use_threads=False).aggregate(
-        [("__row__", "count"), ("__row__", "max")])
+def _has_repeats(codes: Codes) -> bool:
+    """Whether any code occurs twice (a plain sort: cheaper than the row order ``_runs`` needs)."""
+    ordered = np.sort(codes)
+    return bool(np.any(ordered[1:] == ordered[:-1]))
+
+
+def _runs(codes: Codes) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+    """Rows in code order (stable: the rows of one key stay in input order), and a mask over
+    that order of the rows that continue the previous row's key."""
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    return order, ordered[1:] == ordered[:-1]
 
 
 def repeated(keys: pa.Table) -> pa.Table:
-    """The keys that occur more than once in ``keys``."""
+    """The keys that occur more than once in ``keys``, each once, in order of first occurrence."""
     if keys.num_rows <= 1:
         return keys.slice(0, 0)
-    groups = _group_rows(keys)
-    return groups.filter(pc.greater(groups["__row___count"], 1)).select(keys.column_names)
+    codes = key_codes(keys)
+    if not _has_repeats(codes):
+        return keys.slice(0, 0)
+    order, same = _runs(codes)
+    # The first row of each run longer than one: it continues nothing, its successor continues it.
+    starts = same & ~np.concatenate([[False], same[:-1]])
+    return keys.take(pa.array(np.sort(order[:-1][starts])))
 
 
 def check_unique(data: pa.Table, columns: Sequence[str]) -> None:
@@ -79,11 +92,12 @@ def last_wins(data: pa.Table, columns: Sequence[str]) -> pa.Table:
     """``data`` with one row per key: the last row of each key, in the input's order."""
     if data.num_rows <= 1:
         return data
-    groups = _group_rows(index_keys(data, columns))
-    if groups.num_rows == data.num_rows:
+    codes = key_codes(index_keys(data, columns))
+    if not _has_repeats(codes):
         return data
-    last = groups["__row___max"]
-    return data.take(pc.take(last, pc.sort_indices(last)))  # keep the input's order
+    order, same = _runs(codes)
+    last = np.concatenate([~same, [True]])  # a row whose successor is another key ends its run
+    return data.take(pa.array(np.sort(order[last])))  # keep the input's order
 
 
 def keys_argument(keys: Any, schema: pa.Schema, columns: Sequence[str]) -> pa.Table:
