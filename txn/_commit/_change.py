@@ -27,6 +27,7 @@ from indexes import (
     MARKED_FOR_DELETE,
     SUCCESS,
     MetadataChanges,
+    RecordIndex,
     SegmentEntry,
     column_stats_schema,
     live,
@@ -50,9 +51,11 @@ from .._files import (
     DataFileWriter,
     DeltaStatus,
     FileStatus,
+    KeyLocations,
     LiveDeltas,
     Positions,
     delete_rows,
+    sort_memory_bytes,
     stage_deletes,
 )
 from .._rows import index_keys
@@ -98,6 +101,8 @@ class Change:
     replace: bool = False
     #: A compaction: the segments it replaces (None for every other write).
     merge: Merge | None = None
+    #: Bytes of the new rows in memory, when known before the write begins (None: a stream).
+    rows_bytes: int | None = None
 
     @property
     def segment(self) -> str | None:
@@ -123,6 +128,16 @@ class Written:
     keys: pa.Table | None = None
 
 
+def _new_entries(index: RecordIndex, located: KeyLocations, columns: Sequence[str], segment: str,
+                 instant_time: str) -> pa.Table:
+    """The index entries of every row a write added, built as whole columns (one call for all
+    files: the per-file Python cost stays out of million-row loads)."""
+    count = located.keys.num_rows
+    return index.entries(index_keys(located.keys, columns),
+                         segment=pa.repeat(pa.scalar(segment, pa.string()), count),
+                         file=located.file, position=located.position, instant=instant_time)
+
+
 def _write(context: TableContext, pending: Pending, change: Change) -> Written:
     written = Written()
     index = context.metadata.record_index
@@ -134,14 +149,13 @@ def _write(context: TableContext, pending: Pending, change: Change) -> Written:
             partition_by=context.partition_by, sort_by=context.sort_by, new_token=context.ids,
             target_file_bytes=target_file_bytes(context.config.properties),
             key_columns=context.record_key_columns, presorted=change.merge is not None,
+            sort_memory_bytes=sort_memory_bytes(context.config.properties),
         )
         written.statuses = writer.write(change.rows)
-        if index is not None:
-            for path, keys in writer.keys:
-                entries.append(index.entries(
-                    index_keys(keys, context.record_key_columns), segment=pending.segment,
-                    file=pa.array([path] * keys.num_rows, pa.string()),
-                    position=pa.array(range(keys.num_rows), pa.int64()), instant=pending.instant.time))
+        located = writer.key_locations()
+        if index is not None and located.keys.num_rows:
+            entries.append(_new_entries(index, located, context.record_key_columns,
+                                        pending.segment, pending.instant.time))
     written.deltas, written.replaced = stage_deletes(
         context.store, pending.instant.time, change.deleted, change.current,
         delete_compaction_threshold(context.config.properties))
@@ -270,12 +284,25 @@ def commit_change(context: TableContext, change: Change, extra: dict[str, str] |
     new_segment = change.rows is not None or write is not None
     completed, metadata = protocol_of(context).run(
         change.operation, ACTION_OF[change.operation], new_segment=new_segment,
+        hold_lock=write is None and _is_small(change),
         segment=change.segment, sources=list(change.merge.sources) if change.merge else (),
         read_at=change.read_at, admit=admit,
         write=write or (lambda pending: _write(context, pending, change)),
         build=builder(context, change, extra, retries=retries), extra=extra,
     )
     return to_commit(completed.time, completed.completed_at or "", metadata)
+
+
+#: A write whose new rows take at most this many bytes in memory, and that deletes at most
+#: SMALL_WRITE_DELETES rows, runs under one hold of the lock (``Protocol.run``): its write phase
+#: costs milliseconds, less than a second lock hold and a heartbeat would.
+SMALL_WRITE_BYTES = 8 * 1024 * 1024
+SMALL_WRITE_DELETES = 1_000_000
+
+
+def _is_small(change: Change) -> bool:
+    return (change.merge is None and not change.replace and change.rows_bytes is not None
+            and change.rows_bytes <= SMALL_WRITE_BYTES and change.rows_deleted <= SMALL_WRITE_DELETES)
 
 
 def commit_begun(context: TableContext, change: Change, extra: dict[str, str] | None, pending: Pending,

@@ -182,7 +182,9 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
     "timeline.archive.max_files": (
         _WholeNumber(1, 1_000, "files"), "merge archive files beyond this many"),
     "lock.lease_ms": (
-        _WholeNumber(5 * _SECOND_MS, _HOUR_MS, "ms"), "table lock lease in milliseconds"),
+        _WholeNumber(5 * _SECOND_MS, _HOUR_MS, "ms"),
+        "table lock lease in milliseconds, renewed every third of it while held: how long a "
+        "killed writer can stall the others"),
     "lock.timeout_ms": (
         _WholeNumber(100, _DAY_MS, "ms"), "how long a writer waits for the table lock"),
     "heartbeat.interval_ms": (
@@ -199,6 +201,7 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
         _WholeNumber(1, 100_000, "commits"), "time travel reaches back at least this many commits"),
     "write.target_file_bytes": (
         _WholeNumber(1_000, 1024 ** 3, "bytes"), "in-memory bytes buffered per data file"),
+    "sort.memory_bytes": (_WholeNumber(1_000, 1024 ** 4, "bytes"), "a sorted load spills beyond this"),
     "record_index.shards": (
         _WholeNumber(1, 1_024, "shards"), "hash shards of the record-level index (keyed tables)"),
     "deletes.compaction.threshold": (

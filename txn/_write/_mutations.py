@@ -70,7 +70,8 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
         if source is None:
             log.info("append of no rows: nothing to commit")
             return None
-        change = Change("append", source, None, LiveDeltas(context.store, {}))
+        change = Change("append", source, None, LiveDeltas(context.store, {}),
+                        rows_bytes=data.nbytes if isinstance(data, pa.Table) else None)
         return commit_change(context, change, extra)
     rows = _materialize(context, data)
     if rows.num_rows == 0:
@@ -84,7 +85,8 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
             raise DuplicateKeyError(
                 f"append: record key(s) {describe(existing, columns)} already exist in the table; "
                 "nothing was written\nHelp: use upsert to replace existing keys")
-        return Change("append", rows.to_batches(), state.read_at, state.deltas)
+        return Change("append", rows.to_batches(), state.read_at, state.deltas,
+                      rows_bytes=rows.nbytes)
 
     return commit_planned(context, plan, extra)
 
@@ -116,7 +118,8 @@ def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
         return None
     def plan(state: State) -> Change:
         existing = find_keys(context, state, index_keys(rows, columns))
-        return Change("upsert", rows.to_batches(), state.read_at, state.deltas, deleted=_by_file(existing))
+        return Change("upsert", rows.to_batches(), state.read_at, state.deltas,
+                      deleted=_by_file(existing), rows_bytes=rows.nbytes)
 
     return commit_planned(context, plan, extra)
 
@@ -193,7 +196,8 @@ def delete(context: TableContext, where: Any = None, *, keys: Any = None,
         if not deleted:
             log.info("delete matched no rows: nothing to commit")
             return None
-        return Change("delete", None, state.read_at, state.deltas, deleted=deleted, removed_keys=removed)
+        return Change("delete", None, state.read_at, state.deltas, deleted=deleted,
+                      removed_keys=removed, rows_bytes=0)
 
     return commit_planned(context, plan, extra)
 

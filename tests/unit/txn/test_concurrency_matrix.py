@@ -142,6 +142,9 @@ def race(monkeypatch: pytest.MonkeyPatch, table: txn.Table, b: Callable[[], Any]
         return commit(self, pending, build)
 
     monkeypatch.setattr(Protocol, "commit", b_then_commit)
+    # A small write holds the lock from begin to commit, so nothing can complete beside it:
+    # A must be a write with a window between the two (any write past the small-write bound).
+    monkeypatch.setattr("txn._commit._change.SMALL_WRITE_BYTES", -1)
     return run
 
 
@@ -996,6 +999,8 @@ def test_iud_x_clean_after_a_compaction_overtook_the_iud(
             return write(context, pending, change)
 
         monkeypatch.setattr(_change, "_write", clean_then_write)
+        # Only a write past the small-write bound has a write phase outside the lock.
+        monkeypatch.setattr(_change, "SMALL_WRITE_BYTES", -1)
     model = initial()
     del model[1]
     commit = iud(a, op, 5, -1.0, keyed=keyed)

@@ -110,6 +110,10 @@ def run_between(monkeypatch: pytest.MonkeyPatch, point: str, write: Callable[[],
     * "write": after it began (its instant is inflight), before it writes its files.
     """
     other = Interleaved(point, write)
+    if point in ("begin", "write"):
+        # A small write holds the lock from begin to commit: nothing runs between the two. The
+        # interleavings below are those of writes past the small-write bound.
+        monkeypatch.setattr(_change, "SMALL_WRITE_BYTES", -1)
     if point == "read":
         read_state = _state.read_state
 
@@ -701,6 +705,7 @@ def _lockstep_writer(uri: str, p: int, rounds: int, between: Any, results: Any) 
             return write(table, pending, change)
 
         _change._write = after_everyone_began  # type: ignore[assignment]
+        _change.SMALL_WRITE_BYTES = -1  # the write phase outside the lock, as past the bound
         acknowledged, rejected = [], []
         for n in range(rounds):
             keys = list(range(SHARED_KEYS))
