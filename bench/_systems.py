@@ -261,16 +261,20 @@ class MetatxnKeyed:
         "lookup": "t.lookup(keys)",
     }
 
-    def __init__(self, root: Path, *, keyed: bool = True) -> None:
+    def __init__(self, root: Path, *, keyed: bool = True,
+                 properties: dict[str, str] | None = None) -> None:
         self.txn: Any = _require("txn", hint="pip install -e . from the repository root")
         self.root, self.keyed = root, keyed
+        #: Table properties of the tables it creates (default: none, the table defaults).
+        self.properties = dict(properties or {})
 
     def path(self, table: str) -> Path:
         return self.root / table
 
     def create(self, table: str, schema: pa.Schema, key: list[str]) -> Any:
         record_key = (key[0] if len(key) == 1 else key) if self.keyed else None
-        return self.txn.create_table(str(self.path(table)), schema, record_key=record_key)
+        return self.txn.create_table(str(self.path(table)), schema, record_key=record_key,
+                                     properties=self.properties)
 
     def open(self, table: str) -> Any:
         return self.txn.open_table(str(self.path(table)))

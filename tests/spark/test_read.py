@@ -311,3 +311,56 @@ def test_unreadable_types_are_refused_naming_spark(
         assert "Spark" in str(refused)
     else:
         assert rows.cast(table.schema).to_pylist() == table.to_arrow().to_pylist()
+
+
+# -- deletes inside the scan ---------------------------------------------------------------------
+
+
+def _plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+def test_deletes_across_files_are_a_scan_predicate_under_filters_and_time_travel(
+        spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "orders")
+    table = txn.create_table(uri, ORDERS)
+    for start in range(0, 4000, 1000):  # four loads of two files each
+        txn.spark.write(frame(spark, orders(range(start, start + 1000)), 2), uri)
+    before = table.timeline()[-1].time
+    table.delete(pc.field("qty") == 3)
+    table.delete((pc.field("id") >= 1500) & (pc.field("id") < 1520))
+    deleted_files = [f for f in table.snapshot().files() if f.deleted_rows]
+    assert len(deleted_files) == 8, "every file lost rows"
+
+    full = txn.spark.read(spark, uri)
+    assert "Join" not in _plan(full) and "row_index" in _plan(full)
+    assert spark_rows(full, ORDERS) == rows_by(table.to_arrow())
+    assert full.count() == table.snapshot().count()
+    filters = [("id < 1600 AND region = 'eu'", (pc.field("id") < 1600) & (pc.field("region") == "eu")),
+               ("price > 500", pc.field("price") > 500)]
+    for sql, expression in filters:
+        expected = rows_by(table.to_arrow(filter=expression))
+        assert spark_rows(txn.spark.read(spark, uri, filter=sql), ORDERS) == expected
+        assert spark_rows(txn.spark.read(spark, uri, filter=expression), ORDERS) == expected
+    projected = txn.spark.read(spark, uri, filter="id BETWEEN 1490 AND 1530", columns=["id"])
+    assert sorted(r["id"] for r in projected.collect()) == sorted(
+        table.to_arrow(filter=(pc.field("id") >= 1490) & (pc.field("id") <= 1530))["id"].to_pylist())
+    # Before the deletes every row is there; the same files, read as of then, lose none.
+    old = txn.spark.read(spark, uri, as_of=before)
+    assert "row_index" not in _plan(old)
+    assert spark_rows(old, ORDERS) == rows_by(orders(range(4000)))
+
+
+def test_a_count_without_a_filter_reads_no_data_file(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "orders")
+    table = txn.create_table(uri, ORDERS)
+    txn.spark.write(frame(spark, orders(range(3000)), 3), uri)
+    first = table.timeline()[-1].time
+    table.delete(pc.field("qty") == 3)
+    expected, expected_before = table.snapshot().count(), 3000
+    assert txn.spark.count(spark, uri, filter="id < 100") == table.snapshot().count(pc.field("id") < 100)
+
+    for file in table.snapshot().files():  # data files made unreadable: only metadata can answer
+        Path(file.path).write_bytes(b"not parquet")
+    assert txn.spark.count(spark, uri) == expected < 3000
+    assert txn.spark.count(spark, uri, as_of=first) == expected_before

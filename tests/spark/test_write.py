@@ -348,10 +348,12 @@ def test_a_failing_task_rolls_the_write_back(spark: Any, tmp_path: Path) -> None
     """One task of the write job raises (after the other wrote its data files).
 
     The table is unkeyed: a keyed write pins the DataFrame's rows before its checks, so the
-    poisoned row would fail there, before the instant begins.
+    poisoned row would fail there, before the instant begins. It is partitioned, so its files are
+    written by the ``mapInArrow`` tasks (an unpartitioned table's go through Spark's own writer:
+    ``test_native_write.py``).
     """
     uri = str(tmp_path / "orders")
-    table = txn.create_table(uri, ORDERS)
+    table = txn.create_table(uri, ORDERS, partition_by=["region"])
     table.append(orders(range(100)))
     visible, files, logs = rows_by(table.to_arrow()), file_bytes(uri), index_logs(uri)
 

@@ -23,6 +23,7 @@ from ._sort import DEFAULT_SORT_MEMORY_BYTES, SORT_MEMORY_PROPERTY, sort_memory_
 from ._storage_io import DataStore
 from ._writer import (
     MARKERS_FOLDER,
+    ColumnStats,
     DataFileWriter,
     FileStatus,
     KeyLocations,
@@ -39,6 +40,7 @@ __all__ = [
     "DELTA_SUFFIX",
     "MARKERS_FOLDER",
     "SORT_MEMORY_PROPERTY",
+    "ColumnStats",
     "DataFileWriter",
     "DataStore",
     "DeltaStatus",

@@ -69,7 +69,9 @@ from .._files import DELTA_SUFFIX, MARKERS_FOLDER, marker_instant, read_marker
 from ._clean_retention import HOUR_MS, History, retention_floor
 
 #: Folders that hold no data: never listed as data, never cleaned as orphans.
-NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/")
+#: ``_staging/``: a Spark write's own writer stages its files there before they are published
+#: under markers (``txn.spark``); a staged file is never a table file.
+NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/", "_staging/")
 DATA_SUFFIXES = (".parquet", DELTA_SUFFIX)
 
 

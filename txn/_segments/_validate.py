@@ -52,7 +52,9 @@ from .._rows import describe, index_keys, repeated
 
 #: Folders whose files are not data files of the table: the timelines, the markers, and the
 #: trash CLEAN FILES moves removed files to (they are no longer the table's).
-_NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/")
+#: ``_staging/``: a Spark write's own writer stages its files there before they are published
+#: under markers (``txn.spark``); a staged file is never a table file.
+_NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/", "_staging/")
 
 
 def validate(context: TableContext) -> ValidationReport:
@@ -209,7 +211,7 @@ def _check_metadata_timeline(context: TableContext, completed: dict[str, str]) -
                 continue  # no column takes statistics: compactions write no base here
             horizon = (mdt.timeline.read_metadata(newest, dict) or {}).get("horizon", "<horizon>")
             problems.append(Problem(
-                "missing file", base_path(folder, newest.time, str(horizon)),
+                "missing file", base_path(folder, newest.time, str(horizon), mdt.base_format),
                 f"the {partition} base of metadata compaction {newest.time}, the newest completed"))
     return problems
 

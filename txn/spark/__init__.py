@@ -13,7 +13,7 @@ from ._session import quiet_third_party_warnings
 quiet_third_party_warnings()
 
 from ._compact import compact  # noqa: E402
-from ._read import create_view, read  # noqa: E402
+from ._read import count, create_view, read  # noqa: E402
 from ._session import local_session  # noqa: E402
 from ._source import MetatxnDataSource, register  # noqa: E402
 from ._stream import write_stream  # noqa: E402
@@ -24,6 +24,7 @@ __all__ = [
     "MODES",
     "MetatxnDataSource",
     "compact",
+    "count",
     "create_view",
     "local_session",
     "read",

@@ -40,8 +40,8 @@ def _rewrite(spark: Any, context: TableContext, change: Change) -> Callable[[Pen
     assert merge is not None
     store = context.store
     frame = native_scan(spark, spark_schema(context.schema), [store.location(f) for f in merge.files])
-    frame = without_deleted(spark, frame, [(store.location(f), change.current.positions(f))
-                                           for f in merge.files if change.current.paths(f)])
+    frame = without_deleted(frame, [(store.location(f), change.current.positions(f))
+                                    for f in merge.files if change.current.paths(f)])
     # Parquet is several times smaller than the Arrow memory a file's target counts.
     tasks = max(1, math.ceil(3 * merge.size / target_file_bytes(context.properties)))
     if context.sort_by:

@@ -3,14 +3,13 @@
 The driver resolves the snapshot (no listing of data folders) and prunes files with the column
 ranges of the metadata table; Spark then scans exactly those files with its native Parquet
 reader (column pruning, row-group and dictionary pushdown, vectorized decoding intact). Rows
-deleted by delete deltas are removed with an anti-join on ``(_metadata.file_name,
-_metadata.row_index)`` against a small DataFrame of the deleted positions of the files read.
+deleted by delete deltas are removed inside the scan, by a predicate on ``_metadata.row_index``
+and ``_metadata.file_name`` (:mod:`._deleted`), never by a join.
 """
 
 from __future__ import annotations
 
 import functools
-import posixpath
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -22,6 +21,7 @@ from timeline import InvalidOptionError
 
 from .._context import open_context
 from .._read import snapshot as read_snapshot
+from ._deleted import kept_rows
 from ._filters import to_expression
 from ._types import conform, spark_schema
 from ._workers import ensure_workers_run_metatxn
@@ -75,7 +75,7 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     else:
         frame = native_scan(spark, schema, [f.path for f in files])
         prefix = table.store.location("")
-        frame = without_deleted(spark, frame, [
+        frame = without_deleted(frame, [
             (f.path, snapshot._deltas.positions(f.path.removeprefix(prefix)))
             for f in files if f.delete_files])
     if isinstance(filter, str):
@@ -86,24 +86,24 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     return frame.select(*columns) if columns is not None else frame
 
 
-def without_deleted(spark: Any, frame: Any, deleted: Sequence[tuple[str, Any]]) -> Any:
-    """``frame`` (a native Parquet scan) without the rows at the given positions of the given
-    files (location, sorted positions): an anti-join on Spark's file name and row index."""
-    names = [posixpath.basename(path) for path, positions in deleted if len(positions)]
-    positions = [positions for _, positions in deleted if len(positions)]
-    if not names:
-        return frame
-    from pyspark.sql import functions as F
+def count(spark: Any, uri: str, filter: str | ds.Expression | None = None,
+          as_of: str | datetime | None = None, *, storage_options: dict[str, Any] | None = None) -> int:
+    """The number of live rows of the table at ``uri`` (as of ``as_of``) matching ``filter``.
 
-    deleted_rows = pa.table({
-        "__file": pa.array([n for n, p in zip(names, positions, strict=True) for _ in range(len(p))],
-                           pa.string()),
-        "__row": pa.concat_arrays([pa.array(p, pa.int64()) for p in positions]),
-    })
-    deletes = spark.createDataFrame(deleted_rows)
-    condition = (F.col("_metadata.file_name") == deletes["__file"]) & (
-        F.col("_metadata.row_index") == deletes["__row"])
-    return frame.join(F.broadcast(deletes), condition, "left_anti")
+    Without a filter the answer comes from the metadata table (rows per file less deleted
+    positions) and no data file is read, nor any Spark job run; with one it is
+    ``read(...).count()``, Spark's count over the pruned files.
+    """
+    if filter is not None:
+        return int(read(spark, uri, filter, as_of=as_of, storage_options=storage_options).count())
+    return read_snapshot(open_context(uri, storage_options), as_of).count()
+
+
+def without_deleted(frame: Any, deleted: Sequence[tuple[str, Any]]) -> Any:
+    """``frame`` (a native Parquet scan) without the rows at the given positions of the given
+    files (location, sorted positions): a predicate of the scan itself (:mod:`._deleted`)."""
+    predicate = kept_rows(deleted)
+    return frame if predicate is None else frame.where(predicate)
 
 
 def native_scan(spark: Any, schema: Any, locations: Sequence[str]) -> Any:

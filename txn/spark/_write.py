@@ -1,7 +1,9 @@
 """``txn.spark.write``: Spark's executors write the data files, this process commits once.
 
 The driver (the caller's process) runs the commit protocol: it begins instant ``T`` (segment
-allocated, heartbeat beating) and runs one Spark job, ``mapInArrow`` over the DataFrame. Each
+allocated, heartbeat beating) and runs one Spark job. Unpartitioned, unkeyed tables of types
+Spark writes back exactly are written by Spark's own Parquet writer (:mod:`._native`). Otherwise
+the job is ``mapInArrow`` over the DataFrame: each
 task writes its rows with the same :class:`~txn._writer.DataFileWriter` the local path uses
 (partition folders, sort, target file size, exact statistics, a marker before each file), and,
 on a keyed table, one record-index log file of its own (``<T>.<part>.log.arrow``). It returns
@@ -46,6 +48,7 @@ from .._files import (
 from .._rows import SHOWN, describe, index_keys
 from .._segments import after_load
 from .._write import State, commit_planned
+from ._native import write_files, writes_natively
 from ._tables import Layout, resolve, save_mode
 from ._types import conform
 from ._workers import ensure_workers_run_metatxn
@@ -93,11 +96,9 @@ def _write_task(job: _Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
     rows = [{"kind": "file", "payload": pickle.dumps(s)} for s in statuses]
     if job.key_columns and writer.keys:
         index = RecordIndex(storage, [schema.field(k).type for k in job.key_columns], job.shards)
-        entries = pa.concat_tables([
-            index.entries(index_keys(keys, job.key_columns), segment=job.segment,
-                          file=pa.array([path] * keys.num_rows, pa.string()),
-                          position=pa.array(range(keys.num_rows), pa.int64()), instant=job.instant)
-            for path, keys in writer.keys])
+        located = writer.key_locations()  # every file's keys and places, built once
+        entries = index.entries(index_keys(located.keys, job.key_columns), segment=job.segment,
+                                file=located.file, position=located.position, instant=job.instant)
         part = partition * 1000 + attempt
         counts = index.write(job.instant, entries, part=part)
         rows.append({"kind": "index", "payload": pickle.dumps({"part": part, "shards": counts})})
@@ -194,9 +195,13 @@ def run_job(table: TableContext, df: Any, pending: Pending, deleted: dict[str, P
         key_columns=table.record_key_columns, shards=index.shards if index is not None else 0,
         target_file_bytes=target_file_bytes(table.config.properties),
     )
-    results = df.mapInArrow(functools.partial(_write_task, job), "kind string, payload binary").toArrow()
-    statuses, parts, shards = collect_reports(results["kind"].to_pylist(), results["payload"].to_pylist())
-    _remove_unreported(table, pending.instant.time, {s.path for s in statuses}, parts)
+    shards: dict[int, int] = {}
+    if writes_natively(table.schema, table.partition_by, table.record_key_columns):
+        statuses = write_files(table, df, pending.instant.time, pending.segment)
+    else:
+        results = df.mapInArrow(functools.partial(_write_task, job), "kind string, payload binary").toArrow()
+        statuses, parts, shards = collect_reports(results["kind"].to_pylist(), results["payload"].to_pylist())
+        _remove_unreported(table, pending.instant.time, {s.path for s in statuses}, parts)
     deltas, replaced = stage_deletes(table.store, pending.instant.time, deleted, current,
                                      delete_compaction_threshold(table.config.properties))
     return Written(statuses=statuses, deltas=deltas, replaced=replaced, index_sizes=shards)
