@@ -2,9 +2,11 @@
 
 Log blocks are Arrow IPC files: they are small, written once per commit and read on every
 snapshot until compaction folds them, so they use the format that costs least to write and
-read. Bases are Parquet sorted by key (compressed, with statistics). Each file is built in
-memory and stored with one put-if-absent: it is either whole or absent, and a retried write of
-the same block cannot replace one that landed.
+read. Bases are Arrow IPC too, sorted by key, with LZ4-compressed buffers: every snapshot reads
+them whole, and decoding LZ4 IPC costs a fraction of decoding zstd Parquet (10,000 file rows:
+about 0.2-1 ms against 2 ms). Bases written as Parquet by earlier versions are still read.
+Each file is built in memory and stored with one put-if-absent: it is either whole or absent,
+and a retried write of the same block cannot replace one that landed.
 """
 
 from __future__ import annotations
@@ -52,25 +54,28 @@ def decoding(path: str, expected: str) -> Iterator[None]:
         raise CorruptMetadataError(path, expected, f"{type(exc).__name__}: {exc}") from None
 
 
-def _encode(path: str, table: pa.Table, parquet_options: Mapping[str, Any] | None) -> bytes:
+def _encode(path: str, table: pa.Table, parquet_options: Mapping[str, Any] | None,
+            compression: str | None) -> bytes:
     if path.endswith(".parquet"):
         buffer = io.BytesIO()
         pq.write_table(table, buffer, **{"compression": "zstd", **(parquet_options or {})})
         return buffer.getvalue()
     sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, table.schema) as writer:
+    with ipc.new_file(sink, table.schema,
+                      options=ipc.IpcWriteOptions(compression=compression)) as writer:
         writer.write_table(table)
     return bytes(sink.getvalue())
 
 
 def write_block(storage: Storage, path: str, table: pa.Table, *,
-                parquet_options: Mapping[str, Any] | None = None) -> int:
+                parquet_options: Mapping[str, Any] | None = None,
+                compression: str | None = None) -> int:
     """Store ``table`` at ``path`` (Parquet for ``.parquet``, else Arrow IPC); return its size.
 
-    ``parquet_options`` are passed to ``pyarrow.parquet.write_table`` (record-index bases use
-    small row groups and a fast codec, so a lookup decodes little).
+    ``parquet_options`` are passed to ``pyarrow.parquet.write_table``; ``compression`` is the
+    Arrow IPC buffer codec (``"lz4"``, ``"zstd"``; None: uncompressed).
     """
-    data = _encode(path, table, parquet_options)
+    data = _encode(path, table, parquet_options, compression)
     storage.put_if_absent(path, data)
     return len(data)
 

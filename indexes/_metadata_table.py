@@ -7,7 +7,7 @@ they apply a block only if ``T`` is completed on the *data* timeline, so blocks 
 pending or rolled-back writes are never read.
 
 Bases. A metadata compaction at time ``M`` folds, for every partition, the blocks of all data
-instants completed at or before a horizon ``H`` into ``<M>_<H>.base.parquet``. ``H`` is the last
+instants completed at or before a horizon ``H`` into ``<M>_<H>.base.arrow``. ``H`` is the last
 completion time on the data timeline when the compaction begins, under the table lock;
 completion times only grow, so an instant pending then completes after ``H`` and its block stays
 a log. A base is used only once compaction ``M`` completed on the metadata timeline.
@@ -88,6 +88,8 @@ from ._segments import (
 )
 
 RETENTION_PATH = f"{METADATA_FOLDER}/retention.json"
+#: The file format of the partitions' bases (see ``_blocks``): Arrow IPC, LZ4-compressed.
+BASE_FORMAT = "arrow"
 _NOTHING = "0" * 17
 
 
@@ -283,6 +285,9 @@ class MetadataSnapshot:
 class MetadataTable:
     """The metadata table of one data table."""
 
+    #: The file format (extension) of the bases this version writes.
+    base_format = BASE_FORMAT
+
     def __init__(
         self,
         storage: Storage,
@@ -405,7 +410,8 @@ class MetadataTable:
         for partition in self.schemas:
             folder = partition_folder(partition)
             if horizon is not None:
-                paths = [base_path(folder, instant.time, horizon)]
+                paths = [base_path(folder, instant.time, horizon, extension)
+                         for extension in (BASE_FORMAT, "parquet")]
             else:
                 paths = [b.path for b in parse_listing(self.storage.list(folder))[0]
                          if b.compaction_time == instant.time]
@@ -549,7 +555,7 @@ class MetadataTable:
                 # A completed compaction that folded the block means its base is what is lost.
                 folding = sorted((h, m) for m, h in usable.items() if done_at <= h <= bound)
                 raise ObjectNotFoundError(
-                    base_path(partition_folder(partition), folding[-1][1], folding[-1][0])
+                    base_path(partition_folder(partition), folding[-1][1], folding[-1][0], BASE_FORMAT)
                     if folding else log_path(partition_folder(partition), instant_time))
 
     def recorded(self, instant_time: str) -> _Recorded | None:
@@ -860,7 +866,8 @@ class MetadataTable:
                 # A purge completed after the add and the tombstone it follows, so a base that
                 # folds it folds those too: the key needs no record at all from here on.
                 merged = without_purged(merged)
-            write_block(self.storage, base_path(partition_folder(partition), instant.time, horizon), merged)
+            write_block(self.storage, base_path(partition_folder(partition), instant.time, horizon,
+                                                BASE_FORMAT), merged, compression="lz4")
         if self.record_index is not None:
             self.record_index.compact(instant.time, horizon, completed, self.done_compactions(),
                                       live_files)

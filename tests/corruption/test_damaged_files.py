@@ -78,7 +78,9 @@ class Template:
         faulty = Faulty(timeline.open_storage(str(root)))
         faulty.arm(1, when="after", ops={"put_if_absent"},
                    match=lambda p: _INDEX_LOG.match(p) is not None, crash=True)
-        with pytest.raises(Exception):  # noqa: B017 - the injected death
+        # (A write past the small-write bound: a small one would hold the lock, with no heartbeat.)
+        with pytest.MonkeyPatch.context() as patch, pytest.raises(Exception):  # noqa: B017 - the injected death
+            patch.setattr("txn._commit._change.SMALL_WRITE_BYTES", -1)
             table_on(str(root), faulty).upsert(_rows([5, 500]))
         self.files = sorted(timeline.open_storage(str(root)).list("", recursive=True))
         view = timeline.Timeline(timeline.open_storage(str(root))).load()
@@ -112,7 +114,7 @@ def _newest_block(partition: str) -> Callable[[Template], str]:
     return pick
 
 
-def _newest_base(partition: str, suffix: str = "parquet") -> Callable[[Template], str]:
+def _newest_base(partition: str, suffix: str = "arrow") -> Callable[[Template], str]:
     def pick(t: Template) -> str:
         pattern = rf"_metadata/{partition}/\d{{17}}_\d{{17}}\.base\.{suffix}"
         bases = [f for f in t.files if re.fullmatch(pattern, f)]

@@ -51,7 +51,7 @@ def _resolve_all(table: txn.Table, bounds: list[str]) -> list[tuple[Any, ...]]:
 
 
 def _bases(uri: str) -> list[str]:
-    return [k for k in storage_of(uri).list("", recursive=True) if k.endswith(".base.parquet")]
+    return [k for k in storage_of(uri).list("", recursive=True) if k.endswith(".base.arrow")]
 
 
 def _logs(uri: str, partition: str = FILES) -> list[str]:
@@ -152,11 +152,11 @@ def test_compaction_writes_a_base_and_changes_no_answer(table_uri: str, clock: F
         compaction = metadata.compact(order, lease=lease)
     horizon = bounds[-1]
     assert sorted(_bases(table_uri)) == sorted(
-        f"_metadata/{p}/{compaction}_{horizon}.base.parquet" for p in ALL)
+        f"_metadata/{p}/{compaction}_{horizon}.base.arrow" for p in ALL)
     assert _resolve_all(table, bounds) == before
 
     latest = metadata.resolve(_completed(table), None, partitions=ALL)
-    assert all(path.endswith(".base.parquet") for path in latest.files_read), (
+    assert all(path.endswith(".base.arrow") for path in latest.files_read), (
         "the latest resolve reads the bases only")
     clock.advance(1_000)
     after = table.append(rows(range(900, 902)))
@@ -207,7 +207,7 @@ def test_a_compaction_whose_writer_died_is_never_used_and_is_cleared(
     reader = txn.open_table(table_uri, clock=clock)
     assert sorted(reader.to_arrow()["id"].to_pylist()) == list(range(6)), "the commit had landed"
     metadata = _metadata(table)
-    assert not any(p.endswith(".base.parquet")
+    assert not any(p.endswith(".base.arrow")
                    for p in metadata.resolve(_completed(table), None).files_read)
 
     clock.advance(10 * 60_000)  # the dead writer's lock lease ends
@@ -259,7 +259,7 @@ def test_cleaning_keeps_the_last_retained_commits_and_expires_older_snapshots(
     assert issubclass(txn.SnapshotExpiredError, txn.TxnError)
 
     files = storage_of(table_uri).list("_metadata/files")
-    assert len([f for f in files if f.endswith(".base.parquet")]) <= 2
+    assert len([f for f in files if f.endswith(".base.arrow")]) <= 2
     assert len([f for f in files if f.endswith(".log.arrow")]) <= 3
     assert fresh.snapshot().count() == 27 and fresh.validate().ok
 
@@ -375,7 +375,7 @@ def test_a_compaction_whose_completed_file_is_lost_keeps_its_bases(table_uri: st
     if it had died, and validate reports the lost file."""
     _compacted_keyed(table_uri)
     storage = storage_of(table_uri)
-    kept = sorted(k for k in storage.list("_metadata/files") if k.endswith(".base.parquet"))
+    kept = sorted(k for k in storage.list("_metadata/files") if k.endswith(".base.arrow"))
     assert len(kept) >= 2, "the floor and a newer base"
     time = kept[0].rsplit("/", 1)[1][:17]  # the floor's compaction
     [lost] = [k for k in storage.list("_metadata/_timeline")

@@ -341,7 +341,7 @@ def test_the_same_as_of_resolves_to_the_same_rows_later(table_uri: str, clock: F
             with pytest.raises(txn.SchemaMismatchError):
                 table.append(_reader_with_a_null_key())
 
-    bases = [k for k in storage_of(table_uri).list("_metadata/files") if k.endswith(".base.parquet")]
+    bases = [k for k in storage_of(table_uri).list("_metadata/files") if k.endswith(".base.arrow")]
     assert bases, "the metadata table must have compacted for this test to mean anything"
     fresh = txn.open_table(table_uri, clock=clock)
     for as_of, expected_rows, expected_files in seen:
