@@ -6,10 +6,12 @@ _metadata/
                                     and compactions
   <partition>/<T>.log.arrow         one log block (Arrow IPC file) per data instant T that
                                     touched the partition
-  <partition>/<M>_<H>.base.parquet  a base: every completed block with completion time <= H,
+  <partition>/<M>_<H>.base.arrow    a base: every completed block with completion time <= H,
                                     folded by the metadata compaction instant M
-  record_index/<shard>/...          the same, per hash shard of the record keys, with bases
-                                    <M>_<H>.base.arrow (see ``_record_index``)
+  record_index/<T>.log.arrow        the record index's log files, all shards in one file
+  record_index/<shard>/...          its sorted runs per root shard (<M>_<H>.base.arrow from "",
+                                    <M>_<L>_<H>.<n>.run.arrow above), and the folders of the
+                                    shards split from it (see ``_index_layout``)
 ```
 """
 
@@ -35,7 +37,8 @@ def partition_folder(partition: str) -> str:
 
 
 def shard_folder(shard: int) -> str:
-    """The folder of one record-index shard (shards are numbered from 0)."""
+    """The folder of one record-index root shard (numbered from 0), which also holds the folders
+    of the shards split from it."""
     return f"{METADATA_FOLDER}/{RECORD_INDEX}/{shard:04d}"
 
 

@@ -55,6 +55,7 @@ from timeline import (
 )
 
 from ._blocks import MISSING, decoding, missing_block, read_block, write_block
+from ._index_layout import DEFAULT_SHARD_MAX_ENTRIES
 from ._layout import (
     COLUMN_STATS,
     DELETES,
@@ -299,6 +300,7 @@ class MetadataTable:
         timeline_options: TimelineOptions | None = None,
         record_key: Sequence[str] = (),
         record_index_shards: int | None = None,
+        record_index_shard_max_entries: int | None = None,
     ) -> None:
         self.storage = storage
         self.options = options or MetadataOptions()
@@ -323,7 +325,8 @@ class MetadataTable:
         #: The record-level index of a keyed table (None without a record key).
         self.record_index = (
             RecordIndex(storage, [table_schema.field(name).type for name in record_key],
-                        record_index_shards or 1)
+                        record_index_shards or 1,
+                        shard_max_entries=record_index_shard_max_entries or DEFAULT_SHARD_MAX_ENTRIES)
             if record_key else None
         )
 
@@ -873,10 +876,16 @@ class MetadataTable:
                                       live_files)
 
     def complete_compaction(self, instant: Instant, *, lease: Lease) -> bool:
-        """Under the table lock: complete a built compaction; False if it was aborted meanwhile
-        (its heartbeat expired while it was paused), in which case what it wrote is deleted."""
+        """Under the table lock: complete a built compaction; False if it was retired meanwhile,
+        or its heartbeat expired while it was paused (it could be retired any moment), in which
+        case what it wrote is deleted. Completion and retirement both run under the lock, and
+        each requires the other not to have happened, so exactly one of them wins."""
         current = self.timeline.view(lease).get(instant.time)
-        if current is None or not current.is_pending:
+        if current is None or not current.is_pending or self.timeline.is_expired(current):
+            # Retired, or retirable: a lock holder that found it expired may have deleted its
+            # bases already (recovery deletes them before it aborts), so it must never complete.
+            if current is not None and current.is_pending:
+                self.timeline.abort(current, lease=lease)
             self._remove_bases(instant)
             return False
         horizon = self.timeline.read_plan(instant, dict)["horizon"]

@@ -1,14 +1,17 @@
 """The record-level index: record key -> (segment, data file, row position), hash-sharded.
 
-Layout: ``_metadata/record_index/<shard>/`` holds, per shard, log blocks ``<T>.log.arrow`` (the
-entries data instant ``T`` wrote that hash to the shard) and bases ``<M>_<H>.base.arrow``
-(everything completed at or before ``H``, folded by metadata compaction ``M``: uncompressed
-Arrow IPC sorted by key in batches of 1,024 entries, so a lookup reads only the batches whose key
-range can hold a wanted key, and decodes nothing). The number of shards is fixed when the table is created.
+Layout (see design/record-index.md): ``_metadata/record_index/`` holds the log files of data
+instants, ``<T>.log.arrow`` (entries of every shard, one shard per batch), and one folder per
+root shard, ``<shard:04d>/``, holding that shard's *runs*; a shard split by compaction keeps its
+descendants' runs in sub-folders ``<shard:04d>/<s:04d>.<count>/``. A run holds the shard's
+merged entries of the logs completed in ``(low, high]``: bottom runs (``low == ""``) are named
+``<M>_<H>.base.arrow`` like the bases of older tables (which therefore read as bottom runs),
+upper runs ``<M>_<low>_<high>.<entries>.run.arrow``. Layout rules: ``_index_layout``; the run
+format: ``_index_runs``.
 
 Entries. One row per key per instant that wrote it: the key columns (``key_0``, ``key_1``, ...),
 ``segment``, ``file``, ``position``, ``instant`` and ``deleted`` (a tombstone: the key was
-deleted). Log blocks are written during the write phase, before the commit point, and like every
+deleted). Log files are written during the write phase, before the commit point, and like every
 metadata block they count only once their instant completed on the data timeline.
 
 Merge rule: for each key the entry of the largest instant time wins. This is a max, so merging is
@@ -17,14 +20,12 @@ touch the same key never both commit unless one began after the other completed 
 concurrency, checked under the table lock), so the later one has the larger instant time.
 
 An entry that points into a data file no longer live (replaced by an overwrite) is stale; readers
-drop it, and compaction drops it and tombstones for good: a base holds the complete state at its
-horizon, so nothing older can resurface.
+drop it. A merge that includes a shard's bottom run drops it and tombstones for good: nothing
+older can resurface. Any other merge keeps both, since they hide older entries below.
 """
 
 from __future__ import annotations
 
-import bisect
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ from typing import Any, Final
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -40,121 +42,62 @@ import pyarrow.ipc as ipc
 from timeline import CorruptMetadataError, ObjectNotFoundError, Storage
 
 from ._blocks import decoding, missing_block, read_block
-from ._keys import shard_of
-from ._layout import METADATA_FOLDER, RECORD_INDEX, BaseFile, base_path, parse_listing, shard_folder
+from ._index_entries import ENTRY_FIELDS as ENTRY_FIELDS
+from ._index_entries import Positions, integer_order, live_entries, spans
+from ._index_entries import index_schema as index_schema
+from ._index_entries import key_names as key_names
+from ._index_entries import matching as matching
+from ._index_entries import merge_entries as merge_entries
+from ._index_layout import (
+    DEFAULT_SHARD_MAX_ENTRIES,
+    IndexFiles,
+    Node,
+    RunFile,
+    TierPolicy,
+    leaves,
+    locate,
+    node_folder,
+    parse_run,
+    run_name,
+)
+from ._index_logs import LOG_BATCH_ROWS, SHARD_COUNTS, SHARDS, IndexLog, LogLayout, log_layout
+from ._index_logs import parse_index_log as parse_index_log
+from ._index_runs import FooterCache, RunFooter, dictionary_encoded, encode_run
+from ._keys import Hashes, key_hash
+from ._layout import METADATA_FOLDER, RECORD_INDEX, shard_folder
 
 INDEX_FOLDER: Final = f"{METADATA_FOLDER}/{RECORD_INDEX}"
 _LOG_EXPECTED: Final = "a record-index log: an Arrow IPC file of index entries, one shard per batch"
-_BASE_EXPECTED: Final = ("a record-index base: an Arrow IPC file of index entries sorted by key, "
-                         "with its batches' key ranges")
-ENTRY_FIELDS: Final = (
-    pa.field("segment", pa.string()),
-    pa.field("file", pa.string()),
-    pa.field("position", pa.int64()),
-    pa.field("instant", pa.string()),
-    pa.field("deleted", pa.bool_()),
-)
-#: Columns whose values repeat across many entries: stored and read as dictionaries.
-_REPEATED: Final = ["segment", "file", "instant"]
-#: Schema metadata of a base: the first key column's range per batch (an Arrow IPC stream).
-_RANGES: Final = b"metatxn.batch_key_ranges"
-#: Schema metadata of a log file: the shard of each batch (a JSON list).
-_SHARDS: Final = b"metatxn.batch_shards"
-#: Largest batch of a log file (a shard with more entries in one instant gets several).
-_LOG_BATCH_ROWS: Final = 65536
-_INDEX_LOG = re.compile(r"^(?P<time>\d{17})(?:\.(?P<part>\d+))?\.log\.arrow$", re.ASCII)
-
-
-def key_names(count: int) -> list[str]:
-    return [f"key_{i}" for i in range(count)]
-
-
-def index_schema(key_types: Sequence[pa.DataType]) -> pa.Schema:
-    return pa.schema([pa.field(name, t) for name, t in zip(key_names(len(key_types)), key_types,
-                                                             strict=True)] + list(ENTRY_FIELDS))
-
-
-def _run_starts(table: pa.Table, keys: Sequence[str]) -> pa.Array:
-    """A mask of the rows that start a run of equal keys in ``table`` (sorted by ``keys``)."""
-    count = table.num_rows
-    changed = pa.array([False] * max(count - 1, 0), pa.bool_())
-    for name in keys:
-        column = table[name]
-        differs = pc.not_equal(column.slice(1), column.slice(0, count - 1))
-        changed = pc.or_(changed, pc.fill_null(differs, True))
-    return pa.concat_arrays([pa.array([True]), pa.chunked_array(changed).combine_chunks()])
-
-
-def merge_entries(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
-    """Merge index entries: per key, the entry with the largest instant time. Sorted by key."""
-    parts = [t.select(schema.names).cast(schema) for t in tables if t.num_rows]
-    if not parts:
-        return schema.empty_table()
-    keys = [name for name in schema.names if name.startswith("key_")]
-    combined = pa.concat_tables(parts)
-    ordered = combined.sort_by([(k, "ascending") for k in keys] + [("instant", "descending")])
-    if ordered.num_rows <= 1:
-        return ordered
-    return ordered.filter(_run_starts(ordered, keys))
-
-
-def matching(table: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """The rows of ``table`` whose key is among ``wanted``'s."""
-    if table.num_rows == 0 or wanted.num_rows == 0:
-        return table.slice(0, 0)
-    if len(keys) == 1:
-        return table.filter(pc.is_in(table[keys[0]], value_set=wanted[keys[0]].combine_chunks()))
-    # Join the key columns only (with row numbers), then take the rows: the other columns may be
-    # dictionaries that differ between chunks, which a join cannot carry.
-    numbered = table.select(list(keys)).append_column(
-        "__row__", pa.array(np.arange(table.num_rows, dtype=np.int64)))
-    hits = numbered.join(wanted.select(list(keys)), keys=list(keys), join_type="left semi")["__row__"]
-    return table.take(pc.take(hits, pc.sort_indices(hits)))
-
-
-@dataclass(frozen=True)
-class IndexLog:
-    """One log file of a data instant: entries of several shards, one shard per batch."""
-
-    path: str
-    instant_time: str
-
-
-@dataclass(frozen=True)
-class IndexFiles:
-    """A listing of the index: usable bases per shard and the log files, as of one bound."""
-
-    #: shard -> the newest usable base at or before the bound (absent: no base).
-    bases: dict[int, BaseFile]
-    #: log files of instants completed at or before the bound, in completion order, each with
-    #: its completion time.
-    logs: list[tuple[IndexLog, str]]
-
-    def floor(self, shard: int) -> str:
-        """Completion time up to which ``shard``'s base holds everything ("" without a base)."""
-        base = self.bases.get(shard)
-        return base.horizon if base is not None else ""
-
-
-def parse_index_log(key: str) -> IndexLog | None:
-    match = _INDEX_LOG.match(key.rsplit("/", 1)[-1])
-    return IndexLog(key, match.group("time")) if match else None
+_RUN_EXPECTED: Final = ("a record-index run: an Arrow IPC file of index entries sorted by key, "
+                        "with its batches' key ranges")
+_LOG_LAYOUTS_KEPT: Final = 4096
 
 
 class RecordIndex:
-    """The record-level index of one keyed table."""
+    """The record-level index of one keyed table.
+
+    ``shards`` is the table's creation shard count (the roots): what writes report and conflict
+    checks compare stays in that layout whatever the splits. Compaction splits a shard whose
+    entries pass ``shard_max_entries`` (table property ``record_index.shard_max_entries``);
+    ``policy`` (tests, simulations) overrides the whole tier and split policy.
+    """
 
     def __init__(self, storage: Storage, key_types: Sequence[pa.DataType], shards: int, *,
-                 row_group_rows: int = 1024) -> None:
+                 row_group_rows: int = 1024, shard_max_entries: int = DEFAULT_SHARD_MAX_ENTRIES,
+                 policy: TierPolicy | None = None) -> None:
         self.storage = storage
         self.shards = shards
         self.schema = index_schema(key_types)
         self.keys = key_names(len(key_types))
+        self.policy = policy or TierPolicy(shard_max_entries=shard_max_entries)
         self._row_group_rows = row_group_rows
         provider = getattr(storage, "arrow_filesystem", None)
         self._filesystem = provider() if provider is not None else None
-        self._footers: dict[str, _Footer] = {}
-        self._log_shards: dict[str, list[int]] = {}
+        self._footers = FooterCache()
+        self._log_layouts: dict[str, LogLayout] = {}
+        #: Root shard -> the finest layout of its nodes seen (writers log in it; see write).
+        self._layout: dict[int, list[Node]] = {}
+        self._integer_key = len(self.keys) == 1 and pa.types.is_integer(self.schema.field(self.keys[0]).type)
 
     # -- building entries ----------------------------------------------------------------------
 
@@ -163,64 +106,86 @@ class RecordIndex:
         """Index entries for ``keys`` (columns ``key_0``...); scalars are repeated."""
         count = keys.num_rows
         columns: dict[str, Any] = {name: keys[name] for name in self.keys}
-        columns["segment"] = pa.array([segment] * count, pa.string()) if isinstance(segment, str) else segment
+        # Repeated scalars without a Python list per row (1M entries: 0.09 s -> 0.02 s).
+        columns["segment"] = (pa.repeat(pa.scalar(segment, pa.string()), count)
+                              if isinstance(segment, str) else segment)
         columns["file"] = file
         columns["position"] = position
-        columns["instant"] = pa.array([instant] * count, pa.string())
-        columns["deleted"] = pa.array([deleted] * count, pa.bool_())
+        columns["instant"] = pa.repeat(pa.scalar(instant, pa.string()), count)
+        columns["deleted"] = pa.repeat(pa.scalar(deleted, pa.bool_()), count)
         return pa.table(columns).cast(self.schema)
 
+    def hashes(self, keys: pa.Table) -> Hashes:
+        """The key hash of each row (``keys.key_hash`` of the key columns)."""
+        return key_hash([keys[name] for name in self.keys])
+
     def shard_ids(self, keys: pa.Table) -> np.ndarray[Any, np.dtype[np.int64]]:
-        return shard_of([keys[name] for name in self.keys], self.shards)
+        """The shard of each key in the table's creation layout (what log files and conflict
+        checks use)."""
+        return (self.hashes(keys) % np.uint64(self.shards)).astype(np.int64)
+
+    def _grouped(self, table: pa.Table, groups: Positions) -> tuple[pa.Table, Positions,
+                                                                    list[tuple[int, int, int]]]:
+        """``table`` sorted by (group, key) with one sort and one take; the permutation; and each
+        group's ``(group, start, length)`` in it (slices of it are zero-copy)."""
+        if self._integer_key:
+            order = integer_order(table[self.keys[0]].to_numpy(), groups)
+        else:
+            sortable = table.select(self.keys).append_column("__group__", pa.array(groups))
+            order = pc.sort_indices(sortable, sort_keys=[("__group__", "ascending")] + [
+                (name, "ascending") for name in self.keys]).to_numpy()
+        return table.take(pa.array(order)), order, spans(groups[order])
 
     def split(self, entries: pa.Table) -> dict[int, pa.Table]:
-        """Entries by shard, each sorted by key."""
+        """Entries by shard (creation layout), each sorted by key."""
         if entries.num_rows == 0:
             return {}
-        shard = self.shard_ids(entries)
-        order = np.argsort(shard, kind="stable")
-        ordered = entries.take(pa.array(order))
-        sorted_shards = shard[order]
-        cuts = np.flatnonzero(np.diff(sorted_shards)) + 1
-        starts = np.concatenate([[0], cuts])
-        ends = np.concatenate([cuts, [len(order)]])
-        by_shard = {}
-        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-            part = ordered.slice(start, end - start)
-            by_shard[int(sorted_shards[start])] = part.sort_by([(k, "ascending") for k in self.keys])
-        return by_shard
+        ordered, _, spans = self._grouped(entries, self.shard_ids(entries))
+        return {shard: ordered.slice(start, length) for shard, start, length in spans}
 
     # -- writing and undoing -------------------------------------------------------------------
 
     def write(self, instant_time: str, entries: pa.Table, *, part: int | None = None) -> dict[int, int]:
-        """Write ``entries`` as one log file of ``instant_time``; return entries per shard.
+        """Write ``entries`` as one log file of ``instant_time``; return entries per shard
+        (creation layout).
 
-        A writer that produces its entries in pieces (Spark tasks) writes one file per piece,
-        each with its own ``part`` number.
+        Each batch holds the entries of one shard node, in the finest layout this object has
+        seen (its lookups resolve the nodes of their keys' shards; a keyed write looks its keys
+        up first), else of the root shard: a compaction folds a batch into every node it
+        overlaps, so a coarser layout is always read correctly, at the price of advancing the
+        nodes of the batch that got no entry. A writer that produces its entries in pieces
+        (Spark tasks) writes one file per piece, each with its own ``part`` number.
         """
-        by_shard = self.split(entries.select(self.schema.names).cast(self.schema))
-        if not by_shard:
+        entries = entries.select(self.schema.names).cast(self.schema)
+        if entries.num_rows == 0:
             return {}
-        shards = sorted(by_shard)
-        table = _dictionary_encoded(pa.concat_tables([by_shard[s] for s in shards]))
+        # Encoded before the sort: the permutation then moves dictionary indices, not strings.
+        entries = dictionary_encoded(entries)
+        hashes = self.hashes(entries)
+        roots = (hashes % np.uint64(self.shards)).astype(np.int64)
+        nodes = [node for root in sorted(set(roots.tolist()))
+                 for node in self._layout.get(root, [Node(self.shards, root)])]
+        table, _, spans = self._grouped(entries, locate(hashes, nodes))
         batches: list[pa.RecordBatch] = []
-        batch_shards: list[int] = []
-        offset = 0
-        for shard in shards:
-            rows = by_shard[shard].num_rows
-            for start in range(0, rows, _LOG_BATCH_ROWS):
-                length = min(_LOG_BATCH_ROWS, rows - start)
+        layout: list[tuple[int, int]] = []
+        sizes: dict[int, int] = {}
+        for position, offset, rows in spans:
+            node = nodes[position]
+            sizes[node.shard % self.shards] = sizes.get(node.shard % self.shards, 0) + rows
+            for start in range(0, rows, LOG_BATCH_ROWS):
+                length = min(LOG_BATCH_ROWS, rows - start)
                 batches.extend(table.slice(offset + start, length).to_batches())
-                batch_shards.append(shard)
-            offset += rows
-        schema = table.schema.with_metadata({_SHARDS: msgspec.json.encode(batch_shards)})
+                layout.append((node.shard, node.count))
+        schema = table.schema.with_metadata({
+            SHARDS: msgspec.json.encode([shard for shard, _ in layout]),
+            SHARD_COUNTS: msgspec.json.encode([count for _, count in layout])})
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, schema) as writer:
             for batch in batches:
                 writer.write_batch(batch.replace_schema_metadata(schema.metadata))
         name = f"{instant_time}.log.arrow" if part is None else f"{instant_time}.{part}.log.arrow"
         self.storage.put_if_absent(f"{INDEX_FOLDER}/{name}", bytes(sink.getvalue()))
-        return {shard: by_shard[shard].num_rows for shard in shards}
+        return dict(sorted(sizes.items()))
 
     def logs_of(self, instant_time: str) -> list[str]:
         """The log files of ``instant_time`` (one, or one per part)."""
@@ -237,10 +202,11 @@ class RecordIndex:
         return removed
 
     def instant_entries(self, instant_time: str, shards: Iterable[int]) -> pa.Table:
-        """The entries ``instant_time`` wrote into ``shards`` (for conflict checks).
+        """The entries ``instant_time`` wrote into ``shards`` (creation layout; for conflict
+        checks).
 
         Raises:
-            FileNotFoundError: its log files are gone (cleaning folded them into bases); the
+            FileNotFoundError: its log files are gone (cleaning folded them into runs); the
                 caller must find the instant's entries another way.
         """
         wanted = set(shards)
@@ -248,57 +214,122 @@ class RecordIndex:
                 if log.instant_time == instant_time]
         if wanted and not logs:
             raise FileNotFoundError(f"{INDEX_FOLDER}/{instant_time}.log.arrow")
-        parts = [self._read_log(log.path, dict.fromkeys(wanted, ""), "~") for log in logs]
+        parts = []
+        for log in logs:
+            with decoding(log.path, _LOG_EXPECTED):
+                reader = ipc.open_file(self._open(log.path))
+                layout = self._layout_of(log.path, reader.schema)
+                batches = [reader.get_batch(i) for i, (shard, _) in enumerate(layout.batches)
+                           if shard % self.shards in wanted]
+                parts.append(pa.Table.from_batches(batches, reader.schema).select(self.schema.names))
         return pa.concat_tables(parts).cast(self.schema) if parts else self.schema.empty_table()
 
-    # -- reading -------------------------------------------------------------------------------
+    # -- listing -------------------------------------------------------------------------------
 
     def files(self, completed: Mapping[str, str], bound: str, done: set[str],
               shards: Iterable[int] | None = None,
               recorded: Callable[[str], set[int]] | None = None) -> IndexFiles:
-        """What resolves the index at completion time ``bound``: the bases of ``shards`` (all
-        when None) and the log files. ``done`` holds the completed metadata compactions: a base
-        counts only once its compaction completed.
+        """What resolves the index at completion time ``bound``: for each root shard of
+        ``shards`` (all when None) the nodes its keys resolve to and their chains of runs, and
+        the log files. ``done`` holds the completed metadata compactions: a run counts only once
+        its compaction completed.
 
         ``recorded(T)`` gives the shards completed instant ``T`` recorded entries for (its
-        deltacommit): if one of them is read here, above its base's horizon, ``T`` must have a
+        deltacommit): if one of them is read here, above its chain's top, ``T`` must have a
         log file.
 
         Raises:
             ObjectNotFoundError: a log file an instant recorded is missing.
         """
         if shards is None:
+            roots = list(range(self.shards))
             listing = self.storage.list(INDEX_FOLDER, recursive=True)
         else:
+            roots = sorted(set(shards))
             listing = self.storage.list(INDEX_FOLDER)
-            for wanted in sorted(set(shards)):
-                listing += self.storage.list(shard_folder(wanted))
-        bases: dict[int, BaseFile] = {}
-        for key in listing:
-            shard = _shard_of_path(key)
-            if shard is None:
-                continue
-            found, _ = parse_listing([key])
-            for base in found:
-                if base.compaction_time in done and base.horizon <= bound and (
-                        shard not in bases or (base.horizon, base.compaction_time)
-                        > (bases[shard].horizon, bases[shard].compaction_time)):
-                    bases[shard] = base
-        logs = [(log, completed[log.instant_time]) for log in self._logs(listing)
-                if "" < completed.get(log.instant_time, "") <= bound]
-        logs.sort(key=lambda item: item[1])
-        result = IndexFiles(bases, logs)
+            for root in roots:
+                listing += self.storage.list(shard_folder(root), recursive=True)
+        result = self._resolve(listing, completed, bound, done, roots)
         if recorded is not None:
-            self._check_recorded(result, completed, bound, shards, recorded)
+            self._check_recorded(result, completed, bound, None if shards is None else roots, recorded)
         return result
 
+    def _resolve(self, listing: Iterable[str], completed: Mapping[str, str], bound: str,
+                 done: set[str], roots: Iterable[int]) -> IndexFiles:
+        """Resolve ``listing`` at ``bound``.
+
+        Raises:
+            ObjectNotFoundError: a usable run that no chain reaches: the run below it is lost.
+        """
+        keys = list(listing)
+        usable = self._usable([run for key in keys if (run := parse_run(key, INDEX_FOLDER, self.shards))],
+                              done)
+        found = [(log, completed[log.instant_time]) for key in keys if (log := self._log(key)) is not None
+                 and "" < completed.get(log.instant_time, "") <= bound]
+        found.sort(key=lambda item: item[1])
+        resolved = leaves(usable, roots, self.shards, bound)
+        for node, runs in resolved.items():
+            top = runs[-1].high if runs else ""
+            stranded = [r for r in usable.get(node, ()) if r.high <= bound and top < r.low]
+            if stranded:
+                raise ObjectNotFoundError(self._lost_below(node, min(stranded, key=lambda r: r.low)))
+        return IndexFiles(self.shards, resolved, found, usable)
+
+    def _usable(self, runs: Iterable[RunFile], done: set[str]) -> dict[Node, list[RunFile]]:
+        """The runs that count, by node: those of completed compactions, and the runs those
+        were written on (``metatxn.run_below``, transitively). A completed compaction only
+        writes on runs that counted, so the second kind were whole even when their own
+        compaction is no longer on the active timeline (archived: only chain tops must stay
+        there, see :meth:`compactions_in_use`) or its completed file was lost."""
+        usable: dict[Node, list[RunFile]] = {}
+        unconfirmed: dict[str, RunFile] = {}
+        for run in runs:
+            if run.compaction_time in done:
+                usable.setdefault(run.node, []).append(run)
+            else:
+                unconfirmed[run.path] = run
+        waiting = {run.node for run in unconfirmed.values()}
+        vouching = [run for node in waiting for run in usable.get(node, ()) if not run.bottom]
+        while vouching and unconfirmed:
+            run = vouching.pop()
+            below = self._footer(run).below
+            if below is None:
+                continue
+            adopted = unconfirmed.pop(f"{node_folder(INDEX_FOLDER, run.node, self.shards)}/{below}", None)
+            if adopted is not None:
+                usable.setdefault(adopted.node, []).append(adopted)
+                if not adopted.bottom:
+                    vouching.append(adopted)
+        return usable
+
+    def _lost_below(self, node: Node, stranded: RunFile) -> str:
+        """The run missing under ``stranded`` (a run no chain from a bottom run reaches)."""
+        folder = node_folder(INDEX_FOLDER, node, self.shards)
+        try:
+            footer: RunFooter | None = self._footer(stranded)
+        except (CorruptMetadataError, FileNotFoundError):
+            footer = None
+        if footer is not None and footer.below is not None:
+            return f"{folder}/{footer.below}"
+        return f"{folder}/ (the run ending at {stranded.low}, below {stranded.path.rsplit('/', 1)[1]})"
+
+    def _remember(self, files: IndexFiles) -> None:
+        """Keep the finest layout seen of each root (layouts only get finer), for writes."""
+        for root, nodes in files.by_root().items():
+            if len(nodes) > len(self._layout.get(root, ())):
+                self._layout[root] = nodes
+
     def _check_recorded(self, found: IndexFiles, completed: Mapping[str, str], bound: str,
-                        shards: Iterable[int] | None,
+                        shards: Sequence[int] | None,
                         recorded: Callable[[str], set[int]]) -> None:
         logged = {log.instant_time for log, _ in found.logs}
-        wanted = None if shards is None else set(shards)
-        floors = {} if wanted is None else {shard: found.floor(shard) for shard in wanted}
-        low = min(floors.values(), default="") if wanted is not None else ""
+        roots = range(self.shards) if shards is None else shards
+        # Per shard, the highest top among its nodes. Cleaning deletes a log once every node its
+        # batches overlap has folded it, and an instant that recorded a shard has a batch that
+        # overlaps one of the shard's nodes: if no node of the shard folded the log, it is lost.
+        # (If some did, the others may have had no entry in it: that cannot be told here.)
+        floors = {shard: found.ceiling(shard) for shard in roots}
+        low = min(floors.values(), default="")
         unlogged = [(instant_time, done_at) for instant_time, done_at in completed.items()
                     if instant_time not in logged and low < done_at <= bound]
         prefetch = getattr(recorded, "prefetch", None)  # reads many deltacommits at once
@@ -306,21 +337,25 @@ class RecordIndex:
             prefetch(instant_time for instant_time, _ in unlogged)
         for instant_time, done_at in unlogged:
             for shard in recorded(instant_time):
-                if (wanted is None or shard in wanted) and found.floor(shard) < done_at:
-                    if any(done_at <= base.horizon for base in found.bases.values()):
-                        # Another shard's base folded the log: this shard's base is lost.
+                if shard in floors and floors[shard] < done_at:
+                    if any(done_at <= found.top(node) for node in found.leaves):
+                        # Another shard's runs folded the log: this shard's runs are lost.
                         raise ObjectNotFoundError(f"{shard_folder(shard)}/ (its base)")
                     raise ObjectNotFoundError(f"{INDEX_FOLDER}/{instant_time}.log.arrow")
+
+    # -- lookups -------------------------------------------------------------------------------
 
     def lookup(self, keys: pa.Table, completed: Mapping[str, str], bound: str,
                done: set[str], *, instants: bool = False,
                recorded: Callable[[str], set[int]] | None = None) -> pa.Table:
         """The merged entries of ``keys`` (columns ``key_0``...), tombstones included.
 
-        Only the shards the keys hash to are read: their bases (in parallel: storage latency
-        dominates), and their batches of the log files. Entries read from a base carry no
-        ``instant`` (they are older than any log entry) unless ``instants`` asks for it. The
-        caller must check the snapshot is still retained (``MetadataTable.lookup_keys`` does).
+        Only the shards the keys hash to are listed and read: per node, the runs of its chain
+        whose filter admits one of its keys (in parallel: storage latency dominates), and its
+        batches of the log files above its chain. Entries read from a bottom run carry no
+        ``instant`` (they are older than any other entry of their key) unless ``instants`` asks
+        for it. The caller must check the snapshot is still retained
+        (``MetadataTable.lookup_keys`` does).
 
         Raises:
             CorruptMetadataError: an index file cannot be decoded, or one that a completed
@@ -329,76 +364,122 @@ class RecordIndex:
         if keys.num_rows == 0:
             return self.schema.empty_table()
         wanted = keys.select(self.keys)
-        by_shard = self.split(wanted)
+        hashes = self.hashes(wanted)
+        roots = set((hashes % np.uint64(self.shards)).astype(np.int64).tolist())
         for attempt in range(3):
             try:
-                return self._lookup(wanted, by_shard, completed, bound, done, instants, recorded)
+                return self._lookup(wanted, hashes, roots, completed, bound, done, instants, recorded)
             except FileNotFoundError as exc:  # cleaned between listing and reading: list again
                 if attempt == 2:
                     raise missing_block(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _lookup(self, wanted: pa.Table, by_shard: dict[int, pa.Table], completed: Mapping[str, str],
-                bound: str, done: set[str], instants: bool,
+    def _lookup(self, wanted: pa.Table, hashes: Hashes, roots: set[int],
+                completed: Mapping[str, str], bound: str, done: set[str], instants: bool,
                 recorded: Callable[[str], set[int]] | None) -> pa.Table:
-        files = self.files(completed, bound, done, by_shard, recorded)
-        with_base = [s for s in by_shard if s in files.bases]
+        files = self.files(completed, bound, done, roots, recorded)
+        self._remember(files)
+        nodes = sorted(files.leaves)
+        ordered, order, spans = self._grouped(wanted, locate(hashes, nodes))
+        ordered_hashes = hashes[order]
+        asked = [_Asked(nodes[i], ordered.slice(start, length), ordered_hashes[start:start + length],
+                        files.top(nodes[i])) for i, start, length in spans if i >= 0]
+        with_runs = [a for a in asked if files.leaves[a.node]]
 
-        def read_base(shard: int) -> pa.Table:
-            return self._read_base(files.bases[shard].path, by_shard[shard], instants)
+        def read_node(a: _Asked) -> list[pa.Table]:
+            return self._read_chain(files.leaves[a.node], a, instants)
 
-        if len(with_base) <= 1:
-            tables = [read_base(shard) for shard in with_base]
+        if len(with_runs) <= 1:
+            tables = [t for a in with_runs for t in read_node(a)]
         else:
-            tables = list(_pool().map(read_base, with_base))
-        floors = {shard: files.floor(shard) for shard in by_shard}
-        sorted_wanted = {shard: self._sorted_keys(keys) for shard, keys in by_shard.items()}
-        logged = [self._match_log(log.path, floors, done_at, by_shard, sorted_wanted)
-                  for log, done_at in files.logs if done_at > min(floors.values())]
+            tables = [t for found in _pool().map(read_node, with_runs) for t in found]
+        from_runs = len(tables)
+        lowest = min(a.top for a in asked)
+        by_root: dict[int, list[_Asked]] = {}
+        for a in asked:
+            by_root.setdefault(a.node.shard % self.shards, []).append(a)
+        logged = [self._match_log(log.path, done_at, by_root)
+                  for log, done_at in files.logs if done_at > lowest]
+        logged = [t for t in logged if t.num_rows]
         if logged:
             # Matched while still dictionary-encoded: only the matches' strings are decoded.
             tables.append(pa.concat_tables(logged).cast(self.schema))
-        if len(tables) == 1 and not logged:
-            return tables[0]  # bases hold one entry per key: nothing to merge
+        if not tables:
+            return self.schema.empty_table()
+        if from_runs == 1 and not logged:
+            return tables[0]  # a run holds one entry per key: nothing to merge
         return merge_entries(tables, self.schema)
 
-    def _sorted_keys(self, keys: pa.Table) -> np.ndarray[Any, Any] | None:
-        """A one-column integer key as a sorted numpy array (for binary search), else None."""
-        if len(self.keys) != 1 or not pa.types.is_integer(self.schema.field(self.keys[0]).type):
-            return None
-        return np.unique(keys[self.keys[0]].to_numpy())
+    def _read_chain(self, chain: Sequence[RunFile], asked: _Asked, instants: bool) -> list[pa.Table]:
+        found = []
+        for run in chain:
+            hits = self._run_hits(run, asked, instants)
+            if hits is not None and hits.num_rows:
+                found.append(hits)
+        return found
 
-    def _match_log(self, path: str, floors: Mapping[int, str], done_at: str,
-                   by_shard: Mapping[int, pa.Table],
-                   sorted_wanted: Mapping[int, np.ndarray[Any, Any] | None]) -> pa.Table:
-        """The entries of a log file whose key is wanted, from the batches of the wanted shards
-        whose floor is below ``done_at`` (the log's completion time); dictionaries still
-        encoded. Batches are sorted by key, so an integer key is found by binary search."""
+    def _run_hits(self, run: RunFile, asked: _Asked, instants: bool) -> pa.Table | None:
+        """The entries of ``asked``'s keys in ``run``; None when its footer rules them all out
+        (then the run is not opened, once its footer is known)."""
+        with decoding(run.path, _RUN_EXPECTED):
+            reader = None
+            footer = self._footers.get(run.path)
+            if footer is None:
+                reader = ipc.open_file(self._open(run.path))
+                footer = RunFooter.of(reader, self._row_group_rows)
+                self._footers.put(run.path, footer)
+            if not footer.admits(asked.hashes):
+                return None
+            groups = footer.batches_for(asked.first_keys())
+            if not groups:
+                return None
+            if reader is None:
+                reader = ipc.open_file(self._open(run.path))
+            table = pa.Table.from_batches([reader.get_batch(group) for group in groups])
+            # A bottom run holds no tombstones, and every entry in it is older than any other
+            # entry of its key, so ``instant`` need not be decoded for a lookup: its entries
+            # count as the oldest. Upper runs may hold tombstones and are ordered by instant.
+            decode_instant = instants or not run.bottom
+            columns = [*self.keys, "segment", "file", "position"] + (["instant"] if decode_instant else [])
+            if not run.bottom:
+                columns.append("deleted")
+            # Match while the repeated strings are still dictionary-encoded (one dictionary per
+            # run): decoding every file path of the batches read would cost more than the lookup.
+            found = matching(table.select(columns), asked.keys, self.keys)
+            if not decode_instant:
+                found = found.append_column("instant", pa.array([""] * found.num_rows, pa.string()))
+            if run.bottom:
+                found = found.append_column("deleted", pa.array([False] * found.num_rows, pa.bool_()))
+            return found.select(self.schema.names).cast(self.schema)
+
+    def _match_log(self, path: str, done_at: str, by_root: Mapping[int, Sequence[_Asked]]) -> pa.Table:
+        """The entries of a log file whose key is asked (``by_root``: per root shard, what is
+        asked of its nodes), from the batches of the asked nodes whose chain ends below
+        ``done_at`` (the log's completion time); dictionaries still encoded. Batches are sorted
+        by key, so an integer key is found by binary search."""
         with decoding(path, _LOG_EXPECTED):
-            return self._match_log_batches(path, floors, done_at, by_shard, sorted_wanted)
-
-    def _match_log_batches(self, path: str, floors: Mapping[int, str], done_at: str,
-                           by_shard: Mapping[int, pa.Table],
-                           sorted_wanted: Mapping[int, np.ndarray[Any, Any] | None]) -> pa.Table:
-        reader = ipc.open_file(self._open(path))
-        shards = self._shards_of(path, reader.schema)
-        parts = []
-        for i, shard in enumerate(shards):
-            if shard not in by_shard or floors[shard] >= done_at:
-                continue
-            batch = reader.get_batch(i)
-            search = sorted_wanted[shard]
-            if search is None:
-                parts.append(matching(pa.Table.from_batches([batch]), by_shard[shard], self.keys))
-                continue
-            keys = batch.column(0).to_numpy()
-            at = np.searchsorted(keys, search)
-            inside = at < len(keys)
-            rows = at[inside][keys[at[inside]] == search[inside]]
-            parts.append(pa.Table.from_batches([batch.take(pa.array(rows))]))
-        if not parts:
-            return pa.Table.from_batches([], reader.schema).select(self.schema.names)
-        return pa.concat_tables(parts).select(self.schema.names)
+            reader = ipc.open_file(self._open(path))
+            layout = self._layout_of(path, reader.schema)
+            parts = []
+            for i, (shard, count) in enumerate(layout.batches):
+                below = [a for a in by_root.get(shard % self.shards, ())
+                         if a.top < done_at and a.node.overlaps(shard, count)]
+                if not below:
+                    continue
+                batch = reader.get_batch(i)
+                search = _sorted_union(below) if self._integer_key else None
+                if search is None:
+                    wanted = below[0].keys if len(below) == 1 else pa.concat_tables([a.keys for a in below])
+                    parts.append(matching(pa.Table.from_batches([batch]), wanted, self.keys))
+                    continue
+                keys = batch.column(0).to_numpy()
+                at = np.searchsorted(keys, search)
+                inside = at < len(keys)
+                rows = at[inside][keys[at[inside]] == search[inside]]
+                parts.append(pa.Table.from_batches([batch.take(pa.array(rows))]))
+            if not parts:
+                return self.schema.empty_table()
+            return pa.concat_tables(parts).select(self.schema.names)
 
     def _open(self, path: str) -> Any:
         """A random-access source for an index file: memory-mapped on local disk."""
@@ -410,101 +491,74 @@ class RecordIndex:
             return filesystem.open_input_file(full)
         return pa.BufferReader(self.storage.read(path))
 
-    def _read_log(self, path: str, floors: Mapping[int, str], done_at: str) -> pa.Table:
-        """The batches of a log file for the shards in ``floors`` whose floor is below
-        ``done_at`` (the log's completion time), dictionaries still encoded."""
-        with decoding(path, _LOG_EXPECTED):
-            reader = ipc.open_file(self._open(path))
-            shards = self._shards_of(path, reader.schema)
-            batches = [reader.get_batch(i) for i, shard in enumerate(shards)
-                       if shard in floors and floors[shard] < done_at]
-            if not batches:
-                return pa.Table.from_batches([], reader.schema).select(self.schema.names)
-            return pa.Table.from_batches(batches).select(self.schema.names)
+    def _layout_of(self, path: str, schema: pa.Schema) -> LogLayout:
+        layout = self._log_layouts.get(path)
+        if layout is None:
+            layout = self._log_layouts[path] = log_layout(path, schema, self.shards)
+            while len(self._log_layouts) > _LOG_LAYOUTS_KEPT:
+                self._log_layouts.pop(next(iter(self._log_layouts)))
+        return layout
 
-    def _shards_of(self, path: str, schema: pa.Schema) -> list[int]:
-        shards = self._log_shards.get(path)
-        if shards is None:
-            try:
-                shards = msgspec.json.decode((schema.metadata or {})[_SHARDS], type=list[int])
-            except (KeyError, msgspec.DecodeError) as exc:
-                raise CorruptMetadataError(path, "a record-index log with its batch shards",
-                                           str(exc)) from None
-            if any(not 0 <= shard < self.shards for shard in shards):
-                raise CorruptMetadataError(path, f"a record-index log of shards 0..{self.shards - 1}",
-                                           f"shards {sorted(set(shards))}")
-            self._log_shards[path] = shards
-            while len(self._log_shards) > _FOOTERS_KEPT:
-                self._log_shards.pop(next(iter(self._log_shards)))
-        return shards
-
-    def _log_shard_set(self, path: str) -> set[int]:
-        """The shards a log file holds entries of (reads its footer once)."""
-        if path not in self._log_shards:
+    def _log_layout(self, path: str) -> LogLayout:
+        """The batch shards of a log file (reads its footer once)."""
+        layout = self._log_layouts.get(path)
+        if layout is None:
             data = self.storage.read(path)
             with decoding(path, _LOG_EXPECTED):
-                self._shards_of(path, ipc.open_file(pa.BufferReader(data)).schema)
-        return set(self._log_shards[path])
+                layout = self._layout_of(path, ipc.open_file(pa.BufferReader(data)).schema)
+        return layout
 
-    def _read_base(self, path: str, wanted: pa.Table, instants: bool) -> pa.Table:
-        with decoding(path, _BASE_EXPECTED):
-            return self._read_batches(path, self._open(path), wanted, instants)
+    # -- whole shards --------------------------------------------------------------------------
 
-    def _read_batches(self, path: str, source: Any, wanted: pa.Table, instants: bool) -> pa.Table:
-        """Read only the batches whose range of the first key column can hold a wanted key.
-
-        Bases never change, so their batch key ranges are kept (``_footers``).
-        """
-        reader = ipc.open_file(source)
-        footer = self._footers.get(path)
-        if footer is None:
-            footer = self._footers[path] = _Footer.of(reader.schema)
-            while len(self._footers) > _FOOTERS_KEPT:
-                self._footers.pop(next(iter(self._footers)))
-        groups = footer.groups_for(wanted[self.keys[0]].to_pylist())
-        if not groups:
-            return self.schema.empty_table()
-        table = pa.Table.from_batches([reader.get_batch(group) for group in groups])
-        # A base holds no tombstones, and every entry in it is older than any log entry after
-        # it, so ``instant`` need not be decoded for a lookup: its entries count as the oldest.
-        columns = [*self.keys, "segment", "file", "position"] + (["instant"] if instants else [])
-        # Match while the repeated strings are still dictionary-encoded (one dictionary per
-        # base): decoding every file path of the batches read would cost more than the lookup.
-        found = matching(table.select(columns), wanted, self.keys)
-        if not instants:
-            found = found.append_column("instant", pa.array([""] * found.num_rows, pa.string()))
-        found = found.append_column("deleted", pa.array([False] * found.num_rows, pa.bool_()))
-        return found.cast(self.schema)
-
-    def _merged(self, files: IndexFiles, shards: Iterable[int]) -> dict[int, pa.Table]:
-        """The full merged state of ``shards`` (bases and log batches), tombstones included."""
-        wanted = set(shards)
-        floors = {shard: files.floor(shard) for shard in wanted}
-        parts: dict[int, list[pa.Table]] = {shard: [] for shard in wanted}
-        for shard in wanted:
-            if shard in files.bases:
-                parts[shard].append(read_block(self.storage, files.bases[shard].path, self.schema))
+    def _log_parts(self, files: IndexFiles, nodes: set[Node]) -> dict[Node, list[pa.Table]]:
+        """Each node's entries of the log files completed above its chain (each log read once;
+        a batch for a coarser node than today's is cut by the key hash). Every node a batch
+        overlaps is in the result, if need be with no entries: folding the batch advances it."""
+        parts: dict[Node, list[pa.Table]] = {}
+        if not nodes:
+            return parts
+        lowest = min(files.top(node) for node in nodes)
         for log, done_at in files.logs:
+            if done_at <= lowest:
+                continue
             data = self.storage.read(log.path)
             with decoding(log.path, _LOG_EXPECTED):
                 reader = ipc.open_file(pa.BufferReader(data))
-                for i, shard in enumerate(self._shards_of(log.path, reader.schema)):
-                    if shard in wanted and floors[shard] < done_at:
-                        parts[shard].append(pa.Table.from_batches([reader.get_batch(i)])
-                                            .select(self.schema.names).cast(self.schema))
-        return {shard: merge_entries(tables, self.schema) for shard, tables in parts.items() if tables}
+                layout = self._layout_of(log.path, reader.schema)
+                for i, (shard, count) in enumerate(layout.batches):
+                    below = files.nodes_of(shard, count)
+                    targets = [n for n in below if n in nodes and files.top(n) < done_at]
+                    if not targets:
+                        continue
+                    for node in targets:
+                        parts.setdefault(node, [])
+                    batch = pa.Table.from_batches([reader.get_batch(i)]).select(self.schema.names)
+                    batch = batch.cast(self.schema)
+                    if len(below) == 1:  # the batch is the node's, or a part of it
+                        parts[targets[0]].append(batch)
+                        continue
+                    ordered, _, spans = self._grouped(batch, locate(self.hashes(batch), below))
+                    for position, start, length in spans:
+                        if position >= 0 and below[position] in targets:
+                            parts[below[position]].append(ordered.slice(start, length))
+        return parts
 
-    def _shards_in(self, files: IndexFiles) -> set[int]:
-        shards = set(files.bases)
-        for log, _ in files.logs:
-            shards |= self._log_shard_set(log.path)
-        return shards
+    def _merged(self, files: IndexFiles, nodes: set[Node]) -> dict[Node, pa.Table]:
+        """The full merged state of ``nodes`` (runs and log entries), tombstones included."""
+        logged = self._log_parts(files, nodes)
+        merged = {}
+        for node in sorted(nodes):
+            tables = [read_block(self.storage, run.path, self.schema) for run in files.leaves[node]]
+            tables += logged.get(node, [])
+            if tables:
+                merged[node] = merge_entries(tables, self.schema)
+        return merged
 
     def read_all(self, completed: Mapping[str, str], bound: str, done: set[str],
                  recorded: Callable[[str], set[int]] | None = None) -> pa.Table:
         """Every merged entry at ``bound`` (for validation), tombstones included."""
         files = self.files(completed, bound, done, recorded=recorded)
-        merged = self._merged(files, self._shards_in(files))
+        merged = self._merged(files, set(files.leaves))
         return pa.concat_tables(merged.values()) if merged else self.schema.empty_table()
 
     def damaged_files(self, completed: Mapping[str, str], done: set[str],
@@ -514,14 +568,14 @@ class RecordIndex:
         damaged: list[CorruptMetadataError] = []
         for key in self.storage.list(INDEX_FOLDER, recursive=True):
             try:
-                if _shard_of_path(key) is not None:
-                    if parse_listing([key])[0]:
-                        read_block(self.storage, key, self.schema)
-                        with decoding(key, _BASE_EXPECTED):
-                            _Footer.of(ipc.open_file(pa.BufferReader(self.storage.read(key))).schema)
-                elif parse_index_log(key) is not None:
-                    self._log_shards.pop(key, None)
-                    self._read_log(key, dict.fromkeys(range(self.shards), ""), "~")
+                if parse_run(key, INDEX_FOLDER, self.shards) is not None:
+                    read_block(self.storage, key, self.schema)
+                    with decoding(key, _RUN_EXPECTED):
+                        RunFooter.of(ipc.open_file(pa.BufferReader(self.storage.read(key))),
+                                     self._row_group_rows)
+                elif self._log(key) is not None:
+                    self._log_layouts.pop(key, None)
+                    self._read_log(key)
             except CorruptMetadataError as exc:
                 damaged.append(exc)
             except FileNotFoundError:
@@ -532,107 +586,190 @@ class RecordIndex:
             damaged.append(missing_block(exc))
         return damaged
 
+    def _read_log(self, path: str) -> pa.Table:
+        with decoding(path, _LOG_EXPECTED):
+            reader = ipc.open_file(self._open(path))
+            self._layout_of(path, reader.schema)
+            return reader.read_all().select(self.schema.names).cast(self.schema)
+
     # -- maintenance ---------------------------------------------------------------------------
 
     def compact(self, compaction_time: str, horizon: str, completed: Mapping[str, str],
                 done: set[str], live_files: pa.Array) -> list[str]:
-        """Fold, in every shard with log entries completed at or before ``horizon``, base and
-        entries into a new base ``<compaction_time>_<horizon>``; return the bases written.
+        """Fold, for every shard node with log entries completed in (its chain's top,
+        ``horizon``], those entries into a new run of the node, merged with the runs below it
+        as the tier policy says, or split the node when it outgrew ``shard_max_entries``;
+        return the runs written.
 
-        Shards with no such entries keep their base: it is still exact at ``horizon``.
+        Only writes new files (put-if-absent): readers of completed compactions keep what they
+        use, and a compaction that dies leaves only files of its own (``remove_bases``). Nodes
+        with no such entries are not touched.
         """
-        files = self.files(completed, horizon, done)
-        changed = set()
-        for log, done_at in files.logs:
-            changed |= {s for s in self._log_shard_set(log.path) if files.floor(s) < done_at}
-        written = []
-        for shard, merged in sorted(self._merged(files, changed).items()):
-            keep = pc.and_(pc.invert(merged["deleted"]), pc.is_in(merged["file"], value_set=live_files))
-            path = base_path(shard_folder(shard), compaction_time, horizon, "arrow")
-            self.storage.put_if_absent(path, self._encode_base(merged.filter(keep)))
-            written.append(path)
+        files = self._resolve(self.storage.list(INDEX_FOLDER, recursive=True), completed, horizon,
+                              done, range(self.shards))
+        self._remember(files)
+        new = self._log_parts(files, set(files.leaves))
+        written: list[str] = []
+        for node in sorted(new):
+            entries = merge_entries(new[node], self.schema)
+            written += self._fold(node, files.leaves[node], entries, compaction_time, horizon, live_files)
         return written
 
-    def _encode_base(self, entries: pa.Table) -> bytes:
-        """A base: an Arrow IPC file of batches of ``row_group_rows`` entries sorted by key.
+    def _fold(self, node: Node, chain: list[RunFile], entries: pa.Table, compaction_time: str,
+              horizon: str, live_files: pa.Array) -> list[str]:
+        sizes = [self._entries_of(run) for run in chain] + [entries.num_rows]
+        if self.policy.splits(sum(sizes)):
+            runs = [read_block(self.storage, r.path, self.schema) for r in chain]
+            whole = live_entries(merge_entries([*runs, entries], self.schema), live_files)
+            if self.policy.splits_whole(whole.num_rows):
+                hashes = self.hashes(whole)
+                upper = (hashes % np.uint64(node.count * 2)).astype(np.int64) != node.shard
+                return [self._put_run(child, whole.filter(pa.array(side == upper)), hashes[side == upper],
+                                      compaction_time, "", horizon)
+                        for side, child in zip((False, True), node.children(), strict=True)]
+            return [self._put_run(node, whole, self.hashes(whole), compaction_time, "", horizon)]
+        count = self.policy.merge_count(sizes)
+        merging = chain[len(chain) - count + 1:] if count else []
+        kept = chain[:len(chain) - len(merging)]
+        low = kept[-1].high if kept else ""
+        merged = merge_entries([*(read_block(self.storage, r.path, self.schema) for r in merging),
+                                entries], self.schema) if merging else entries
+        if low == "":
+            merged = live_entries(merged, live_files)  # nothing below it: tombstones hide nothing
+        return [self._put_run(node, merged, self.hashes(merged), compaction_time, low, horizon,
+                              below=kept[-1] if kept else None)]
 
-        Uncompressed, so a lookup reads the batches it needs without decoding anything; the
-        repeated strings are dictionary-encoded (one dictionary for the file); the schema's
-        metadata holds each batch's range of the first key column.
-        """
-        entries = _dictionary_encoded(entries)
-        first = entries[self.keys[0]]
-        starts = list(range(0, entries.num_rows, self._row_group_rows))
-        ranges = pa.table({
-            "low": first.take(pa.array(starts, pa.int64())),
-            "high": first.take(pa.array([min(s + self._row_group_rows, entries.num_rows) - 1
-                                          for s in starts], pa.int64())),
-        })
-        buffer = pa.BufferOutputStream()
-        with ipc.new_stream(buffer, ranges.schema) as writer:
-            writer.write_table(ranges)
-        schema = entries.schema.with_metadata({_RANGES: buffer.getvalue().to_pybytes()})
-        sink = pa.BufferOutputStream()
-        with ipc.new_file(sink, schema) as writer:
-            writer.write_table(entries.replace_schema_metadata(schema.metadata),
-                               max_chunksize=self._row_group_rows)
-        return bytes(sink.getvalue())
+    def _put_run(self, node: Node, entries: pa.Table, hashes: Hashes, compaction_time: str,
+                 low: str, high: str, below: RunFile | None = None) -> str:
+        path = (f"{node_folder(INDEX_FOLDER, node, self.shards)}/"
+                f"{run_name(compaction_time, low, high, entries.num_rows)}")
+        self.storage.put_if_absent(path, encode_run(
+            entries, hashes, self.keys[0], self._row_group_rows,
+            below=below.path.rsplit("/", 1)[1] if below is not None else None))
+        return path
+
+    def _entries_of(self, run: RunFile) -> int:
+        """Entries in a run: from its name, or its footer (bottom runs; read once)."""
+        return run.entries if run.entries is not None else self._footer(run).entries
+
+    def _footer(self, run: RunFile) -> RunFooter:
+        """The footer of ``run`` (read once per process: runs never change)."""
+        footer = self._footers.get(run.path)
+        if footer is None:
+            with decoding(run.path, _RUN_EXPECTED):
+                footer = RunFooter.of(ipc.open_file(self._open(run.path)), self._row_group_rows)
+            self._footers.put(run.path, footer)
+        return footer
 
     def doomed(self, oldest_needed: str, completed: Mapping[str, str],
                done: set[str]) -> tuple[list[str], str | None]:
-        """Bases and log files no retained snapshot needs.
+        """Runs and log files no retained snapshot needs.
 
-        Each shard's floor is its newest usable base with horizon at or before
-        ``oldest_needed``; older bases of the shard go, and so does a log file once every
-        shard it holds entries of has a floor at or after the log's completion. Returns them
-        and the largest floor horizon (None if no shard has a floor).
+        Each root's keys resolve at ``oldest_needed`` to nodes with chains (their *floors*).
+        A node those replaced by a split goes whole; in a floor node, every run at or below its
+        chain's top that is not in the chain goes (a merge of the chain superseded it); runs
+        above the floors, and nodes split after ``oldest_needed``, stay. A log file goes once
+        every node its batches' shards resolve to has a floor at or after the log's completion.
+        Returns them and the largest floor (None if no node has a run).
         """
         listing = self.storage.list(INDEX_FOLDER, recursive=True)
-        by_shard: dict[int, list[BaseFile]] = {}
-        for key in listing:
-            shard = _shard_of_path(key)
-            if shard is not None:
-                by_shard.setdefault(shard, []).extend(
-                    b for b in parse_listing([key])[0] if b.compaction_time in done)
+        files = self._resolve(listing, completed, oldest_needed, done, range(self.shards))
+        chosen = {run.path for runs in files.leaves.values() for run in runs}
         doomed: list[str] = []
-        floors: dict[int, str] = {}
-        for shard, bases in by_shard.items():
-            ordered = sorted(bases, key=lambda b: (b.horizon, b.compaction_time))
-            serving = [b for b in ordered if b.horizon <= oldest_needed]
-            if not serving:
+        for run in (run for runs in files.usable.values() for run in runs):
+            if run.path in chosen:
                 continue
-            floor = serving[-1]
-            floors[shard] = floor.horizon
-            doomed += [b.path for b in ordered
-                       if (b.horizon, b.compaction_time) < (floor.horizon, floor.compaction_time)]
+            if run.node in files.leaves:
+                if run.high <= files.top(run.node):
+                    doomed.append(run.path)
+            elif _replaced(run.node, files.leaves, self.shards):
+                doomed.append(run.path)
         for log in self._logs(listing):
             done_at = completed.get(log.instant_time)
-            if done_at is not None and all(floors.get(s, "") >= done_at
-                                           for s in self._log_shard_set(log.path)):
+            if done_at is None:
+                continue
+            layout = self._log_layout(log.path)
+            if all(files.top(node) >= done_at for shard, count in set(layout.batches)
+                   for node in files.nodes_of(shard, count)):
                 doomed.append(log.path)
-                self._log_shards.pop(log.path, None)
-        return doomed, max(floors.values(), default=None)
+                self._log_layouts.pop(log.path, None)
+        tops = [files.top(node) for node, runs in files.leaves.items() if runs]
+        return doomed, max(tops, default=None)
 
     def oldest_base_compaction(self, done: set[str]) -> str | None:
-        """The oldest completed compaction among the bases on storage (they must stay usable)."""
-        bases, _ = parse_listing(self.storage.list(INDEX_FOLDER, recursive=True))
-        return min((b.compaction_time for b in bases if b.compaction_time in done), default=None)
+        """The oldest completed compaction among the runs on storage (they must stay usable)."""
+        return min(self.compactions_in_use(done), default=None)
+
+    def compactions_in_use(self, done: set[str]) -> set[str]:
+        """The completed compactions that must stay on the active metadata timeline: those of
+        the top run of each node's newest chain, and of every run on storage outside those
+        chains (superseded runs kept for retained snapshots, nodes a split replaced). Runs
+        below a chain's top count through the run written on them (see :meth:`_usable`), so a
+        node's bottom run, which lives until a merge reaches it, does not hold its compaction
+        (and every metadata instant after it) on the active timeline."""
+        listing = self.storage.list(INDEX_FOLDER, recursive=True)
+        usable = self._usable([run for key in listing if (run := parse_run(key, INDEX_FOLDER, self.shards))],
+                              done)
+        chains = leaves(usable, range(self.shards), self.shards, "9" * 17)
+        inside = {run.path for runs in chains.values() for run in runs[:-1]}
+        return {run.compaction_time for runs in usable.values() for run in runs
+                if run.path not in inside and run.compaction_time in done}
 
     def remove_bases(self, compaction_time: str) -> list[str]:
-        """Delete the bases of a compaction that died part way (it never completes)."""
-        bases, _ = parse_listing(self.storage.list(INDEX_FOLDER, recursive=True))
-        doomed = [b.path for b in bases if b.compaction_time == compaction_time]
+        """Delete the runs of a compaction that died part way (it never completes)."""
+        doomed = [key for key in self.storage.list(INDEX_FOLDER, recursive=True)
+                  if (run := parse_run(key, INDEX_FOLDER, self.shards)) is not None
+                  and run.compaction_time == compaction_time]
         for path in doomed:
             self.storage.delete(path)
         return doomed
 
     @staticmethod
-    def _logs(listing: Iterable[str]) -> list[IndexLog]:
-        return [log for key in listing if _shard_of_path(key) is None
-                and (log := parse_index_log(key)) is not None]
+    def _log(key: str) -> IndexLog | None:
+        """The log file at ``key`` (log files sit directly in the index folder)."""
+        folder, _, _ = key.rpartition("/")
+        return parse_index_log(key) if folder == INDEX_FOLDER else None
+
+    @classmethod
+    def _logs(cls, listing: Iterable[str]) -> list[IndexLog]:
+        return [log for key in listing if (log := cls._log(key)) is not None]
 
 
-_FOOTERS_KEPT: Final = 4096
+@dataclass(frozen=True)
+class _Asked:
+    """The keys a lookup wants from one node, sorted by key, and what it needs to find them."""
+
+    node: Node
+    keys: pa.Table
+    hashes: Hashes
+    #: The node's chain's top: log entries completed above it are read from the logs.
+    top: str
+
+    def first_keys(self) -> list[Any]:
+        return self.keys.column(0).to_pylist()  # type: ignore[no-any-return]
+
+
+def _sorted_union(asked: Sequence[_Asked]) -> npt.NDArray[Any]:
+    """The asked integer keys of several nodes as one sorted array (for binary search)."""
+    if len(asked) == 1:
+        return asked[0].keys.column(0).to_numpy()  # type: ignore[no-any-return]
+    return np.unique(np.concatenate([a.keys.column(0).to_numpy() for a in asked]))
+
+
+def _replaced(node: Node, floors: Mapping[Node, Sequence[RunFile]], roots: int) -> bool:
+    """Whether ``node`` is an ancestor of a floor node (a split replaced it before the floor)."""
+    return any(_ancestor(node, floor, roots) for floor in floors if floor.count > node.count)
+
+
+def _ancestor(node: Node, descendant: Node, roots: int) -> bool:
+    parent = descendant.parent(roots)
+    while parent is not None and parent.count >= node.count:
+        if parent == node:
+            return True
+        parent = parent.parent(roots)
+    return False
+
+
 _POOL: list[ThreadPoolExecutor] = []
 _POOL_LOCK = threading.Lock()
 
@@ -643,43 +780,3 @@ def _pool() -> ThreadPoolExecutor:
         if not _POOL:
             _POOL.append(ThreadPoolExecutor(max_workers=8, thread_name_prefix="metatxn-index"))
         return _POOL[0]
-
-
-@dataclass(frozen=True)
-class _Footer:
-    """The first key column's range in each batch of a base."""
-
-    lows: list[Any]
-    highs: list[Any]
-
-    @classmethod
-    def of(cls, schema: pa.Schema) -> _Footer:
-        ranges = ipc.open_stream(pa.BufferReader((schema.metadata or {})[_RANGES])).read_all()
-        return cls(ranges["low"].to_pylist(), ranges["high"].to_pylist())
-
-    def groups_for(self, keys: list[Any]) -> list[int]:
-        """Batches whose range holds one of ``keys`` (batches are sorted by key)."""
-        groups: set[int] = set()
-        for key in keys:
-            # A composite key's first column may repeat across several row groups: take every
-            # group whose range holds the value, not only the first.
-            groups.update(range(bisect.bisect_left(self.highs, key), bisect.bisect_right(self.lows, key)))
-        return sorted(groups)
-
-
-def _dictionary_encoded(entries: pa.Table) -> pa.Table:
-    """``entries`` with the repeated strings as one dictionary each (a file path is stored once
-    per block, not once per key)."""
-    entries = entries.combine_chunks()
-    for name in _REPEATED:
-        index = entries.schema.get_field_index(name)
-        entries = entries.set_column(index, name, entries[name].dictionary_encode())
-    return entries
-
-
-def _shard_of_path(key: str) -> int | None:
-    """The shard of a file in a shard folder (``.../record_index/<shard>/<name>``), else None."""
-    parts = key.rsplit("/", 3)
-    if len(parts) == 4 and parts[1] == RECORD_INDEX and parts[2].isdigit():
-        return int(parts[2])
-    return None

@@ -19,7 +19,7 @@ from timeline import Clock, Storage, Timeline, TimelineView
 
 from .._files import DataStore
 from ._config import TableConfig
-from ._options import metadata_options, timeline_options
+from ._options import metadata_options, shard_max_entries, timeline_options
 
 #: A source of unique ids (table ids, file ids). Injected so tests are deterministic.
 IdFactory = Callable[[], str]
@@ -56,7 +56,9 @@ class TableContext:
                                       options=metadata_options(config.properties),
                                       timeline_options=options,
                                       record_key=config.record_key_columns,
-                                      record_index_shards=config.record_index_shards)
+                                      record_index_shards=config.record_index_shards,
+                                      record_index_shard_max_entries=shard_max_entries(
+                                          config.properties))
         self.store = DataStore(storage)
         self._latest: tuple[str, MetadataSnapshot] | None = None
 

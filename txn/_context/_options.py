@@ -202,6 +202,9 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
     "write.target_file_bytes": (
         _WholeNumber(1_000, 1024 ** 3, "bytes"), "in-memory bytes buffered per data file"),
     "sort.memory_bytes": (_WholeNumber(1_000, 1024 ** 4, "bytes"), "a sorted load spills beyond this"),
+    "record_index.shard_max_entries": (
+        _WholeNumber(1_024, 10 ** 12, "entries"),
+        "a record-index shard splits in two once it holds this many entries"),
     "record_index.shards": (
         _WholeNumber(1, 1_024, "shards"), "hash shards of the record-level index (keyed tables)"),
     "deletes.compaction.threshold": (
@@ -230,6 +233,12 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
 #: Record-index shards when a keyed table does not choose: tens of millions of keys make shards
 #: of a few hundred thousand keys each, small enough to rewrite one in a compaction.
 DEFAULT_RECORD_INDEX_SHARDS = 64
+
+
+def shard_max_entries(properties: dict[str, str]) -> int | None:
+    """``record_index.shard_max_entries``, if set (else the index's default)."""
+    value = properties.get("record_index.shard_max_entries")
+    return int(value) if value is not None else None
 
 
 def record_index_shards(properties: dict[str, str], record_key: object) -> int | None:

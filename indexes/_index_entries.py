@@ -1,0 +1,105 @@
+"""Index entries as Arrow tables: their schema, the merge rule, matching keys, grouping.
+
+An entry is one row per key per instant that wrote it: the key columns (``key_0``, ``key_1``,
+...), ``segment``, ``file``, ``position``, ``instant`` and ``deleted`` (a tombstone). Per key,
+the entry with the largest instant time wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Positions = npt.NDArray[np.int64]
+
+ENTRY_FIELDS: Final = (
+    pa.field("segment", pa.string()),
+    pa.field("file", pa.string()),
+    pa.field("position", pa.int64()),
+    pa.field("instant", pa.string()),
+    pa.field("deleted", pa.bool_()),
+)
+
+
+def key_names(count: int) -> list[str]:
+    return [f"key_{i}" for i in range(count)]
+
+
+def index_schema(key_types: Sequence[pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(name, t) for name, t in zip(key_names(len(key_types)), key_types,
+                                                             strict=True)] + list(ENTRY_FIELDS))
+
+
+def _run_starts(table: pa.Table, keys: Sequence[str]) -> pa.Array:
+    """A mask of the rows that start a run of equal keys in ``table`` (sorted by ``keys``)."""
+    count = table.num_rows
+    changed = pa.array([False] * max(count - 1, 0), pa.bool_())
+    for name in keys:
+        column = table[name]
+        differs = pc.not_equal(column.slice(1), column.slice(0, count - 1))
+        changed = pc.or_(changed, pc.fill_null(differs, True))
+    return pa.concat_arrays([pa.array([True]), pa.chunked_array(changed).combine_chunks()])
+
+
+def merge_entries(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
+    """Merge index entries: per key, the entry with the largest instant time. Sorted by key."""
+    parts = [t.select(schema.names).cast(schema) for t in tables if t.num_rows]
+    if not parts:
+        return schema.empty_table()
+    keys = [name for name in schema.names if name.startswith("key_")]
+    combined = pa.concat_tables(parts)
+    ordered = combined.sort_by([(k, "ascending") for k in keys] + [("instant", "descending")])
+    if ordered.num_rows <= 1:
+        return ordered
+    return ordered.filter(_run_starts(ordered, keys))
+
+
+def matching(table: pa.Table, wanted: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The rows of ``table`` whose key is among ``wanted``'s."""
+    if table.num_rows == 0 or wanted.num_rows == 0:
+        return table.slice(0, 0)
+    if len(keys) == 1:
+        return table.filter(pc.is_in(table[keys[0]], value_set=wanted[keys[0]].combine_chunks()))
+    # Join the key columns only (with row numbers), then take the rows: the other columns may be
+    # dictionaries that differ between chunks, which a join cannot carry.
+    numbered = table.select(list(keys)).append_column(
+        "__row__", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    hits = numbered.join(wanted.select(list(keys)), keys=list(keys), join_type="left semi")["__row__"]
+    return table.take(pc.take(hits, pc.sort_indices(hits)))
+
+
+def integer_order(keys: npt.NDArray[Any], groups: Positions) -> Positions:
+    """The permutation that sorts by (group, key): one argsort of ``group << bits | key - min``
+    when that fits in 63 bits (always for keys spanning less than 2**40 with up to 2**23 groups),
+    else a lexsort."""
+    if len(keys) == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = keys.astype(np.int64, copy=False) if keys.dtype.kind == "i" else keys
+    if keys.dtype == np.int64:
+        low, high = int(keys.min()), int(keys.max())
+        bits = (high - low).bit_length()
+        group_bits = int(groups.max()).bit_length() if len(groups) else 0
+        if bits + group_bits <= 62 and int(groups.min()) >= 0:
+            return np.argsort((groups << bits) | (keys - low))
+    return np.lexsort((keys, groups))
+
+
+def spans(groups: npt.NDArray[np.int64]) -> list[tuple[int, int, int]]:
+    """``(group, start, length)`` of each run of equal values in sorted ``groups``."""
+    if len(groups) == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(groups)) + 1
+    starts = np.concatenate([[0], cuts])
+    ends = np.concatenate([cuts, [len(groups)]])
+    return [(int(groups[s]), int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)]
+
+
+def live_entries(entries: pa.Table, live_files: pa.Array) -> pa.Table:
+    """``entries`` without tombstones and entries of removed files (for a bottom run)."""
+    keep = pc.and_(pc.invert(entries["deleted"]), pc.is_in(entries["file"], value_set=live_files))
+    return entries.filter(pc.fill_null(keep, False))
