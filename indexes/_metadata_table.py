@@ -26,6 +26,7 @@ holder retires it (:meth:`MetadataTable.recover`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -43,6 +44,7 @@ from timeline import (
     Instant,
     InvalidOptionError,
     Lease,
+    LockLostError,
     ObjectNotFoundError,
     PrefixedStorage,
     Storage,
@@ -87,6 +89,8 @@ from ._segments import (
     merge_segments,
     segments_to_arrow,
 )
+
+log = logging.getLogger("metatxn")
 
 RETENTION_PATH = f"{METADATA_FOLDER}/retention.json"
 #: The file format of the partitions' bases (see ``_blocks``): Arrow IPC, LZ4-compressed.
@@ -399,9 +403,20 @@ class MetadataTable:
                 continue
             if instant.action == "compaction" and not self.timeline.is_expired(instant):
                 continue
-            if instant.action == "compaction":
-                self._remove_bases(instant)
-            self.timeline.abort(instant, lease=lease)
+            try:
+                # Decide first, then delete: once aborted it can never complete, so deleting its
+                # bases is safe even if this lock holder pauses and loses the lock mid-way
+                # (deleting first could race its maintainer waking up and completing it).
+                self.timeline.abort(instant, lease=lease)
+                if instant.action == "compaction":
+                    self._remove_bases(instant)
+            except LockLostError:
+                raise
+            except Exception:
+                # One dead compaction must not block every writer: its bases, if left, are
+                # never read (it is not completed), and validate reports them.
+                log.warning("could not retire metadata instant %s of a dead maintainer",
+                            instant.time, exc_info=True)
 
     def _remove_bases(self, instant: Instant) -> list[str]:
         """Delete every base compaction ``instant`` may have written."""
@@ -640,7 +655,8 @@ class MetadataTable:
         assert self.record_index is not None, "a table without a record key has no record index"
         for attempt in range(3):
             try:
-                entries = self.record_index.lookup(keys, completed, bound, self.done_compactions(),
+                # The compactions are read after the index is listed (see RecordIndex._listing).
+                entries = self.record_index.lookup(keys, completed, bound, self.done_compactions,
                                                    instants=instants, recorded=self.recorded_shards)
                 break
             except CorruptMetadataError as exc:
@@ -799,13 +815,18 @@ class MetadataTable:
         instant = self.begin_compaction(completed_in_order, lease=lease, data_max_time=data_max_time)
         if instant is None:
             raise TxnError("a metadata compaction is already running; it will fold these commits")
+        heartbeat = self.compaction_heartbeat(instant).start()
         try:
             self.build_compaction(instant, completed_in_order)
         except BaseException:
+            heartbeat.stop(delete=False)
             with contextlib.suppress(Exception):
                 self.abandon_compaction(instant, lease=lease)
             raise
-        self.complete_compaction(instant, lease=lease)
+        heartbeat.stop(delete=False)
+        if not self.complete_compaction(instant, lease=lease):
+            raise TxnError(f"metadata compaction {instant.time} was retired as dead while it "
+                           "ran; nothing of it is used")
         return instant.time
 
     def begin_compaction(self, completed_in_order: Sequence[tuple[str, str]], *, lease: Lease,

@@ -94,6 +94,8 @@ class RecordIndex:
         provider = getattr(storage, "arrow_filesystem", None)
         self._filesystem = provider() if provider is not None else None
         self._footers = FooterCache()
+        #: root shard -> (the completed compactions it was listed under, its files).
+        self._listings: dict[int, tuple[frozenset[str], list[str]]] = {}
         self._log_layouts: dict[str, LogLayout] = {}
         #: Root shard -> the finest layout of its nodes seen (writers log in it; see write).
         self._layout: dict[int, list[Node]] = {}
@@ -226,7 +228,8 @@ class RecordIndex:
 
     # -- listing -------------------------------------------------------------------------------
 
-    def files(self, completed: Mapping[str, str], bound: str, done: set[str],
+    def files(self, completed: Mapping[str, str], bound: str,
+              done: set[str] | Callable[[], set[str]],
               shards: Iterable[int] | None = None,
               recorded: Callable[[str], set[int]] | None = None) -> IndexFiles:
         """What resolves the index at completion time ``bound``: for each root shard of
@@ -244,15 +247,54 @@ class RecordIndex:
         if shards is None:
             roots = list(range(self.shards))
             listing = self.storage.list(INDEX_FOLDER, recursive=True)
+            done = done() if callable(done) else done  # read after listing
         else:
             roots = sorted(set(shards))
-            listing = self.storage.list(INDEX_FOLDER)
-            for root in roots:
-                listing += self.storage.list(shard_folder(root), recursive=True)
+            listing, done = self._listing(roots, done)
         result = self._resolve(listing, completed, bound, done, roots)
         if recorded is not None:
             self._check_recorded(result, completed, bound, None if shards is None else roots, recorded)
         return result
+
+    def _listing(self, roots: Sequence[int], done: set[str] | Callable[[], set[str]]
+                 ) -> tuple[list[str], set[str]]:
+        """The log folder and the files of root shards ``roots``, and the completed compactions
+        to resolve them with, read *after* the listing (as ``MetadataTable`` resolves its
+        partitions): a compaction that completed, and whose clean deleted the runs it replaced,
+        before we listed is then in the set, so its own runs count. Read before, its runs would
+        not, the replaced ones would be gone, and a chain would end short without an error.
+
+        A root's files are listed once per set of completed compactions (``done`` given as a
+        callable): every run of a completed compaction was written before it completed, so a
+        listing taken after the set was read holds every run that counts until another
+        compaction completes. A run that cleaning deleted since fails its read with
+        FileNotFoundError, and :meth:`lookup` forgets the listings and lists again. A keyed
+        append's duplicate check touches most shards: this saves a listing per shard per
+        commit. ``done`` given as a set is used as it is (the caller read it after listing).
+        """
+        if not callable(done):
+            listing = self.storage.list(INDEX_FOLDER)
+            for root in roots:
+                listing += self.storage.list(shard_folder(root), recursive=True)
+            return listing, done
+        after: set[str] = set()
+        for _ in range(3):
+            before = done()
+            marker = frozenset(before)
+            listing = self.storage.list(INDEX_FOLDER)
+            listed: dict[int, tuple[frozenset[str], list[str]]] = {}
+            for root in roots:
+                cached = self._listings.get(root)
+                if cached is None or cached[0] != marker:
+                    cached = listed[root] = (marker, self.storage.list(shard_folder(root), recursive=True))
+                listing += cached[1]
+            after = done()
+            if after == before:
+                self._listings.update(listed)
+                return listing, after
+        # A compaction completed during every try: the last listing with the set read after it.
+        self._listings.clear()
+        return listing, after
 
     def _resolve(self, listing: Iterable[str], completed: Mapping[str, str], bound: str,
                  done: set[str], roots: Iterable[int]) -> IndexFiles:
@@ -346,7 +388,7 @@ class RecordIndex:
     # -- lookups -------------------------------------------------------------------------------
 
     def lookup(self, keys: pa.Table, completed: Mapping[str, str], bound: str,
-               done: set[str], *, instants: bool = False,
+               done: set[str] | Callable[[], set[str]], *, instants: bool = False,
                recorded: Callable[[str], set[int]] | None = None) -> pa.Table:
         """The merged entries of ``keys`` (columns ``key_0``...), tombstones included.
 
@@ -370,13 +412,14 @@ class RecordIndex:
             try:
                 return self._lookup(wanted, hashes, roots, completed, bound, done, instants, recorded)
             except FileNotFoundError as exc:  # cleaned between listing and reading: list again
+                self._listings.clear()
                 if attempt == 2:
                     raise missing_block(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _lookup(self, wanted: pa.Table, hashes: Hashes, roots: set[int],
-                completed: Mapping[str, str], bound: str, done: set[str], instants: bool,
-                recorded: Callable[[str], set[int]] | None) -> pa.Table:
+                completed: Mapping[str, str], bound: str, done: set[str] | Callable[[], set[str]],
+                instants: bool, recorded: Callable[[str], set[int]] | None) -> pa.Table:
         files = self.files(completed, bound, done, roots, recorded)
         self._remember(files)
         nodes = sorted(files.leaves)
