@@ -93,6 +93,12 @@ class RecordIndex:
         self._row_group_rows = row_group_rows
         provider = getattr(storage, "arrow_filesystem", None)
         self._filesystem = provider() if provider is not None else None
+        #: Read the shards of a lookup on threads only where a read waits for the network: on
+        #: local disk (memory-mapped) and in memory, threads cost more than they overlap
+        #: (1,000 keys in 1M: 78 ms on 8 threads, 52 ms on one; 100 keys: 44 ms, 24 ms).
+        self._parallel_reads = not (
+            (self._filesystem is not None and isinstance(self._filesystem[0], pa.fs.LocalFileSystem))
+            or storage.uri.startswith("memory://"))
         self._footers = FooterCache()
         #: root shard -> (the completed compactions it was listed under, its files).
         self._listings: dict[int, tuple[frozenset[str], list[str]]] = {}
@@ -432,7 +438,7 @@ class RecordIndex:
         def read_node(a: _Asked) -> list[pa.Table]:
             return self._read_chain(files.leaves[a.node], a, instants)
 
-        if len(with_runs) <= 1:
+        if len(with_runs) <= 1 or not self._parallel_reads:
             tables = [t for a in with_runs for t in read_node(a)]
         else:
             tables = [t for found in _pool().map(read_node, with_runs) for t in found]
