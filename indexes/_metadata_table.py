@@ -404,12 +404,15 @@ class MetadataTable:
             if instant.action == "compaction" and not self.timeline.is_expired(instant):
                 continue
             try:
-                # Decide first, then delete: once aborted it can never complete, so deleting its
-                # bases is safe even if this lock holder pauses and loses the lock mid-way
-                # (deleting first could race its maintainer waking up and completing it).
-                self.timeline.abort(instant, lease=lease)
+                # Delete, then abort: a death between the two leaves a pending compaction that
+                # the next lock holder retires again, never bases of an aborted one that no one
+                # would delete. Its maintainer cannot complete it meanwhile: it is expired, and
+                # complete_compaction refuses an expired compaction under the same lock. (A
+                # lock holder paused past its lease between its deletes and its abort could
+                # still race a maintainer that woke up: see design/metadata-table.md.)
                 if instant.action == "compaction":
                     self._remove_bases(instant)
+                self.timeline.abort(instant, lease=lease)
             except LockLostError:
                 raise
             except Exception:

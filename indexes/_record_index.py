@@ -26,6 +26,7 @@ older can resurface. Any other merge keeps both, since they hide older entries b
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -545,7 +546,10 @@ class RecordIndex:
         if layout is None:
             layout = self._log_layouts[path] = log_layout(path, schema, self.shards)
             while len(self._log_layouts) > _LOG_LAYOUTS_KEPT:
-                self._log_layouts.pop(next(iter(self._log_layouts)))
+                # Lookups and a background compaction may share this index: the oldest out,
+                # losing nothing but a cached footer if another thread got there first.
+                with contextlib.suppress(RuntimeError, KeyError, StopIteration):
+                    self._log_layouts.pop(next(iter(self._log_layouts)))
         return layout
 
     def _log_layout(self, path: str) -> LogLayout:

@@ -14,7 +14,7 @@ import pytest
 
 import txn
 from indexes import METADATA_FOLDER, MetadataTable
-from timeline import PrefixedStorage, Timeline
+from timeline import Instant, PrefixedStorage, Timeline
 from txn._commit import wait_for_background_maintenance
 
 from ...conftest import FakeClock
@@ -47,6 +47,23 @@ def metadata_instants(table: txn.Table) -> list[tuple[str, str]]:
 def bases(table: txn.Table) -> list[str]:
     return sorted(key for key in table._context.storage.list(METADATA_FOLDER, recursive=True)
                   if ".base." in key or ".run." in key)
+
+
+def three_commits_and_a_begun_compaction(uri: str, clock: FakeClock) -> tuple[
+        txn.Table, Instant, list[tuple[str, str]]]:
+    """A table of three commits (manual maintenance, a 60 s heartbeat timeout) and a metadata
+    compaction begun on it by hand, as a maintainer does before it folds."""
+    table = create(uri, "manual", clock=clock, **{"heartbeat.timeout_ms": "60000",
+                                                  "heartbeat.interval_ms": "20000"})
+    for i in range(3):
+        table.append(rows(10 * i))
+    context = table._context
+    with context.timeline.lock() as lease:
+        view = context.timeline.view(lease)
+        order = [(i.time, i.completed_at or "") for i in view.completed()]
+        instant = context.metadata.begin_compaction(order, lease=lease, data_max_time=view.max_time())
+    assert instant is not None
+    return table, instant, order
 
 
 def test_manual_mode_leaves_maintenance_to_maintain(memory_uri: str) -> None:
@@ -148,16 +165,8 @@ def test_an_abandoned_compaction_is_retired_once_its_heartbeat_expires(memory_ur
     compaction counts as running (a second one skips); then the next writer retires it and
     deletes its bases, and reads never saw them."""
     clock = FakeClock()
-    table = create(memory_uri, "manual", clock=clock, **{"heartbeat.timeout_ms": "60000",
-                                                        "heartbeat.interval_ms": "20000"})
-    for i in range(3):
-        table.append(rows(10 * i))
+    table, instant, order = three_commits_and_a_begun_compaction(memory_uri, clock)
     context = table._context
-    with context.timeline.lock() as lease:
-        view = context.timeline.view(lease)
-        order = [(i.time, i.completed_at or "") for i in view.completed()]
-        instant = context.metadata.begin_compaction(order, lease=lease, data_max_time=view.max_time())
-    assert instant is not None
     context.metadata.build_compaction(instant, order)  # ... and the maintainer dies here
     written = bases(table)
     assert written
@@ -176,16 +185,8 @@ def test_an_abandoned_compaction_is_retired_once_its_heartbeat_expires(memory_ur
 
 def test_a_paused_compaction_retired_meanwhile_deletes_what_it_wrote(memory_uri: str) -> None:
     clock = FakeClock()
-    table = create(memory_uri, "manual", clock=clock, **{"heartbeat.timeout_ms": "60000",
-                                                        "heartbeat.interval_ms": "20000"})
-    for i in range(3):
-        table.append(rows(10 * i))
+    table, instant, order = three_commits_and_a_begun_compaction(memory_uri, clock)
     context = table._context
-    with context.timeline.lock() as lease:
-        view = context.timeline.view(lease)
-        order = [(i.time, i.completed_at or "") for i in view.completed()]
-        instant = context.metadata.begin_compaction(order, lease=lease, data_max_time=view.max_time())
-    assert instant is not None
     clock.advance(61_000)  # paused past its heartbeat: the next lock holder retires it
     table.append(rows(50))
     context.metadata.build_compaction(instant, order)  # it wakes up and writes its bases
