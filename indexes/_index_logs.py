@@ -18,6 +18,8 @@ import pyarrow as pa
 
 from timeline import CorruptMetadataError
 
+from ._layout import LogBlock
+
 #: Schema metadata of a log file: the shard of each batch (a JSON list).
 SHARDS: Final = b"metatxn.batch_shards"
 #: Schema metadata of a log file: the shard count each batch's shard is of (a JSON list; absent
@@ -28,12 +30,9 @@ LOG_BATCH_ROWS: Final = 65536
 _INDEX_LOG = re.compile(r"^(?P<time>\d{17})(?:\.(?P<part>\d+))?\.log\.arrow$", re.ASCII)
 
 
-@dataclass(frozen=True)
-class IndexLog:
-    """One log file of a data instant: entries of several shards, one shard per batch."""
-
-    path: str
-    instant_time: str
+#: One log file of a data instant (entries of several shards, one shard per batch): named like
+#: any metadata log block, so it is one.
+IndexLog = LogBlock
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ def log_path(folder: str, instant_time: str) -> str:
 
 
 def base_path(folder: str, compaction_time: str, horizon: str, extension: str = "parquet") -> str:
-    """A base file: Parquet, except record-index shards' (Arrow IPC, see ``_record_index``)."""
+    """A base file of a partition (``_metadata_table.BASE_FORMAT``; earlier versions wrote
+    Parquet) or a bottom run of a record-index shard (Arrow IPC, see ``_index_runs``)."""
     return f"{folder}/{compaction_time}_{horizon}.base.{extension}"
 
 

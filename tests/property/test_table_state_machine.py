@@ -1064,22 +1064,28 @@ class TableMachine(RuleBasedStateMachine):
             object, InjectedFault | None, list[Call], int]:
         """Call the writer with ``fault`` armed: the outcome (or error), the fault that fired, the
         calls made and the clock when it started."""
-        store = self.store
+        started_ms = self.clock()
+        outcome, fired, calls = self._armed(self.store, fault, lambda: call(self.writer))
+        if fault is not None and fault.mode == "death" and fired is not None:
+            self.dead = True
+        return outcome, fired, calls, started_ms
+
+    @staticmethod
+    def _armed(store: FaultyStorage, fault: Fault | None, call: Callable[[], object]) -> tuple[
+            object, InjectedFault | None, list[Call]]:
+        """Call ``call`` with ``fault`` armed on ``store``: the outcome (or the error: every
+        outcome is judged by the caller), the fault that fired and the calls made."""
         store.reset()
         if fault is not None:
             fault.arm(store)
         outcome: object
-        started_ms = self.clock()
         try:
-            outcome = call(self.writer)
-        except Exception as exc:  # every outcome is judged by the caller
+            outcome = call()
+        except Exception as exc:
             outcome = exc
         finally:
             store.disarm()
-        fired = store.fault
-        if fault is not None and fault.mode == "death" and fired is not None:
-            self.dead = True
-        return outcome, fired, list(store.calls), started_ms
+        return outcome, store.fault, list(store.calls)
 
     def _clean_run(self, operation: str, calls: list[Call], started_ms: int) -> None:
         """After a write that saw no fault: learn its call counts; the lock is free and the
@@ -1367,19 +1373,9 @@ class TableMachine(RuleBasedStateMachine):
             and self.observer_timeline.read_plan(i, RollbackPlan).target_action == "clean")}
         running = bool(cleaning - owed)
         fault = self._resolve(action.fault, operation)
-        store = self.cleaner_store
-        store.reset()
-        if fault is not None:
-            fault.arm(store)
-        outcome: object
-        try:
-            outcome = self.cleaner.clean(dry_run=mode == "dry_run", force=mode == "force")
-        except Exception as exc:  # every outcome is judged below
-            outcome = exc
-        finally:
-            store.disarm()
-        fired = store.fault
-        calls = list(store.calls)
+        outcome, fired, calls = self._armed(
+            self.cleaner_store, fault,
+            lambda: self.cleaner.clean(dry_run=mode == "dry_run", force=mode == "force"))
         if fault is not None and fault.mode == "death" and fired is not None:
             self.cleaner_dead = True
         if mode != "dry_run":
@@ -1499,21 +1495,10 @@ class TableMachine(RuleBasedStateMachine):
             event("a metadata compaction began and stopped")
             return
         fault = self._resolve(action.fault, "maintain")
-        store = self.maintainer_store
-        store.reset()
-        if fault is not None:
-            fault.arm(store)
-        outcome: object
-        try:
-            outcome = self.maintainer.maintain()
-        except Exception as exc:  # judged below
-            outcome = exc
-        finally:
-            store.disarm()
-        fired = store.fault
+        outcome, fired, calls = self._armed(self.maintainer_store, fault, self.maintainer.maintain)
         if fault is not None and fault.mode == "death" and fired is not None:
             self.maintainer_dead = True
-        data = self._instants_of(list(store.calls))
+        data = self._instants_of(calls)
         assert not data, f"maintenance made data instants {data}"
         if fired is None:
             assert isinstance(outcome, txn.MaintenanceReport), (

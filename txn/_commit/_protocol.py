@@ -171,10 +171,7 @@ class Protocol:
         metadata: CommitMetadata | None = None
         try:
             with self._timeline.lock() as lease:
-                changes, metadata = build(lease, self._timeline.view(lease))
-                self._metadata.write_delta(pending.instant.time, changes, lease=lease)
-                completed = self._timeline.complete(pending.instant, metadata, lease=lease)
-                pending.committed_view = self._timeline.view(lease)
+                completed, metadata = self._complete(lease, pending, build)
         except Exception:
             if completed is None:
                 raise
@@ -212,14 +209,11 @@ class Protocol:
             with self._timeline.lock() as lease:
                 instant, segment = self._request(lease, operation, action, **begin)
                 # Never started: the lock is held throughout, so nobody judges its expiry
-                # while it runs; stop() below only tidies nothing.
+                # while it runs.
                 pending = Pending(instant, segment, self._timeline.heartbeat(instant))
                 try:
                     written = write(pending)
-                    changes, metadata = build(pending, written)(lease, self._timeline.view(lease))
-                    self._metadata.write_delta(instant.time, changes, lease=lease)
-                    completed = self._timeline.complete(instant, metadata, lease=lease)
-                    pending.committed_view = self._timeline.view(lease)
+                    completed, metadata = self._complete(lease, pending, build(pending, written))
                 except CommitStateUnknownError:
                     raise  # never delete anything: the instant may have completed
                 except BaseException:
@@ -232,13 +226,7 @@ class Protocol:
             log.warning("releasing the table lock after instant %s failed", completed.time,
                         exc_info=True)
         assert completed is not None and metadata is not None and pending is not None
-        try:
-            self._remove_markers(written)
-        except Exception:
-            log.warning("cleaning up after committed instant %s failed", completed.time,
-                        exc_info=True)
-        if pending.committed_view is not None:
-            self._after_commit_quietly(pending.committed_view)
+        self._landed(pending, written, beating=False)
         return completed, metadata
 
     def finish(self, pending: Pending, write: Callable[[Pending], Any],
@@ -260,16 +248,31 @@ class Protocol:
             pending.heartbeat.stop(delete=False)
             self._roll_back_quietly(pending.instant)
             raise
-        # The commit landed: tidying up is best effort, and the next commit redoes it.
+        self._landed(pending, written, beating=True)
+        return completed, metadata
+
+    def _complete(self, lease: Lease, pending: Pending, build: Builder) -> tuple[Instant, CommitMetadata]:
+        """Step 4 under ``lease``: check and build, write the metadata table's blocks, then the
+        commit point; remember the timeline the commit left for table maintenance."""
+        changes, metadata = build(lease, self._timeline.view(lease))
+        self._metadata.write_delta(pending.instant.time, changes, lease=lease)
+        completed = self._timeline.complete(pending.instant, metadata, lease=lease)
+        pending.committed_view = self._timeline.view(lease)
+        return completed, metadata
+
+    def _landed(self, pending: Pending, written: Any, *, beating: bool) -> None:
+        """After the commit landed and the lock was released: tidy up (best effort: the next
+        commit redoes it), then start table maintenance if it is due. ``beating``: the write
+        ran a heartbeat (a write that held the lock throughout has none to stop)."""
         try:
-            pending.heartbeat.stop()
+            if beating:
+                pending.heartbeat.stop()
             self._remove_markers(written)
         except Exception:
             log.warning("cleaning up after committed instant %s failed", pending.instant.time,
                         exc_info=True)
         if pending.committed_view is not None:
             self._after_commit_quietly(pending.committed_view)
-        return completed, metadata
 
     # -- rollback and recovery -----------------------------------------------------------------
 
