@@ -23,6 +23,8 @@ import pyarrow.parquet as pq
 
 from timeline import CorruptMetadataError, Storage, StorageError, TxnError
 
+from ._records import ADDED_LATER
+
 #: What decoding a damaged file can raise: pyarrow's errors (``ArrowInvalid`` is also a
 #: ``ValueError``, ``ArrowIOError`` an ``OSError``), msgspec's, and lookups of missing columns
 #: or schema metadata.
@@ -97,7 +99,7 @@ def read_block(storage: Storage, path: str, schema: pa.Schema, *, decode: bool =
             table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
         else:
             table = ipc.open_file(pa.BufferReader(data)).read_all()
-        table = table.select(schema.names)
+        table = with_added_columns(table, schema).select(schema.names)
         if not decode:
             for field in schema:
                 found = table.schema.field(field.name).type
@@ -106,6 +108,15 @@ def read_block(storage: Storage, path: str, schema: pa.Schema, *, decode: bool =
                     raise ValueError(f"column {field.name} is {found}, expected {field.type}")
             return table
         return table if table.schema.equals(schema) else table.cast(schema)
+
+
+def with_added_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with the columns of ``schema`` added to the format after it was written (field
+    metadata ``ADDED_LATER``) as nulls, where it lacks them."""
+    for field in schema:
+        if field.metadata and ADDED_LATER in field.metadata and field.name not in table.column_names:
+            table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
+    return table
 
 
 #: ``CorruptMetadataError.found`` of a file that is missing.

@@ -31,6 +31,9 @@ KEY: Final = "path"
 DELETED: Final = "deleted"
 _BARE: Final = "__bare_tombstone__"
 _PURGED: Final = "__purged__"
+#: Field metadata of a column added after the format's first version: blocks and bases written
+#: before it lack the column, and read it as nulls.
+ADDED_LATER: Final = b"metatxn.added_later"
 
 FILES_SCHEMA: Final = pa.schema([
     (KEY, pa.string()),
@@ -43,6 +46,9 @@ FILES_SCHEMA: Final = pa.schema([
     #: The instant that wrote the file.
     ("instant", pa.string()),
     (DELETED, pa.bool_()),
+    #: Last modification (epoch ms) of an external segment's file when it was added: validate()
+    #: reports the file if it changed since. Null for files the table wrote (never modified).
+    pa.field("modified_ms", pa.int64(), metadata={ADDED_LATER: b"1"}),
 ])
 
 DELETES_SCHEMA: Final = pa.schema([

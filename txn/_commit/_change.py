@@ -175,8 +175,9 @@ def _write(context: TableContext, pending: Pending, change: Change) -> Written:
 
 def _file_rows(statuses: Sequence[FileStatus], segment: str, instant_time: str) -> pa.Table:
     return pa.Table.from_pylist([
-        {"path": s.path, "segment": segment, "partition": s.partition, "format": "parquet",
-         "rows": s.rows, "size": s.size, "instant": instant_time, "deleted": False}
+        {"path": s.path, "segment": segment, "partition": s.partition, "format": s.format,
+         "rows": s.rows, "size": s.size, "instant": instant_time, "deleted": False,
+         "modified_ms": s.modified_ms}
         for s in statuses
     ], schema=FILES_SCHEMA)
 

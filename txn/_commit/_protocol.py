@@ -84,6 +84,13 @@ class Pending:
     #: The timeline as the commit left it (set at the commit point): what table maintenance
     #: decides from, after the lock is released.
     committed_view: TimelineView | None = None
+    #: Every segment the write creates, when it asked for more than one (``segment`` first).
+    segments: tuple[str, ...] = ()
+
+
+def _pending(instant: Instant, segments: list[str], heartbeat: Heartbeat) -> Pending:
+    return Pending(instant, segments[0] if segments else None, heartbeat,
+                   segments=tuple(segments) if len(segments) > 1 else ())
 
 
 #: Runs under the lock when an instant begins, on the recovered timeline: raises to refuse it.
@@ -117,10 +124,11 @@ class Protocol:
     def begin(self, operation: str, action: str, *, new_segment: bool = False,
               segment: str | None = None, sources: Sequence[str] = (), read_at: str | None = None,
               extra: dict[str, str] | None = None, admit: Admission | None = None,
-              plan: Any = None) -> Pending:
+              plan: Any = None, segment_count: int = 1) -> Pending:
         """Step 1 and 2: request and start an instant, under the lock.
 
-        ``new_segment`` allocates the next load id; ``segment`` names the segment instead (a
+        ``new_segment`` allocates the next load id (``segment_count`` consecutive ones, for a
+        write that creates several segments); ``segment`` names the segment instead (a
         compaction's ``x.1``). ``sources`` are the segments the write reads and replaces (a
         compaction's inputs), recorded in the plan so that others can see them while it runs.
         ``read_at``: the completion time of the snapshot the write read (recorded: CLEAN FILES
@@ -129,29 +137,33 @@ class Protocol:
         ``WritePlan`` (a table service with a plan of its own).
         """
         with self._timeline.lock() as lease:
-            instant, segment = self._request(lease, operation, action, new_segment=new_segment,
-                                             segment=segment, sources=sources, read_at=read_at,
-                                             extra=extra, admit=admit, plan=plan)
+            instant, segments = self._request(lease, operation, action, new_segment=new_segment,
+                                              segment=segment, sources=sources, read_at=read_at,
+                                              extra=extra, admit=admit, plan=plan,
+                                              segment_count=segment_count)
         try:
             heartbeat = self._timeline.heartbeat(instant).start()
         except BaseException:
             self._roll_back_quietly(instant)
             raise
-        return Pending(instant, segment, heartbeat)
+        return _pending(instant, segments, heartbeat)
 
     def _request(self, lease: Lease, operation: str, action: str, *, new_segment: bool = False,
                  segment: str | None = None, sources: Sequence[str] = (), read_at: str | None = None,
                  extra: dict[str, str] | None = None, admit: Admission | None = None,
-                 plan: Any = None) -> tuple[Instant, str | None]:
-        """Step 1 under ``lease``: recover, admit, allocate the segment, request and start."""
+                 plan: Any = None, segment_count: int = 1) -> tuple[Instant, list[str]]:
+        """Step 1 under ``lease``: recover, admit, allocate the segment(s), request and start."""
         view = self.recover(lease)
         if admit is not None:
             admit(view)
+        segments = [segment] if segment is not None else []
         if segment is None and new_segment:
-            segment = self._next_segment(view)
+            first = int(self._next_segment(view))
+            segments = [str(first + i) for i in range(segment_count)]
         if plan is None:
-            plan = WritePlan(operation=operation, segment=segment, sources=list(sources),
-                             read_at=read_at, extra=dict(extra or {}))
+            plan = WritePlan(operation=operation, segment=segments[0] if segments else None,
+                             segments=segments if len(segments) > 1 else [],
+                             sources=list(sources), read_at=read_at, extra=dict(extra or {}))
         # T comes back as the metadata table's deltacommit time, so it must also be above
         # every time on the metadata timeline (whose compactions take times of their own).
         after = max(filter(None, (view.max_time(), self._metadata.timeline.view(lease).max_time())),
@@ -163,7 +175,7 @@ class Protocol:
         except BaseException:
             self._roll_back_quietly(instant, lease)
             raise
-        return instant, segment
+        return instant, segments
 
     def commit(self, pending: Pending, build: Builder) -> tuple[Instant, CommitMetadata]:
         """Run step 4. Returns the completed instant and what it recorded."""
@@ -207,10 +219,10 @@ class Protocol:
         pending: Pending | None = None
         try:
             with self._timeline.lock() as lease:
-                instant, segment = self._request(lease, operation, action, **begin)
+                instant, segments = self._request(lease, operation, action, **begin)
                 # Never started: the lock is held throughout, so nobody judges its expiry
                 # while it runs.
-                pending = Pending(instant, segment, self._timeline.heartbeat(instant))
+                pending = _pending(instant, segments, self._timeline.heartbeat(instant))
                 try:
                     written = write(pending)
                     completed, metadata = self._complete(lease, pending, build(pending, written))

@@ -20,7 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from indexes import SEGMENTS, segment_sort_key
 from timeline import Instant, Lease, TimelineView
 
-from .._context import DATA_ACTIONS, MaintenanceReport, TableContext, WritePlan, maintenance_mode
+from .._context import (
+    DATA_ACTIONS,
+    MaintenanceReport,
+    TableContext,
+    WritePlan,
+    maintenance_mode,
+    plan_segments,
+)
 from ._protocol import Protocol
 
 log = logging.getLogger("metatxn")
@@ -40,8 +47,7 @@ def next_segment(context: TableContext, view: TimelineView) -> str:
     for instant in view.pending():
         if instant.action in DATA_ACTIONS:
             plan = context.timeline.read_plan(instant, WritePlan)
-            if plan.segment is not None:
-                taken.append(segment_sort_key(plan.segment)[0])
+            taken += [segment_sort_key(s)[0] for s in plan_segments(plan)]
     return str(max(taken, default=-1) + 1)
 
 

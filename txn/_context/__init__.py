@@ -47,6 +47,7 @@ from ._records import (
     Segment,
     ValidationReport,
     WritePlan,
+    plan_segments,
     trash_folder,
 )
 
@@ -98,6 +99,7 @@ __all__ = [
     "maintenance_mode",
     "open_context",
     "parse_level_threshold",
+    "plan_segments",
     "random_id",
     "read_config",
     "target_file_bytes",

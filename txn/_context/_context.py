@@ -17,7 +17,7 @@ import pyarrow as pa
 from indexes import COLUMN_STATS, DELETES, FILES, SEGMENTS, MetadataSnapshot, MetadataTable
 from timeline import Clock, Storage, Timeline, TimelineView
 
-from .._files import DataStore
+from .._files import DataStore, ExternalReader, external_options
 from ._config import TableConfig
 from ._options import metadata_options, shard_max_entries, timeline_options
 
@@ -59,7 +59,8 @@ class TableContext:
                                       record_index_shards=config.record_index_shards,
                                       record_index_shard_max_entries=shard_max_entries(
                                           config.properties))
-        self.store = DataStore(storage)
+        self.store = DataStore(storage, ExternalReader(
+            self.schema, config.partition_by, external_options(storage.uri, storage_options)))
         self._latest: tuple[str, MetadataSnapshot] | None = None
 
     # -- the layout ----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ COMPACT = "compact"
 #: Operations and the timeline action each one commits as.
 ACTION_OF = {
     "append": "commit",
+    "add_segment": "commit",
     "overwrite": "replacecommit",
     "upsert": "commit",
     "delete": "commit",
@@ -34,6 +35,9 @@ class WritePlan(msgspec.Struct, frozen=True, kw_only=True, tag="write_plan", tag
     operation: str
     #: The segment this write creates, allocated under the table lock when it began.
     segment: str | None = None
+    #: Every segment it creates when it creates more than one (ADD SEGMENT of a partitioned
+    #: folder: one per partition folder), ``segment`` first; empty otherwise.
+    segments: list[str] = msgspec.field(default_factory=list)
     #: The segments it reads and replaces (a compaction's inputs): while it runs, DELETE
     #: SEGMENT refuses them and other compactions skip them.
     sources: list[str] = msgspec.field(default_factory=list)
@@ -41,6 +45,11 @@ class WritePlan(msgspec.Struct, frozen=True, kw_only=True, tag="write_plan", tag
     #: what that snapshot needs while the write runs.
     read_at: str | None = None
     extra: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def plan_segments(plan: WritePlan) -> list[str]:
+    """The segments a write creates (or names, a compaction's target), as its plan records."""
+    return list(plan.segments) or ([plan.segment] if plan.segment is not None else [])
 
 
 class CommitMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="commit", tag_field="kind"):

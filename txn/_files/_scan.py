@@ -21,6 +21,7 @@ import pyarrow.dataset as ds
 from timeline import CorruptMetadataError, StorageError, TxnError
 
 from ._deltas import Positions, reading_file
+from ._external import expected, is_external
 from ._storage_io import DataStore
 
 _MATCH = "__metatxn_match__"
@@ -46,7 +47,7 @@ def check_schema(path: str, found: pa.Schema, schema: pa.Schema) -> None:
 
 def read_data_file(store: DataStore, path: str, schema: pa.Schema, *,
                    filter: ds.Expression | None = None,
-                   columns: Sequence[str] | None = None) -> pa.Table:
+                   columns: Sequence[str] | None = None, file_format: str = "parquet") -> pa.Table:
     """Read data file ``path`` whole (every page of ``columns``, all by default), then keep the
     rows matching ``filter`` (already checked against ``schema``: any error is the file's).
 
@@ -55,6 +56,9 @@ def read_data_file(store: DataStore, path: str, schema: pa.Schema, *,
         CorruptMetadataError: it is not a Parquet file of ``schema`` or a page does not decode.
         StorageError: the system refused the read (the file may be fine); ``.path`` names it.
     """
+    if is_external(path):
+        return scan_file(store, path, schema, filter=filter, file_format=file_format,
+                         columns=list(schema.names if columns is None else columns))[0]
     with reading_file(path, DATA_FILE_EXPECTED):
         fragment = _fragment(store, path)
         check_schema(path, fragment.physical_schema, schema)
@@ -66,11 +70,14 @@ def _fragment(store: DataStore, path: str) -> ds.ParquetFileFragment:
     return _FORMAT.make_fragment(store.full_path(path), filesystem=store.filesystem)
 
 
-def check_data_file(store: DataStore, path: str, schema: pa.Schema) -> int:
+def check_data_file(store: DataStore, path: str, schema: pa.Schema,
+                    file_format: str = "parquet") -> int:
     """Decode every page of data file ``path`` (one column at a time); return its row count.
 
     Raises as :func:`read_data_file` does.
     """
+    if is_external(path):
+        return read_data_file(store, path, schema, file_format=file_format).num_rows
     with reading_file(path, DATA_FILE_EXPECTED):
         fragment = _fragment(store, path)
         check_schema(path, fragment.physical_schema, schema)
@@ -85,7 +92,8 @@ def check_data_file(store: DataStore, path: str, schema: pa.Schema) -> int:
 
 def raise_for_files(store: DataStore, paths: Sequence[str], schema: pa.Schema,
                     error: BaseException, *, filter: ds.Expression | None = None,
-                    columns: Sequence[str] | None = None) -> NoReturn:
+                    columns: Sequence[str] | None = None,
+                    formats: Sequence[str] | None = None) -> NoReturn:
     """After a scan of ``paths`` with a filter already checked against ``schema`` failed with
     ``error``: raise a ``TxnError`` naming the data file at fault.
 
@@ -95,14 +103,15 @@ def raise_for_files(store: DataStore, paths: Sequence[str], schema: pa.Schema,
     """
     if isinstance(error, TxnError):
         raise error
-    for path in paths:
-        read_data_file(store, path, schema, filter=filter, columns=columns)
+    for path, file_format in zip(paths, formats or ["parquet"] * len(paths), strict=True):
+        read_data_file(store, path, schema, filter=filter, columns=columns, file_format=file_format)
     raise StorageError(f"reading data files failed, then each read on its own: "
                        f"{type(error).__name__}: {error}") from error
 
 
 def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expression | None,
-              columns: Sequence[str], deleted: Positions | None = None) -> tuple[pa.Table, Positions]:
+              columns: Sequence[str], deleted: Positions | None = None,
+              file_format: str = "parquet") -> tuple[pa.Table, Positions]:
     """The live rows of ``path`` matching ``filter``: ``columns`` of them and their positions.
 
     ``filter`` must already be checked against ``schema`` (callers bind it to the schema first),
@@ -112,7 +121,14 @@ def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expr
         ObjectNotFoundError: the data file is gone.
         CorruptMetadataError: it is not a Parquet file of ``schema``, or does not decode.
         StorageError: the system refused the read; ``.path`` names the file.
+
+    ``file_format`` says how to read an external segment's file (a URL key); the table's own
+    files are Parquet.
     """
+    if is_external(path):
+        with reading_file(path, expected(file_format)):
+            return store.external_reader().scan(path, file_format, filter=filter, columns=columns,
+                                                deleted=deleted)
     with reading_file(path, DATA_FILE_EXPECTED):
         fragment = _fragment(store, path)
         metadata = fragment.metadata

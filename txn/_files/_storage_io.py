@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import posixpath
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -19,6 +20,9 @@ import pyarrow.fs
 import pyarrow.parquet as pq
 
 from timeline import InvalidOptionError, Storage, StorageError
+
+if TYPE_CHECKING:
+    from ._external import ExternalReader
 
 #: Decimals of up to 18 digits stored as INT32/INT64 rather than fixed-length byte arrays:
 #: Spark's reader decodes byte-array decimals several times slower (TPC-H Q6 over
@@ -33,13 +37,22 @@ _DECIMALS_AS_INTEGERS: dict[str, bool] = (
 class DataStore:
     """Reads and writes data files of one table, addressed by table-relative paths."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, external: ExternalReader | None = None) -> None:
         self.storage = storage
         provider = getattr(storage, "arrow_filesystem", None)
         if provider is None:
             raise InvalidOptionError(f"storage {storage!r} offers no pyarrow filesystem for data files")
         self.filesystem, self.root = provider()
         self._made_folders: set[str] = set()
+        #: Reads external segments' files (None: a store that only knows the table's own files).
+        self.external = external
+
+    def external_reader(self) -> ExternalReader:
+        if self.external is None:
+            raise InvalidOptionError(
+                f"this handle on {self.storage.uri!r} cannot read external segments' files; "
+                "expected one opened with txn.open_table")
+        return self.external
 
     def full_path(self, path: str) -> str:
         return posixpath.join(self.root, path)

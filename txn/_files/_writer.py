@@ -94,6 +94,9 @@ class FileStatus(msgspec.Struct, frozen=True, kw_only=True):
     size: int
     stats: dict[str, ColumnStats] = msgspec.field(default_factory=dict)
     partition_values: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: An external segment's file: its format and last modification (epoch ms) when added.
+    format: str = "parquet"
+    modified_ms: int | None = None
 
 
 def marker_path(file_name: str) -> str:

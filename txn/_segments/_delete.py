@@ -63,6 +63,7 @@ from .._context import (
     Commit,
     CommitMetadata,
     TableContext,
+    plan_segments,
 )
 from .._files import LiveDeltas
 from ._running import DELETE_SEGMENTS, refuse_held, running_plans
@@ -185,11 +186,12 @@ def _entries(context: TableContext, view: TimelineView) -> tuple[dict[str, Segme
     entries = dict(context.metadata_at(view, None, LATEST_PARTITIONS).segments or {})
     running: set[str] = set()
     for instant, plan in running_plans(context, view):
-        if plan.segment is not None and plan.segment not in entries:
-            entries[plan.segment] = SegmentEntry(
-                id=plan.segment, status=INSERT_IN_PROGRESS, instant=instant.time,
-                load_start_ms=parse_time(instant.time))
-            running.add(plan.segment)
+        for segment in plan_segments(plan):
+            if segment not in entries:
+                entries[segment] = SegmentEntry(
+                    id=segment, status=INSERT_IN_PROGRESS, instant=instant.time,
+                    load_start_ms=parse_time(instant.time))
+                running.add(segment)
     return entries, running
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from indexes import INSERT_IN_PROGRESS, SEGMENTS, SegmentEntry, segment_sort_key
 from timeline import parse_time
 
-from .._context import DATA_ACTIONS, Segment, TableContext, WritePlan
+from .._context import DATA_ACTIONS, Segment, TableContext, WritePlan, plan_segments
 from .._read import snapshot
 
 
@@ -17,10 +17,11 @@ def segments(context: TableContext) -> list[Segment]:
         if instant.action not in DATA_ACTIONS:
             continue
         plan = context.timeline.read_plan(instant, WritePlan)
-        if plan.segment is not None and plan.segment not in entries:
-            entries[plan.segment] = SegmentEntry(
-                id=plan.segment, status=INSERT_IN_PROGRESS, instant=instant.time,
-                load_start_ms=parse_time(instant.time))
+        for segment in plan_segments(plan):
+            if segment not in entries:
+                entries[segment] = SegmentEntry(
+                    id=segment, status=INSERT_IN_PROGRESS, instant=instant.time,
+                    load_start_ms=parse_time(instant.time))
     ordered = sorted(entries.values(), key=lambda e: segment_sort_key(e.id), reverse=True)
     return [Segment.from_entry(e) for e in ordered]
 

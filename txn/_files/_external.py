@@ -1,0 +1,198 @@
+"""Reading the files of external segments (ADD SEGMENT): Parquet, ORC, CSV and JSON folders that
+joined the table in place and are never rewritten or moved.
+
+An external file is keyed in the metadata table by its full URL (``file:///data/logs/day=1/
+part-0.parquet``, ``s3://bucket/...``), where the table's own files are keyed by table-relative
+paths: a key holding ``://`` is external. Its partition values are not in the file but in the
+names of its last folders (Hive style, ``day=20211123/hour=12``), one per partition column of the
+table, in order: ADD SEGMENT checked that when it recorded the file.
+
+Every external file is read whole, in file order, by pyarrow's reader of its format, so a row's
+position (what the record index and delete deltas record) is its ordinal in that read, the same
+every time the file is unchanged; ``validate()`` reports a file whose size or modification time
+changed since it was added. CSV files may start with a header line (Spark writes one only when
+asked): a first line that names the columns is a header, anything else is data.
+
+The filesystem of an external URL comes from fsspec, with the table's ``storage_options`` when
+the URL has the table's protocol and those given to ``add_segment`` in this process otherwise
+(credentials are never written to the table).
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.dataset as ds
+import pyarrow.json as pjson
+import pyarrow.orc as porc
+import pyarrow.parquet as pq
+
+from timeline import CorruptMetadataError
+
+from ._writer import parse_hive_value
+
+#: The formats ADD SEGMENT reads in place.
+EXTERNAL_FORMATS: Final = ("parquet", "orc", "csv", "json")
+
+_FILESYSTEMS: dict[tuple[str, str], Any] = {}
+_FILESYSTEMS_LOCK = threading.Lock()
+
+
+def is_external(path: str) -> bool:
+    """Whether a ``files`` key names an external segment's file (a URL, not a table path)."""
+    return "://" in path
+
+
+def expected(file_format: str) -> str:
+    """What an external file of ``file_format`` should be, for error messages."""
+    return f"an external {file_format} file with the table's columns"
+
+
+def url_filesystem(url: str, options: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` (one per protocol and options in this process) and the
+    path within it."""
+    protocol = url.split("://", 1)[0]
+    key = (protocol, repr(sorted((options or {}).items())))
+    with _FILESYSTEMS_LOCK:
+        filesystem = _FILESYSTEMS.get(key)
+        if filesystem is None:
+            filesystem = fsspec.filesystem(protocol, **dict(options or {}))
+            _FILESYSTEMS[key] = filesystem
+    return filesystem, filesystem._strip_protocol(url)
+
+
+def partition_values(url: str, schema: pa.Schema, partition_by: Sequence[str]) -> dict[str, Any]:
+    """The partition values of external file ``url``, from its last folders' names, typed like
+    the table's columns (``None`` for Hive's null folder)."""
+    if not partition_by:
+        return {}
+    folders = posixpath.dirname(url.split("://", 1)[-1]).split("/")[-len(partition_by):]
+    values: dict[str, Any] = {}
+    for name, folder in zip(partition_by, folders, strict=True):
+        found, _, text = folder.partition("=")
+        if found != name:
+            raise CorruptMetadataError(url, f"an external file below a {name}=<value> folder",
+                                       f"folder {folder!r}")
+        values[name] = typed_value(parse_hive_value(text), schema.field(name).type)
+    return values
+
+
+def typed_value(raw: str | None, data_type: pa.DataType) -> Any:
+    """A partition folder's value text as a value of ``data_type`` (``ValueError`` if it is not one)."""
+    if raw is None:
+        return None
+    try:
+        return pa.array([raw], pa.string()).cast(data_type)[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"{raw!r} is not a {data_type}: {exc}") from None
+
+
+def file_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
+    """The columns an external file holds: the table's, less its partition columns."""
+    return pa.schema([field for field in schema if field.name not in partition_by])
+
+
+class ExternalReader:
+    """Reads external files for one table: whole, in file order, as the table's columns."""
+
+    def __init__(self, schema: pa.Schema, partition_by: Sequence[str],
+                 options: dict[str, dict[str, Any]] | None = None) -> None:
+        self.schema = schema
+        self.partition_by = list(partition_by)
+        #: protocol -> storage options (the table's own, and those given to add_segment).
+        self.options: dict[str, dict[str, Any]] = dict(options or {})
+
+    def open(self, url: str) -> Any:
+        filesystem, path = url_filesystem(url, self.options.get(url.split("://", 1)[0]))
+        return filesystem.open(path, "rb")
+
+    def read(self, url: str, file_format: str, columns: Sequence[str] | None = None) -> pa.Table:
+        """``columns`` (all by default) of every row of external file ``url``, in file order,
+        typed like the table; partition columns come from the file's folders.
+
+        Raises ``OSError``/``pa.ArrowException``/``ValueError`` for the caller to turn into an
+        error naming the file (``reading_file``).
+        """
+        wanted = list(self.schema.names if columns is None else columns)
+        stored = file_schema(self.schema, self.partition_by)
+        from_file = [name for name in wanted if name not in self.partition_by]
+        with self.open(url) as handle:
+            table = read_format(handle, file_format, stored, from_file)
+        for name in wanted:
+            if name in self.partition_by:
+                value = partition_values(url, self.schema, self.partition_by)[name]
+                table = table.append_column(self.schema.field(name),
+                                            pa.repeat(pa.scalar(value, self.schema.field(name).type),
+                                                      table.num_rows))
+        result_schema = pa.schema([self.schema.field(name) for name in wanted])
+        if not wanted:
+            return pa.table({"rows": pa.nulls(table.num_rows)}).drop_columns(["rows"])
+        return table.select(wanted).cast(result_schema)
+
+    def scan(self, url: str, file_format: str, *, filter: ds.Expression | None,
+             columns: Sequence[str], deleted: np.ndarray | None) -> tuple[pa.Table, np.ndarray]:
+        """The live rows of ``url`` matching ``filter``: ``columns`` of them and their positions."""
+        table = self.read(url, file_format, None if filter is not None else columns)
+        keep = np.ones(table.num_rows, dtype=bool)
+        if deleted is not None and len(deleted):
+            keep[deleted[deleted < table.num_rows]] = False
+        if filter is not None:
+            match = ds.dataset(table).to_table(columns={"match": filter})["match"]
+            keep &= np.asarray(pc.fill_null(match, False).to_numpy(zero_copy_only=False), dtype=bool)
+        positions = np.flatnonzero(keep).astype(np.int64)
+        if not columns:
+            return pa.table({"rows": pa.nulls(len(positions))}).drop_columns(["rows"]), positions
+        return table.select(list(columns)).filter(pa.array(keep)), positions
+
+
+def read_format(handle: Any, file_format: str, stored: pa.Schema, columns: Sequence[str]) -> pa.Table:
+    """``columns`` of every row of one file of ``file_format`` whose columns are ``stored``."""
+    if file_format == "parquet":
+        return pq.ParquetFile(handle).read(columns=list(columns), use_threads=False)
+    if file_format == "orc":
+        return porc.ORCFile(handle).read(columns=list(columns))
+    wanted = pa.schema([stored.field(name) for name in columns])
+    data = handle.read()
+    if file_format == "csv":
+        return _read_csv(data, stored, wanted)
+    if file_format == "json":
+        if not data.strip():
+            return wanted.empty_table()
+        return pjson.read_json(io.BytesIO(data), parse_options=pjson.ParseOptions(
+            explicit_schema=stored, unexpected_field_behavior="ignore")).select(list(columns))
+    raise ValueError(f"unknown external format {file_format!r}")
+
+
+def csv_has_header(data: bytes, stored: pa.Schema) -> bool:
+    """Whether a CSV file's first line names its columns (a header) rather than holding data."""
+    first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
+    names = [name.strip().strip('"') for name in first.split(",")]
+    return names == stored.names
+
+
+def _read_csv(data: bytes, stored: pa.Schema, wanted: pa.Schema) -> pa.Table:
+    if not data.strip():
+        return wanted.empty_table()
+    read_options = pcsv.ReadOptions(column_names=stored.names,
+                                    skip_rows=1 if csv_has_header(data, stored) else 0,
+                                    use_threads=False)
+    # Spark writes a null as an empty field and an empty string as "": read them back so.
+    convert = pcsv.ConvertOptions(column_types={f.name: f.type for f in stored},
+                                  include_columns=wanted.names, strings_can_be_null=True,
+                                  quoted_strings_can_be_null=False)
+    return pcsv.read_csv(io.BytesIO(data), read_options=read_options, convert_options=convert)
+
+
+def external_options(table_uri: str, storage_options: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The storage options external files start with: the table's own, for its protocol."""
+    protocol = table_uri.split("://", 1)[0] if "://" in table_uri else "file"
+    return {protocol: dict(storage_options)} if storage_options else {}
