@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 
 from timeline import Clock, Instant, Storage, system_clock
 
-from . import _read, _segments, _write
+from . import _external, _read, _segments, _write
 from ._commit import maintain, protocol_of
 from ._context import (
     Commit,
@@ -170,6 +170,34 @@ class Table:
         cannot be updated.
         """
         return _write.update(self._context, where, values, extra=extra)
+
+    def add_segment(self, path: str | os.PathLike[str], format: str = "parquet", *,
+                    partition: str | None = None,
+                    storage_options: dict[str, Any] | None = None) -> Commit:
+        """ADD SEGMENT: register the existing ``format`` files below ``path`` (``parquet``,
+        ``orc``, ``csv`` or newline-delimited ``json``; any fsspec URL) as external segments,
+        read in place and never converted, moved or deleted, in one commit.
+
+        A partitioned table takes a folder of Hive-style partition folders
+        (``day=20211123/hour=12/...``), one segment per partition folder, and ``partition``
+        must name the table's partition columns with their types, in order
+        (``"day:int, hour:int, type:int"``); an unpartitioned table takes one segment and no
+        ``partition``. Row counts and column statistics come from Parquet and ORC footers, and
+        from one scan of CSV and JSON files. ``storage_options`` open the folder's filesystem
+        (kept by this handle only: the table records no credentials).
+
+        Raises:
+            InvalidOptionError: the path does not exist, holds no data files, or was added
+                before; an unknown format; a bad or missing ``partition`` option, or partition
+                folders that do not match it. The message quotes what was given and what is
+                expected.
+            SchemaMismatchError: a file lacks a table column or holds it with another type, or
+                differs from its siblings (the file and column are named).
+            DuplicateKeyError: (keyed tables) a key repeats within the files or is already in
+                the table.
+        """
+        return _external.add_segment(self._context, path, format, partition=partition,
+                                     storage_options=storage_options)
 
     # -- segment maintenance -------------------------------------------------------------------
 

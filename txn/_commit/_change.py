@@ -82,6 +82,25 @@ class Merge:
     size: int = 0
 
 
+@dataclass(frozen=True)
+class ExternalLoad:
+    """ADD SEGMENT: existing files that join the table in place, one segment per group."""
+
+    #: The folder added, as a URL, and the files' format.
+    url: str
+    format: str
+    #: The files of each new segment (one group per partition folder, or one in all).
+    groups: list[list[FileStatus]]
+    #: Keyed tables: every key of the files, where it is (``file`` the file's URL), and the
+    #: group (new segment) of each key's file.
+    located: KeyLocations | None = None
+    key_groups: Sequence[int] | None = None
+
+    @property
+    def statuses(self) -> list[FileStatus]:
+        return [status for group in self.groups for status in group]
+
+
 @dataclass
 class Change:
     """What one write does, worked out before it begins."""
@@ -103,6 +122,8 @@ class Change:
     merge: Merge | None = None
     #: Bytes of the new rows in memory, when known before the write begins (None: a stream).
     rows_bytes: int | None = None
+    #: ADD SEGMENT: files that join the table where they are (``rows`` is None).
+    external: ExternalLoad | None = None
 
     @property
     def segment(self) -> str | None:
@@ -156,6 +177,13 @@ def _write(context: TableContext, pending: Pending, change: Change) -> Written:
         if index is not None and located.keys.num_rows:
             entries.append(_new_entries(index, located, context.record_key_columns,
                                         pending.segment, pending.instant.time))
+    if change.external is not None and index is not None and change.external.located is not None:
+        located = change.external.located
+        segments = pa.array(list(pending.segments or (pending.segment,)), pa.string())
+        entries.append(index.entries(
+            index_keys(located.keys, context.record_key_columns),
+            segment=segments.take(pa.array(change.external.key_groups, pa.int64())),
+            file=located.file, position=located.position, instant=pending.instant.time))
     written.deltas, written.replaced = stage_deletes(
         context.store, pending.instant.time, change.deleted, change.current,
         delete_compaction_threshold(context.config.properties))
@@ -206,6 +234,21 @@ def _new_segment(context: TableContext, pending: Pending, statuses: Sequence[Fil
         index_size=stats.nbytes, load_start_ms=parse_time(pending.instant.time),
         load_end_ms=context.clock(), instant=pending.instant.time,
     )
+
+
+def _external_changes(context: TableContext, pending: Pending,
+                      load: ExternalLoad) -> tuple[pa.Table, list[SegmentEntry]]:
+    """The ``files`` rows and segment entries of an ADD SEGMENT: one segment per group."""
+    segments = list(pending.segments or (pending.segment,))
+    files = [_file_rows(group, segment or "", pending.instant.time)
+             for group, segment in zip(load.groups, segments, strict=True)]
+    entries = [SegmentEntry(
+        id=segment or "", status=SUCCESS, format=load.format, external=True, path=load.url,
+        partitions=tuple(sorted({s.partition for s in group if s.partition})),
+        rows=sum(s.rows for s in group), data_size=sum(s.size for s in group),
+        load_start_ms=parse_time(pending.instant.time), load_end_ms=context.clock(),
+        instant=pending.instant.time) for group, segment in zip(load.groups, segments, strict=True)]
+    return pa.concat_tables(files), entries
 
 
 def _concurrent_data_commits(view: TimelineView, began: str) -> list[str]:
@@ -282,10 +325,13 @@ def commit_change(context: TableContext, change: Change, extra: dict[str, str] |
     how often the caller planned this write again after a compaction overtook it (recorded).
     ``admit``: the check ``begin`` runs under the lock (see ``Protocol.begin``).
     """
-    new_segment = change.rows is not None or write is not None
+    new_segment = change.rows is not None or write is not None or change.external is not None
     completed, metadata = protocol_of(context).run(
         change.operation, ACTION_OF[change.operation], new_segment=new_segment,
-        hold_lock=write is None and _is_small(change),
+        segment_count=len(change.external.groups) if change.external is not None else 1,
+        # ADD SEGMENT writes index entries only, and its admission check (no file added twice)
+        # must hold until its commit.
+        hold_lock=write is None and (_is_small(change) or change.external is not None),
         segment=change.segment, sources=list(change.merge.sources) if change.merge else (),
         read_at=change.read_at, admit=admit,
         write=write or (lambda pending: _write(context, pending, change)),
@@ -329,11 +375,16 @@ def builder(context: TableContext, change: Change, extra: dict[str, str] | None,
                                  instant_time=pending.instant.time, read_at=change.read_at,
                                  keys=_written_keys(context, view, change, pending, written),
                                  files=set(change.deleted))
-            statuses = written.statuses
-            files = _file_rows(statuses, pending.segment or "", pending.instant.time)
-            stats = _stats_rows(statuses, context.schema)
-            segments = ([_new_segment(context, pending, statuses, stats)]
-                        if pending.segment is not None else [])
+            if change.external is not None:
+                statuses = change.external.statuses
+                files, segments = _external_changes(context, pending, change.external)
+                stats = _stats_rows(statuses, context.schema)
+            else:
+                statuses = written.statuses
+                files = _file_rows(statuses, pending.segment or "", pending.instant.time)
+                stats = _stats_rows(statuses, context.schema)
+                segments = ([_new_segment(context, pending, statuses, stats)]
+                            if pending.segment is not None else [])
             deletes = delete_rows(written.deltas, pending.instant.time)
             removed_files: list[str] = []
             removed_deltas = list(written.replaced)

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from indexes import matching, segment_sort_key
 from timeline import CommitConflictError, DuplicateKeyError, TimelineView
 
-from .._context import COMPACT, DATA_ACTIONS, CommitMetadata, TableContext
+from .._context import COMPACT, DATA_ACTIONS, INSERTS, CommitMetadata, TableContext
 from .._rows import describe
 
 if TYPE_CHECKING:
@@ -107,14 +107,15 @@ def check(context: TableContext, view: TimelineView, *, operation: str, instant_
         return
     first = found[0]
     columns = context.record_key_columns
-    if operation != "append" and all(o.operation == COMPACT for o in found):
+    if operation not in INSERTS and all(o.operation == COMPACT for o in found):
         raise CompactedMeanwhileError(
             f"{operation} {instant_time}: compaction(s) {[o.instant for o in found]} rewrote rows it "
             "had read while it ran; nothing was written\nHelp: plan the write again")
-    if operation == "append":
+    if operation in INSERTS:
         raise DuplicateKeyError(
-            f"append {instant_time}: record key(s) {describe(first.keys, columns)} were written by "
-            f"{first.operation} {first.instant}, which completed after this append read the table; "
+            f"{operation} {instant_time}: record key(s) {describe(first.keys, columns)} were written "
+            f"by {first.operation} {first.instant}, which completed after this {operation} read the "
+            "table; "
             "nothing was written\nHelp: use upsert to replace existing keys")
     what = []
     if first.files:

@@ -17,6 +17,10 @@ DATA_ACTIONS = frozenset({"commit", "replacecommit", "compaction"})
 #: The operation of a compaction's commits (a table service: see ``_conflicts``).
 COMPACT = "compact"
 
+#: Operations that only add new rows (never read, delete or rewrite existing ones): they conflict
+#: only with a concurrent commit of the same keys, which is a duplicate key.
+INSERTS = frozenset({"append", "add_segment"})
+
 #: Operations and the timeline action each one commits as.
 ACTION_OF = {
     "append": "commit",

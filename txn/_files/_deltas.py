@@ -17,6 +17,7 @@ live deltas of a file are always disjoint (a write deletes only rows that are li
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import posixpath
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import pyarrow.parquet as pq
 from indexes import DELETES_SCHEMA, live
 from timeline import CorruptMetadataError, ObjectNotFoundError, StorageError, TxnError
 
+from ._external import is_external
 from ._storage_io import DataStore
 from ._writer import marker_path
 
@@ -48,7 +50,18 @@ class DeltaStatus(msgspec.Struct, frozen=True, kw_only=True):
     size: int
 
 
+#: Where the delete deltas of external segments' files go: inside the table, never beside the
+#: files, which the table does not own.
+EXTERNAL_DELTAS_FOLDER = "external_deltas"
+
+
 def delta_path(data_file: str, instant_time: str) -> str:
+    if is_external(data_file):
+        # The URL's hash keeps deltas of equally named files (part-0.parquet in every partition
+        # folder) apart; the name keeps them recognisable.
+        digest = hashlib.sha1(data_file.encode()).hexdigest()[:16]
+        stem = posixpath.basename(data_file).split(".", 1)[0]
+        return f"{EXTERNAL_DELTAS_FOLDER}/{digest}-{stem}_{instant_time}{DELTA_SUFFIX}"
     return f"{data_file.removesuffix('.parquet')}_{instant_time}{DELTA_SUFFIX}"
 
 

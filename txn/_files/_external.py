@@ -24,6 +24,7 @@ import io
 import posixpath
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 import fsspec
@@ -68,6 +69,22 @@ def url_filesystem(url: str, options: Mapping[str, Any] | None) -> tuple[Any, st
             filesystem = fsspec.filesystem(protocol, **dict(options or {}))
             _FILESYSTEMS[key] = filesystem
     return filesystem, filesystem._strip_protocol(url)
+
+
+def modified_ms(info: dict[str, Any]) -> int | None:
+    """A listing entry's modification time in epoch ms (each fsspec backend names it its way)."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+        value = info.get(key)
+        if isinstance(value, (int, float)):
+            return int(value * 1000) if value < 1e11 else int(value)
+        if isinstance(value, datetime):
+            return int(value.timestamp() * 1000)
+        if isinstance(value, str):
+            try:
+                return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+            except ValueError:
+                continue
+    return None
 
 
 def partition_values(url: str, schema: pa.Schema, partition_by: Sequence[str]) -> dict[str, Any]:

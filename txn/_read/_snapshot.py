@@ -94,6 +94,11 @@ def _guarantee(ranges: dict[str, Any] | None, schema: pa.Schema) -> ds.Expressio
     return known
 
 
+def _external(table: pa.Table) -> pa.ChunkedArray:
+    """Which rows of a file table are external segments' files (keyed by URL)."""
+    return pc.match_substring(table["path"], "://")
+
+
 class Snapshot:
     """The table as of one completed instant. Cheap to create; reads happen on demand."""
 
@@ -183,7 +188,11 @@ class Snapshot:
         pruned = prune(expression, stats, table.num_rows)
         if pruned.exact or not pc.any(pruned.keep).as_py():
             return pruned.keep
-        candidates = pc.indices_nonzero(pruned.keep)
+        # External files are not Parquet files of the table: what the ranges kept, Arrow is
+        # not asked about (their scan applies the filter).
+        candidates = pc.indices_nonzero(pc.and_(pruned.keep, pc.invert(_external(table))))
+        if len(candidates) == 0:
+            return pruned.keep
         kept = table.take(candidates)
         paths: list[str] = kept["path"].to_pylist()
         dataset = self._store.dataset(paths, self._schema, self._guarantees(kept))
@@ -193,7 +202,8 @@ class Snapshot:
         except (pa.ArrowException, OSError) as exc:  # the filter was checked: not its fault
             raise StorageError(f"listing the data files that can match {expression} failed: "
                                f"{type(exc).__name__}: {exc}") from exc
-        mask = np.zeros(table.num_rows, dtype=bool)
+        mask = np.asarray(pc.and_(pruned.keep, _external(table)).to_numpy(zero_copy_only=False),
+                          dtype=bool).copy()
         mask[candidates.to_numpy()[found]] = True
         return pa.array(mask)
 
@@ -265,7 +275,7 @@ class Snapshot:
         except (pa.ArrowException, OSError) as exc:
             self._check_retained()  # a clean since this snapshot was taken: expired, not damaged
             raise_for_files(self._store, self._paths(table), self._schema, exc, filter=expression,
-                            columns=columns)
+                            columns=columns, formats=table["format"].to_pylist())
 
     def _planned(self, expression: ds.Expression | None) -> pa.Table:
         """The file table of the files a read with ``expression`` opens."""
@@ -284,14 +294,16 @@ class Snapshot:
 
     def _read_parts(self, expression: ds.Expression | None, columns: list[str] | None,
                     table: pa.Table) -> list[pa.Table]:
-        dirty = pc.greater(table["deleted_rows"], 0)
-        clean = table.filter(pc.invert(dirty))
+        # Files with deletes, and external segments' files, are read one by one.
+        one_by_one = pc.or_(pc.greater(table["deleted_rows"], 0), _external(table))
+        clean = table.filter(pc.invert(one_by_one))
         parts = [self._scan(expression, clean, lambda d: d.to_table(filter=expression, columns=columns))] \
             if clean.num_rows else []
         wanted = columns if columns is not None else self._schema.names
-        for path in self._paths(table.filter(dirty)):
+        others = table.filter(one_by_one)
+        for path, file_format in zip(self._paths(others), others["format"].to_pylist(), strict=True):
             rows, _ = scan_file(self._store, path, self._schema, filter=expression, columns=wanted,
-                                deleted=self._deltas.positions(path))
+                                deleted=self._deltas.positions(path), file_format=file_format)
             parts.append(rows)
         return parts
 
@@ -326,13 +338,13 @@ class Snapshot:
         if table.num_rows == 0:
             return 0
         try:
-            if pc.any(pc.greater(table["deleted_rows"], 0)).as_py():
+            if pc.any(pc.or_(pc.greater(table["deleted_rows"], 0), _external(table))).as_py():
                 return sum(part.num_rows for part in self._read_parts(expression, [], table))
             return int(self._scan(expression, table, lambda d: d.count_rows(filter=expression)))
         except (pa.ArrowException, OSError) as exc:
             self._check_retained()
             raise_for_files(self._store, self._paths(table), self._schema, exc, filter=expression,
-                            columns=[])
+                            columns=[], formats=table["format"].to_pylist())
 
     def __repr__(self) -> str:
         return f"txn.Snapshot(instant={self._instant!r}, files={self._files.num_rows})"

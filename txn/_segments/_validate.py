@@ -29,6 +29,7 @@ Validation is the one operation that lists data folders; reads never do.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,10 +44,13 @@ from .._files import (
     MARKERS_FOLDER,
     LiveDeltas,
     check_data_file,
+    is_external,
     marker_instant,
+    modified_ms,
     read_marker,
     read_positions,
     scan_file,
+    url_filesystem,
 )
 from .._rows import describe, index_keys, repeated
 
@@ -90,6 +94,9 @@ def validate(context: TableContext) -> ValidationReport:
     moving = _moved_by_running_clean(context, view)
     for row in listed:
         path = row["path"]
+        if is_external(path):
+            problems += _check_external(context, row)
+            continue
         try:
             size = storage.size(path)
         except FileNotFoundError:
@@ -320,6 +327,40 @@ def _check_deltas(context: TableContext, deltas: list[dict[str, object]],
     return problems
 
 
+def _check_external(context: TableContext, row: dict[str, Any]) -> list[Problem]:
+    """An external segment's live file must be as it was added: the table reads it in place,
+    and row positions (delete deltas, the record index) mean nothing in a changed file. A
+    removed one is not the table's any more (never deleted by it): nothing to check."""
+    path = row["path"]
+    if row["deleted"]:
+        return []
+    try:
+        filesystem, inner = url_filesystem(path, context.store.external_reader().options.get(
+            path.split("://", 1)[0]))
+        info = filesystem.info(inner)
+    except FileNotFoundError:
+        return [Problem("missing external file", path, "an external segment's file, added in "
+                        "place, is gone from its folder")]
+    except (OSError, ValueError, ImportError) as exc:
+        return [Problem("unreadable file", path, f"{type(exc).__name__}: {exc}")]
+    size = int(info.get("size") or 0)
+    modified = modified_ms(info)
+    if size != row["size"] or (row.get("modified_ms") is not None and modified is not None
+                               and modified != row["modified_ms"]):
+        return [Problem("changed external file", path,
+                        f"added with {row['size']} bytes, modified at {row.get('modified_ms')} ms; "
+                        f"now {size} bytes, modified at {modified} ms: the table reads it in place, "
+                        "so its rows changed outside the table")]
+    try:
+        rows = check_data_file(context.store, path, context.schema, row["format"])
+    except TxnError as exc:
+        return [_damaged(exc, "unreadable file")]
+    if rows != row["rows"]:
+        return [Problem("row count mismatch", path,
+                        f"metadata says {row['rows']} rows, the file has {rows}")]
+    return []
+
+
 def _check_record_index(context: TableContext, completed: dict[str, str], bound: str, live_files: pa.Table,
                         deltas: LiveDeltas) -> list[Problem]:
     """Every live row has one index entry at its place; no live entry without a live row."""
@@ -328,10 +369,12 @@ def _check_record_index(context: TableContext, completed: dict[str, str], bound:
     columns = context.record_key_columns
     rows = []
     unreadable = []
-    for path in live_files["path"].to_pylist():
+    for path, file_format in zip(live_files["path"].to_pylist(), live_files["format"].to_pylist(),
+                                 strict=True):
         try:
             keys, positions = scan_file(context.store, path, context.schema, filter=None,
-                                        columns=columns, deleted=deltas.positions(path))
+                                        columns=columns, deleted=deltas.positions(path),
+                                        file_format=file_format)
         except TxnError:
             unreadable.append(path)  # reported by the file checks; its entries are not judged
             continue

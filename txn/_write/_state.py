@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from indexes import DELETES, FILES, MetadataSnapshot, SnapshotExpiredError, live
 from timeline import ObjectNotFoundError, TimelineView
 
-from .._commit import Change, CompactedMeanwhileError, Pending, Written, commit_change
+from .._commit import Admission, Change, CompactedMeanwhileError, Pending, Written, commit_change
 from .._context import CLEAN_ACTION, Commit, TableContext
 from .._files import LiveDeltas
 
@@ -81,7 +81,7 @@ REPLANS = 3
 def commit_planned(context: TableContext, plan: Callable[[State], Change | None],
                    extra: dict[str, str] | None, *, attempts: int = _ATTEMPTS,
                    write: Callable[[Change], Callable[[Pending], Written]] | None = None,
-                   ) -> Commit | None:
+                   admit: Admission | None = None) -> Commit | None:
     """Plan a write on the latest state and commit it (None: ``plan`` found nothing to do).
 
     Table services never fail the write: when its only conflict is a compaction that completed
@@ -90,7 +90,8 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
     replaced), it is planned again on the new state and retried, up to :data:`REPLANS` times;
     the returned commit says how often (``Commit.retries``). A conflict with any other writer is
     the caller's to resolve, as before. ``write`` gives the write phase of a planned change
-    when it runs elsewhere (Spark's executors).
+    when it runs elsewhere (Spark's executors); ``admit`` runs under the lock when the instant
+    begins (see ``Protocol.begin``).
     """
     read_at: list[str | None] = []
 
@@ -104,7 +105,7 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
             change = latest(context, remembered, attempts=attempts)
             if change is None:
                 return None
-            return commit_change(context, change, extra, retries=retries,
+            return commit_change(context, change, extra, retries=retries, admit=admit,
                                  write=write(change) if write is not None else None)
         except CompactedMeanwhileError:
             if retries == REPLANS:

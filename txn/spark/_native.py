@@ -4,7 +4,7 @@ Spark writes the DataFrame with ``df.write.parquet`` into the instant's staging 
 ``_staging/<T>/``: its JVM writer, its commit protocol for task attempts (a failed, retried or
 speculative attempt's files never leave Spark's ``_temporary`` folder, which Spark's job commit or
 abort removes). The driver then reads the written files' footers (row counts and statistics,
-:mod:`._footers`) and publishes each file into the segment folder under metatxn's own name,
+:mod:`txn._files._footers`) and publishes each file into the segment folder under metatxn's own name,
 ``part-<segment>-<n>-<token>_<T>.parquet``: the marker first, then the move. From there the file is
 what the pyarrow path would have written, as far as the protocol is concerned: a rollback of
 ``T`` finds it through its marker, the commit lists it, readers find it in the metadata table.
@@ -38,8 +38,7 @@ import pyarrow.parquet as pq
 from timeline import parse_time
 
 from .._context import TableContext
-from .._files import DataStore, FileStatus, marker_path
-from ._footers import footer_stats
+from .._files import DataStore, FileStatus, footer_stats, marker_path
 
 STAGING_FOLDER = "_staging"
 #: Spark writes timestamps as INT96 by default, which has no statistics and reads back as

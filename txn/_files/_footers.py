@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from indexes import stats_eligible
 
-from .._files import ColumnStats
+from ._writer import ColumnStats
 
 
 def footer_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> dict[str, ColumnStats]:

@@ -1,0 +1,119 @@
+"""ADD SEGMENT (CarbonData's ``ALTER TABLE t ADD SEGMENT OPTIONS('path'=..., 'format'=...)``):
+existing Parquet, ORC, CSV or JSON files join the table where they are, in one commit.
+
+Everything is read and checked before the instant begins (options, the folder's listing, each
+file's schema, rows and statistics, and the keys of a keyed table), so a refused request writes
+nothing. The commit then records, like any load: the files (URL, size, modification time, rows)
+in ``files``, their statistics in ``column_stats``, one ``Success`` segment per partition folder
+(``external``, with its format and the folder's path) in ``segments``, and (keyed tables) the
+files' keys in the record index. No data file is written, moved or converted.
+
+The instant runs under one hold of the table lock: its write phase only writes index entries,
+and checking under the same lock that no other commit added these files (or keys) meanwhile is
+what keeps one file from joining the table twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from indexes import FILES, SEGMENTS
+from timeline import DuplicateKeyError, InvalidOptionError, TimelineView
+
+from .._commit import Change, ExternalLoad
+from .._context import Commit, TableContext
+from .._files import KeyLocations
+from .._rows import check_not_null, check_unique, describe, index_keys
+from .._write import State, commit_planned, find_keys
+from ._inspect import Inspected, Inspector
+from ._listing import list_folder
+from ._request import AddRequest, check_request
+
+log = logging.getLogger("metatxn")
+
+OPERATION = "add_segment"
+
+
+def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", *,
+                partition: Any = None, storage_options: Any = None) -> Commit:
+    """Register the files below ``path`` as external segment(s); see :meth:`txn.Table.add_segment`."""
+    request = check_request(context.uri, context.schema, context.partition_by, path, file_format,
+                            partition, storage_options)
+    reader = context.store.external_reader()
+    protocol = request.url.split("://", 1)[0]
+    options = request.storage_options or reader.options.get(protocol, {})
+    folders = list_folder(request.url, options, context.schema, context.partition_by)
+    if request.storage_options:  # later reads through this handle use them too
+        reader.options[protocol] = request.storage_options
+    inspected = Inspector(reader, request.format, context.record_key_columns).inspect(folders)
+    load = _load(context, request, inspected)
+    _refuse_taken(context, context.timeline.load(), load)
+
+    def plan(state: State) -> Change:
+        if load.located is not None:
+            existing = find_keys(context, state, index_keys(load.located.keys,
+                                                             context.record_key_columns))
+            if existing.num_rows:
+                raise DuplicateKeyError(
+                    f"add_segment: record key(s) {describe(existing, context.record_key_columns)} "
+                    f"of {request.url} already exist in the table; nothing was added\n"
+                    "Help: remove those rows from the table or from the folder first")
+        return Change(OPERATION, None, state.read_at, state.deltas, external=load,
+                      rows_bytes=load.located.keys.nbytes if load.located is not None else 0)
+
+    commit = commit_planned(context, plan, None,
+                            admit=lambda view: _refuse_taken(context, view, load))
+    assert commit is not None
+    log.info("added %d %s file(s) of %s as segment(s) %s", commit.files_added, request.format,
+             request.url, commit.segment)
+    return commit
+
+
+def _load(context: TableContext, request: AddRequest, inspected: list[list[Inspected]]) -> ExternalLoad:
+    groups = [[item.status for item in folder] for folder in inspected]
+    columns = context.record_key_columns
+    if not columns:
+        return ExternalLoad(request.url, request.format, groups)
+    keys, files, positions, key_groups = [], [], [], []
+    for group, folder in enumerate(inspected):
+        for item in folder:
+            assert item.keys is not None
+            count = item.keys.num_rows
+            keys.append(item.keys.select(columns))
+            files.append(pa.repeat(pa.scalar(item.status.path, pa.string()), count))
+            positions.append(np.arange(count, dtype=np.int64))
+            key_groups.append(np.full(count, group, dtype=np.int64))
+    all_keys = pa.concat_tables(keys)
+    check_not_null(all_keys, columns)
+    check_unique(all_keys, columns)
+    located = KeyLocations(keys=all_keys,
+                           file=pc.dictionary_encode(pa.concat_arrays(files))
+                           if files else pa.array([], pa.string()),
+                           position=pa.array(np.concatenate(positions)))
+    return ExternalLoad(request.url, request.format, groups, located,
+                        np.concatenate(key_groups).tolist())
+
+
+def _refuse_taken(context: TableContext, view: TimelineView, load: ExternalLoad) -> None:
+    """Refuse a folder (or a file) the table already holds, as CarbonData refuses the same path
+    twice; run before the instant and again under the lock when it begins."""
+    metadata = context.metadata_at(view, None, (SEGMENTS, FILES))
+    for entry in (metadata.segments or {}).values():
+        if entry.is_live and entry.external and entry.path == load.url:
+            raise InvalidOptionError(
+                f"add_segment: path {load.url!r} is already segment {entry.id} of the table; "
+                "expected a folder not added before (the same path cannot be added twice)")
+    assert metadata.files is not None
+    urls = pa.array([status.path for status in load.statuses], pa.string())
+    current = metadata.files.filter(pc.invert(pc.fill_null(metadata.files["deleted"], True)))
+    taken = current.filter(pc.is_in(current["path"], value_set=urls))
+    if taken.num_rows:
+        first = taken.slice(0, 1).to_pylist()[0]
+        raise InvalidOptionError(
+            f"add_segment: {first['path']} already belongs to segment {first['segment']} of the "
+            f"table ({taken.num_rows} file(s) of {load.url!r} do); expected files not yet in it")

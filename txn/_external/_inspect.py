@@ -1,0 +1,241 @@
+"""Reading what ADD SEGMENT records of each external file: its schema (checked against its
+siblings' and the table's), row count and column statistics, and (keyed tables) its keys.
+
+Parquet and ORC answer from their footers: no data page is read. CSV and JSON have no footer,
+so each file is scanned once, with a progress bar on a terminal when the scan is long.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.orc as porc
+import pyarrow.parquet as pq
+
+from timeline import CorruptMetadataError, InvalidOptionError, ObjectNotFoundError, SchemaMismatchError
+
+from .._files import (
+    ColumnStats,
+    ExternalReader,
+    FileStatus,
+    column_stats,
+    expected,
+    file_schema,
+    footer_stats,
+    partition_values,
+    reading_file,
+)
+from ._listing import ListedFile, PartitionFolder
+
+#: CSV and JSON scans longer than this many bytes in all show a progress bar on a terminal.
+PROGRESS_BYTES: Final = 64 * 1024 * 1024
+_FOOTER_THREADS: Final = 8
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """One external file as the commit records it, and its keys (keyed tables), in file order."""
+
+    status: FileStatus
+    keys: pa.Table | None
+
+
+def compatible(found: pa.DataType, wanted: pa.DataType) -> bool:
+    """Whether a file column of type ``found`` reads as the table's ``wanted`` without loss of
+    meaning (Spark and Hive spell some types differently: large strings, INT96 timestamps)."""
+    if pa.types.is_dictionary(found):
+        found = found.value_type
+    if found == wanted:
+        return True
+    strings = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+    if any(f(found) for f in strings) and any(f(wanted) for f in strings):
+        return True
+    binaries = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
+    if any(f(found) for f in binaries) and any(f(wanted) for f in binaries):
+        return True
+    return pa.types.is_timestamp(found) and pa.types.is_timestamp(wanted)
+
+
+def check_columns(url: str, found: pa.Schema, stored: pa.Schema) -> None:
+    """Raise :class:`SchemaMismatchError` unless file ``url`` with schema ``found`` holds every
+    column of ``stored`` (the table's columns less its partition columns) with its type. Extra
+    columns are allowed, as CarbonData allows them."""
+    for field in stored:
+        index = found.get_field_index(field.name)
+        if index < 0:
+            raise SchemaMismatchError(
+                f"add_segment: column {field.name!r} ({field.type}) of the table is missing from "
+                f"{url}; the file's columns: {found.names[:20]}; nothing was added")
+        kind = found.field(index).type
+        if not compatible(kind, field.type):
+            raise SchemaMismatchError(
+                f"add_segment: column {field.name!r} is {kind} in {url} where the table's is "
+                f"{field.type}; nothing was added")
+
+
+class Inspector:
+    """Inspects the files of one ADD SEGMENT."""
+
+    def __init__(self, reader: ExternalReader, file_format: str, key_columns: Sequence[str]) -> None:
+        self.reader = reader
+        self.format = file_format
+        self.schema = reader.schema
+        self.partition_by = reader.partition_by
+        self.stored = file_schema(self.schema, self.partition_by)
+        self.key_columns = list(key_columns)
+        self._reference: tuple[str, pa.Schema] | None = None
+
+    def inspect(self, folders: Sequence[PartitionFolder]) -> list[list[Inspected]]:
+        """Every file of ``folders``, per folder, in order. Nothing is written.
+
+        Raises:
+            SchemaMismatchError: a file lacks a table column or holds it with another type, or
+                its schema differs from its siblings' (the file is named).
+            InvalidOptionError: a file is not of the format given.
+        """
+        jobs = [(folder.partition, listed) for folder in folders for listed in folder.files]
+        if self.format in ("parquet", "orc"):
+            with ThreadPoolExecutor(min(_FOOTER_THREADS, len(jobs))) as pool:
+                done = list(pool.map(lambda job: self._footer(*job), jobs))
+        else:
+            done = self._scan_all(jobs)
+        result: list[list[Inspected]] = []
+        position = 0
+        for folder in folders:
+            result.append(done[position:position + len(folder.files)])
+            position += len(folder.files)
+        return result
+
+    # -- footers ---------------------------------------------------------------------------------
+
+    def _footer(self, partition: str, listed: ListedFile) -> Inspected:
+        with self._reading(listed.url), self.reader.open(listed.url) as handle:
+            if self.format == "parquet":
+                parquet = pq.ParquetFile(handle)
+                found = parquet.schema_arrow
+                self._check(listed.url, found)
+                rows = parquet.metadata.num_rows
+                stats = footer_stats(parquet.metadata, self.stored)
+            else:
+                orc = porc.ORCFile(handle)
+                found = orc.schema
+                self._check(listed.url, found)
+                rows, stats = self._orc_stats(handle, listed)
+        return self._finish(partition, listed, rows, stats)
+
+    def _orc_stats(self, handle: Any, listed: ListedFile) -> tuple[int, dict[str, ColumnStats]]:
+        from .._files._orc_footer import OrcFooterUnreadable, orc_footer_stats
+
+        try:
+            return orc_footer_stats(handle, listed.size, self.stored)
+        except OrcFooterUnreadable:
+            table = self.reader.read(listed.url, "orc", self.stored.names)  # one scan instead
+            return table.num_rows, column_stats(table)
+
+    def _check(self, url: str, found: pa.Schema) -> None:
+        check_columns(url, found, self.stored)
+        if self._reference is None:
+            self._reference = (url, found)
+            return
+        sibling, reference = self._reference
+        if not found.equals(reference):
+            differences = [f"{f.name}: {f.type}" for f in found if reference.get_field_index(f.name) < 0
+                           or reference.field(f.name).type != f.type]
+            missing = [name for name in reference.names if found.get_field_index(name) < 0]
+            raise SchemaMismatchError(
+                f"add_segment: {url} has a schema that differs from its sibling {sibling}"
+                f"{'; columns of its own: ' + ', '.join(differences) if differences else ''}"
+                f"{'; columns it lacks: ' + ', '.join(missing) if missing else ''}; "
+                "expected every file of the folder to share one schema; nothing was added")
+
+    # -- scans (CSV, JSON) ---------------------------------------------------------------------
+
+    def _scan_all(self, jobs: list[tuple[str, ListedFile]]) -> list[Inspected]:
+        total = sum(listed.size for _, listed in jobs)
+        with _progress(total, f"scanning {len(jobs)} {self.format} file(s)") as advance:
+            done = []
+            for partition, listed in jobs:
+                done.append(self._scan(partition, listed))
+                advance(listed.size)
+        return done
+
+    def _scan(self, partition: str, listed: ListedFile) -> Inspected:
+        with self._reading(listed.url):
+            table = self.reader.read(listed.url, self.format, self.stored.names)
+        return self._finish(partition, listed, table.num_rows, column_stats(table),
+                            keys=table.select(self.key_columns) if self.key_columns and not any(
+                                c in self.partition_by for c in self.key_columns) else None)
+
+    # -- both --------------------------------------------------------------------------------------
+
+    def _finish(self, partition: str, listed: ListedFile, rows: int, stats: dict[str, ColumnStats],
+                keys: pa.Table | None = None) -> Inspected:
+        values = partition_values(listed.url, self.schema, self.partition_by)
+        for name, value in values.items():
+            stats[name] = ColumnStats(min=value, max=value, nulls=0 if value is not None else rows,
+                                      count=rows)
+        if self.key_columns and keys is None:
+            with self._reading(listed.url):
+                keys = self.reader.read(listed.url, self.format, self.key_columns)
+        status = FileStatus(path=listed.url, partition=partition, rows=rows, size=listed.size,
+                            stats=stats, partition_values=values, format=self.format,
+                            modified_ms=listed.modified_ms)
+        return Inspected(status, keys)
+
+    def _reading(self, url: str) -> Any:
+        return _ReadingExternal(url, self.format)
+
+
+class _ReadingExternal:
+    """Turns a failure to read an external file into an error naming it: a file that is not of
+    the given format (or whose values do not fit the table's types) is the user's input, so it
+    is a ``SchemaMismatchError`` or ``InvalidOptionError``, not damage to the table."""
+
+    def __init__(self, url: str, file_format: str) -> None:
+        self._inner = reading_file(url, expected(file_format))
+        self.url = url
+        self.format = file_format
+
+    def __enter__(self) -> None:
+        self._inner.__enter__()
+
+    def __exit__(self, kind: Any, error: BaseException | None, trace: Any) -> bool:
+        try:
+            return bool(self._inner.__exit__(kind, error, trace))
+        except (CorruptMetadataError, ObjectNotFoundError) as exc:
+            found = getattr(exc, "found", None) or str(exc)
+            if "ArrowInvalid" in found and self.format in ("csv", "json"):
+                raise SchemaMismatchError(
+                    f"add_segment: {self.url} does not hold the table's columns as {self.format}: "
+                    f"{found}; nothing was added") from None
+            raise InvalidOptionError(
+                f"add_segment: {self.url} cannot be read as {self.format}: {found}; expected "
+                f"{expected(self.format)}; nothing was added") from None
+
+
+class _progress:
+    """A progress bar over ``total`` bytes on a terminal when the work is long; silent otherwise."""
+
+    def __init__(self, total: int, description: str) -> None:
+        self.total = total
+        self.description = description
+        self._bar: Any = None
+
+    def __enter__(self) -> Callable[[int], None]:
+        if self.total < PROGRESS_BYTES or not sys.stderr.isatty():
+            return lambda done: None
+        from rich.progress import Progress
+
+        self._bar = Progress(transient=True)
+        self._bar.__enter__()
+        task = self._bar.add_task(self.description, total=self.total)
+        return lambda done: self._bar.advance(task, done)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)

@@ -1,0 +1,102 @@
+"""Walking the folder an ADD SEGMENT names: its data files, grouped into one segment per
+partition folder (a partitioned table) or one segment for everything (an unpartitioned one).
+
+Files whose name starts with ``_`` or ``.`` (Spark's ``_SUCCESS``, ``.crc`` checksums, Hive's
+``_temporary``) and everything below such folders are not data, as Spark and Hive see it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from timeline import InvalidOptionError
+
+from .._files import modified_ms, parse_hive_value, typed_value, url_filesystem
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    url: str
+    size: int
+    modified_ms: int | None
+
+
+@dataclass(frozen=True)
+class PartitionFolder:
+    """The files of one segment: a partition folder's (``partition`` its path below the added
+    folder, ``day=20211123/hour=12``), or the whole folder's (``partition`` empty)."""
+
+    partition: str
+    files: list[ListedFile]
+
+
+def _hidden(relative: str) -> bool:
+    return any(part.startswith(("_", ".")) or part.endswith(".crc") for part in relative.split("/"))
+
+
+def list_folder(url: str, options: dict[str, Any], schema: pa.Schema,
+                partition_by: Sequence[str]) -> list[PartitionFolder]:
+    """The data files below ``url``, one group per segment to create, in folder order.
+
+    Raises:
+        InvalidOptionError: the path does not exist or is not a folder, holds no data file, or
+            (a partitioned table) a file does not sit in ``col=value`` folders of the table's
+            partition columns, in order, right below the path.
+    """
+    try:
+        filesystem, root = url_filesystem(url, options)
+        if not filesystem.isdir(root):
+            what = "is a file" if filesystem.exists(root) else "does not exist"
+            raise InvalidOptionError(f"add_segment path {url!r} {what}; expected a folder of "
+                                     "existing data files")
+        found = filesystem.find(root, detail=True, withdirs=False)
+    except InvalidOptionError:
+        raise
+    except (OSError, ValueError, ImportError) as exc:
+        raise InvalidOptionError(f"add_segment path {url!r} cannot be listed: {type(exc).__name__}: "
+                                 f"{exc}; expected a readable folder") from None
+    prefix = url.split("://", 1)[0] + "://"
+    groups: dict[str, list[ListedFile]] = {}
+    levels = len(partition_by)
+    for path, info in sorted(found.items()):
+        relative = posixpath.relpath(path, root)
+        if _hidden(relative):
+            continue
+        folders = posixpath.dirname(relative)
+        partition = folders if levels else ""
+        if levels:
+            _check_levels(url, relative, folders, schema, partition_by)
+        full = path if "://" in path else prefix + (path if path.startswith("/") else "/" + path)
+        groups.setdefault(partition, []).append(
+            ListedFile(full, int(info.get("size") or 0), modified_ms(info)))
+    if not groups:
+        raise InvalidOptionError(f"add_segment path {url!r} holds no data files (no partition data "
+                                 "is found); expected files of the given format below it")
+    return [PartitionFolder(partition, files) for partition, files in groups.items()]
+
+
+def _check_levels(url: str, relative: str, folders: str, schema: pa.Schema,
+                  partition_by: Sequence[str]) -> None:
+    names = folders.split("/") if folders and folders != "." else []
+    expected = "/".join(f"{name}=<value>" for name in partition_by)
+    if len(names) != len(partition_by) or any(
+            folder.partition("=")[0] != name or "=" not in folder
+            for folder, name in zip(names, partition_by, strict=False)):
+        raise InvalidOptionError(
+            f"add_segment path {url!r} does not comply with the table's partitions: file "
+            f"{relative!r} should sit in folders {expected}/ right below the path; give the "
+            "folder that holds the partition folders")
+    for folder, name in zip(names, partition_by, strict=True):
+        text = folder.partition("=")[2]
+        try:
+            typed_value(parse_hive_value(text), schema.field(name).type)
+        except ValueError as exc:
+            raise InvalidOptionError(
+                f"add_segment: partition folder {folder!r} below {url!r} does not hold a value "
+                f"of column {name!r}: {exc}") from None
+
