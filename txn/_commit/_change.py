@@ -14,7 +14,7 @@ data files (delete deltas), or both. How a change is found differs per operation
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -80,6 +80,8 @@ class Merge:
     rows: int
     #: The bytes of those data files.
     size: int = 0
+    #: The format of each data file (external segments' files are not all Parquet).
+    formats: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,10 @@ Columns, in this order (``stats`` only when asked for):
 
 =================  ==========================================================================
 ``path``           string: the data file's path relative to the table's location (the key of the
-                   metadata table's ``files`` partition)
+                   metadata table's ``files`` partition), or an external segment's file URL
 ``location``       string: where the file is, the table location joined with ``path`` (what
-                   ``DataFile.path`` holds, and what an engine opens)
+                   ``DataFile.path`` holds, and what an engine opens); an external segment's
+                   file is keyed by its URL, which is its location
 ``segment``        string: the segment (load) the file belongs to
 ``partition``      string: its Hive-style partition path (``day=2026-01-01/region=eu``), ``""``
                    when the table is not partitioned
@@ -43,7 +44,9 @@ FILE_COLUMNS = ("path", "location", "segment", "partition", "format", "rows", "s
 
 
 def _located(paths: pa.Array | pa.ChunkedArray, prefix: str) -> pa.Array | pa.ChunkedArray:
-    return pc.binary_join_element_wise(pa.scalar(prefix, pa.string()), paths, "")
+    """Table paths joined to the table's location; an external file's key is its location."""
+    joined = pc.binary_join_element_wise(pa.scalar(prefix, pa.string()), paths, "")
+    return pc.if_else(pc.match_substring(paths, "://"), paths, joined)
 
 
 def file_table(files: pa.Table, deletes: pa.Table | None, prefix: str, *,

@@ -146,7 +146,7 @@ def _removed(files: pa.Table, deletes: pa.Table, segments: Mapping[str, SegmentE
         candidates.append((row["path"], row["size"] or 0, reason, FILES))
     for row in gone_deltas:
         data_file = row["file"]
-        if segment_of.get(data_file) in external or not _inside(row["path"]):
+        if not _inside(row["path"]):  # an external file's deltas are the table's own
             continue
         if data_file in live_files:
             reason = REPLACED_DELTA

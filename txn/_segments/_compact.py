@@ -42,7 +42,7 @@ from .._context import (
     compaction_options,
     target_file_bytes,
 )
-from .._files import raise_for_files, scan_file
+from .._files import is_external, raise_for_files, scan_file
 from .._write import State, latest
 from ._running import held_segments, refuse_held
 from ._selection import check_custom, merged_name, select_major, select_minor
@@ -193,13 +193,15 @@ def _change(context: TableContext, state: State, kind: str, sources: dict[str, S
     files = live_files["path"].to_pylist()
     deltas = [path for file in files for path in state.deltas.paths(file)]
     rows = sum(live_files["rows"].to_pylist()) - sum(state.deltas.rows(file) for file in files)
+    formats = dict(zip(files, live_files["format"].to_pylist(), strict=True))
     merge = Merge(kind=kind, target=target, sources=sources, files=files, deltas=deltas, rows=rows,
-                  size=sum(live_files["size"].to_pylist()))
-    return Change(COMPACT, _merged_rows(context, state, files), state.read_at, state.deltas,
-                  merge=merge)
+                  size=sum(live_files["size"].to_pylist()), formats=formats)
+    return Change(COMPACT, _merged_rows(context, state, files, formats), state.read_at,
+                  state.deltas, merge=merge)
 
 
-def _merged_rows(context: TableContext, state: State, files: list[str]) -> Iterator[pa.RecordBatch]:
+def _merged_rows(context: TableContext, state: State, files: list[str],
+                 formats: Mapping[str, str]) -> Iterator[pa.RecordBatch]:
     """The live rows of ``files``, sorted by ``sort_by`` across all of them (read lazily: only
     once the compaction's instant has begun).
 
@@ -209,7 +211,7 @@ def _merged_rows(context: TableContext, state: State, files: list[str]) -> Itera
     """
     # Files without delete deltas are decoded together, on every core; the others row group by
     # row group with their deleted positions dropped.
-    whole = [path for path in files if not state.deltas.paths(path)]
+    whole = [path for path in files if not state.deltas.paths(path) and not is_external(path)]
     parts = []
     if whole:
         try:
@@ -217,9 +219,10 @@ def _merged_rows(context: TableContext, state: State, files: list[str]) -> Itera
         except (pa.ArrowException, OSError) as exc:  # name the damaged or missing file
             raise_for_files(context.store, whole, context.schema, exc)
     for path in files:
-        if state.deltas.paths(path):
+        if state.deltas.paths(path) or is_external(path):
             rows, _ = scan_file(context.store, path, context.schema, filter=None,
-                                columns=context.schema.names, deleted=state.deltas.positions(path))
+                                columns=context.schema.names, deleted=state.deltas.positions(path),
+                                file_format=formats[path])
             parts.append(rows)
     parts = [part for part in parts if part.num_rows]
     if not parts:

@@ -298,8 +298,11 @@ def check_custom(entries: Mapping[str, SegmentEntry], ids: Sequence[str | int]) 
 
     Raises :class:`timeline.SegmentNotFoundError` naming every unknown id and the ids that do
     exist; else :class:`timeline.InvalidOptionError` naming every id that exists but cannot be
-    merged, with its status (or "external <format> segment"). CarbonData says only "Segment <id>
-    does not exist or is not valid", for the first bad id.
+    merged, with its status. CarbonData says only "Segment <id> does not exist or is not valid",
+    for the first bad id.
+
+    External segments may be named (CarbonData refuses them): CUSTOM is how their rows become a
+    native segment, the external files staying where they are.
     """
     wanted = _normalise_ids(ids, "custom compaction")
     if not wanted:
@@ -313,15 +316,12 @@ def check_custom(entries: Mapping[str, SegmentEntry], ids: Sequence[str | int]) 
     unfit: list[str] = []
     for segment_id in _sorted_ids(wanted):
         entry = entries[segment_id]
-        if not _is_native(entry):
-            # Checked first: an external segment's status is Success, yet it still cannot be merged.
-            unfit.append(f"{segment_id} (external {entry.format} segment)")
-        elif entry.status != SUCCESS:
+        if entry.status != SUCCESS:
             unfit.append(f"{segment_id} ({_described(entry)})")
     if unfit:
         raise InvalidOptionError(
             f"custom compaction cannot merge segment{'s' if len(unfit) > 1 else ''} "
-            f"{', '.join(unfit)}: only {SUCCESS} segments that metatxn wrote itself can be merged"
+            f"{', '.join(unfit)}: only {SUCCESS} segments can be merged"
         )
     return _sorted_ids(wanted)
 

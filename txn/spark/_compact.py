@@ -10,13 +10,16 @@ than one machine's memory is therefore compacted in pieces no larger than a file
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._commit import Change, Pending, Written
 from .._context import Commit, TableContext, open_context, target_file_bytes
+from .._files import is_external
 from .._segments import compact as compact_table
+from ._external import external_frames
 from ._read import native_scan, without_deleted
 from ._types import spark_schema
 from ._workers import ensure_workers_run_metatxn
@@ -39,9 +42,16 @@ def _rewrite(spark: Any, context: TableContext, change: Change) -> Callable[[Pen
     merge = change.merge
     assert merge is not None
     store = context.store
-    frame = native_scan(spark, spark_schema(context.schema), [store.location(f) for f in merge.files])
-    frame = without_deleted(frame, [(store.location(f), change.current.positions(f))
-                                    for f in merge.files if change.current.paths(f)])
+    schema = spark_schema(context.schema)
+    native = [f for f in merge.files if not is_external(f)]
+    frames = [without_deleted(native_scan(spark, schema, [store.location(f) for f in native]),
+                              [(store.location(f), change.current.positions(f))
+                               for f in native if change.current.paths(f)])] if native else []
+    external = [f for f in merge.files if is_external(f)]
+    if external:  # CUSTOM compaction of external segments: their rows become a native segment
+        frames += external_frames(spark, schema, store.external_reader(), [
+            (f, merge.formats[f], change.current.positions(f)) for f in external])
+    frame = functools.reduce(lambda a, b: a.unionByName(b), frames)
     # Parquet is several times smaller than the Arrow memory a file's target counts.
     tasks = max(1, math.ceil(3 * merge.size / target_file_bytes(context.properties)))
     if context.sort_by:
@@ -49,3 +59,4 @@ def _rewrite(spark: Any, context: TableContext, change: Change) -> Callable[[Pen
     else:
         frame = frame.repartition(tasks)
     return lambda pending: run_job(context, frame, pending, {}, change.current)
+

@@ -1,4 +1,5 @@
-"""``txn.spark.read``: Spark's own Parquet scan over exactly the files of a snapshot.
+"""``txn.spark.read``: Spark's own Parquet scan over exactly the files of a snapshot (and one
+scan per format of its external segments, unioned: :mod:`._external`).
 
 The driver resolves the snapshot (no listing of data folders) and prunes files with the column
 ranges of the metadata table; Spark then scans exactly those files with its native Parquet
@@ -20,8 +21,10 @@ import pyarrow.dataset as ds
 from timeline import InvalidOptionError
 
 from .._context import open_context
+from .._files import is_external
 from .._read import snapshot as read_snapshot
 from ._deleted import kept_rows
+from ._external import external_frames
 from ._filters import to_expression
 from ._types import conform, spark_schema
 from ._workers import ensure_workers_run_metatxn
@@ -70,14 +73,17 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     snapshot = read_snapshot(table, as_of)
     pruning = to_expression(filter, table.schema) if isinstance(filter, str) else filter
     files = snapshot.files(pruning)
-    if not files:
-        frame = spark.createDataFrame([], schema)
-    else:
-        frame = native_scan(spark, schema, [f.path for f in files])
+    native = [f for f in files if not is_external(f.path)]
+    frames = []
+    if native:
         prefix = table.store.location("")
-        frame = without_deleted(frame, [
+        frames.append(without_deleted(native_scan(spark, schema, [f.path for f in native]), [
             (f.path, snapshot._deltas.positions(f.path.removeprefix(prefix)))
-            for f in files if f.delete_files])
+            for f in native if f.delete_files]))
+    frames += external_frames(spark, schema, table.store.external_reader(), [
+        (f.path, f.format, snapshot._deltas.positions(f.path)) for f in files if is_external(f.path)])
+    frame = functools.reduce(lambda a, b: a.unionByName(b), frames) if frames \
+        else spark.createDataFrame([], schema)
     if isinstance(filter, str):
         frame = frame.where(filter)
     elif filter is not None:

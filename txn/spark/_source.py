@@ -42,7 +42,7 @@ from timeline import DuplicateKeyError, InvalidOptionError, Timeline, open_stora
 
 from .._commit import Change, Pending, Written, commit_begun, protocol_of
 from .._context import ACTION_OF, TableContext, open_context, target_file_bytes
-from .._files import DataStore, LiveDeltas, read_positions, scan_file
+from .._files import DataStore, ExternalReader, LiveDeltas, read_positions, scan_file
 from .._read import snapshot as read_snapshot
 from .._rows import describe, repeated
 from .._write import State, find_keys, latest
@@ -79,10 +79,11 @@ class MetatxnDataSource(DataSource):
 
 
 class _File(InputPartition):
-    def __init__(self, path: str | None, deltas: list[str]) -> None:
+    def __init__(self, path: str | None, deltas: list[str], file_format: str = "parquet") -> None:
         super().__init__((path, deltas))
         self.path = path
         self.deltas = deltas
+        self.format = file_format
 
 
 class _Reader(DataSourceReader):
@@ -94,11 +95,13 @@ class _Reader(DataSourceReader):
         prefix = table.store.location("")
         self._uri = uri
         self._schema = table.schema.serialize().to_pybytes()
-        self._files = [(f.path.removeprefix(prefix), [d.removeprefix(prefix) for d in f.delete_files])
-                       for f in snapshot.files()]
+        self._partition_by = table.partition_by
+        self._files = [(f.path.removeprefix(prefix), [d.removeprefix(prefix) for d in f.delete_files],
+                        f.format) for f in snapshot.files()]
 
     def partitions(self) -> list[InputPartition]:
-        return [_File(path, deltas) for path, deltas in self._files] or [_File(None, [])]
+        return [_File(path, deltas, file_format) for path, deltas, file_format in self._files] \
+            or [_File(None, [])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _File)
@@ -112,10 +115,11 @@ class _Reader(DataSourceReader):
         if unknown:
             raise InvalidOptionError(f"the schema given to read names column(s) {unknown} the table "
                                      f"does not have; its columns: {schema.names}")
-        store = DataStore(open_storage(self._uri))
+        store = DataStore(open_storage(self._uri), ExternalReader(schema, self._partition_by))
         deleted = [read_positions(store, path) for path in partition.deltas]
         rows, _ = scan_file(store, partition.path, schema, filter=None, columns=target.names,
-                            deleted=np.sort(np.concatenate(deleted)) if deleted else None)
+                            deleted=np.sort(np.concatenate(deleted)) if deleted else None,
+                            file_format=partition.format)
         yield from rows.cast(target).to_batches()
 
 

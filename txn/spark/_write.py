@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import RecordIndex
+from indexes import FILES, RecordIndex
 from timeline import (
     DuplicateKeyError,
     SchemaMismatchError,
@@ -334,10 +334,14 @@ def _positions_by_file(found: pa.Table) -> dict[str, Positions]:
 def _sample_keys(table: TableContext, found: pa.Table) -> pa.Table:
     """Keys of a few of ``found``'s rows (read back from their data files), for a message."""
     parts = []
+    files = table.metadata_at(table.timeline.load(), None, (FILES,)).files
+    assert files is not None
+    formats = dict(zip(files["path"].to_pylist(), files["format"].to_pylist(), strict=True))
     for file, position in zip(found["file"].to_pylist()[:SHOWN], found["position"].to_pylist()[:SHOWN],
                               strict=True):
         rows, positions = scan_file(table.store, file, table.schema, filter=None,
-                                    columns=table.record_key_columns)
+                                    columns=table.record_key_columns,
+                                    file_format=formats.get(file, "parquet"))
         at = int(np.searchsorted(positions, position))
         parts.append(index_keys(rows.slice(at, 1), table.record_key_columns))
     return pa.concat_tables(parts)
