@@ -110,10 +110,13 @@ def _refuse_taken(context: TableContext, view: TimelineView, load: ExternalLoad)
                 "expected a folder not added before (the same path cannot be added twice)")
     assert metadata.files is not None
     urls = pa.array([status.path for status in load.statuses], pa.string())
-    current = metadata.files.filter(pc.invert(pc.fill_null(metadata.files["deleted"], True)))
-    taken = current.filter(pc.is_in(current["path"], value_set=urls))
-    if taken.num_rows:
-        first = taken.slice(0, 1).to_pylist()[0]
+    # Removed files count too: the files partition is a two-phase set (a key added once, removed
+    # once), so a file whose segment was deleted or compacted cannot join the table again.
+    known = metadata.files.filter(pc.is_in(metadata.files["path"], value_set=urls))
+    if known.num_rows:
+        first = known.slice(0, 1).to_pylist()[0]
+        was = "belongs" if first["deleted"] is False else "belonged"
         raise InvalidOptionError(
-            f"add_segment: {first['path']} already belongs to segment {first['segment']} of the "
-            f"table ({taken.num_rows} file(s) of {load.url!r} do); expected files not yet in it")
+            f"add_segment: {first['path']} {was} to segment {first['segment'] or '?'} of the table "
+            f"({known.num_rows} file(s) of {load.url!r} do); expected files that were never part "
+            "of it (a file joins a table once: copy the folder to add its data again)")
