@@ -72,10 +72,17 @@ RETENTION = {"clean.retain_commits": "2", "clean.retain_hours": "0"}
 
 def _show_segments(segments: list[Segment]) -> str:
     return render(
-        ("segment", "status", "merged_to", "rows", "data_size", "partitions", "load_end"),
-        ((s.id, s.status, s.merged_to or "", s.rows, s.data_size, ",".join(s.partitions),
+        ("segment", "status", "format", "merged_to", "rows", "data_size", "partitions", "load_end"),
+        ((s.id, s.status, s.format + (" (external)" if s.external else ""), s.merged_to or "",
+          s.rows, s.data_size, ",".join(s.partitions),
           s.load_end.strftime("%H:%M:%S") if s.load_end else "") for s in segments),
     )
+
+
+def _folder_bytes(folder: str) -> dict[str, int]:
+    """Every file below ``folder`` and its size."""
+    return {os.path.join(root, name): os.path.getsize(os.path.join(root, name))
+            for root, _, names in os.walk(folder) for name in names}
 
 
 def _show_created(table: Table) -> None:
@@ -203,6 +210,24 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     print(f"delete {deleted.instant}: {deleted.rows_deleted:,} rows; delete deltas hold "
           f"{delta_bytes:,} bytes in all; {table.snapshot().count():,} rows now ({_ms(started)})")
 
+    legacy = os.path.join(warehouse, "legacy_orders")
+    _step("ADD SEGMENT: an existing Parquet folder (last year's orders, written by plain Spark, "
+          f"Hive-partitioned by o_orderstatus) joins the table in place: {legacy}")
+    shutil.rmtree(legacy, ignore_errors=True)
+    old_orders = orders_frame(spark, 10 * rows_per_load, rows_per_load // 4, date(2025, 1, 1), 60,
+                              "of last year")
+    old_orders.write.partitionBy("o_orderstatus").parquet(legacy)
+    legacy_bytes = _folder_bytes(legacy)
+    started = time.perf_counter()
+    added = table.add_segment(legacy, "parquet", partition="o_orderstatus:string")
+    print(f"add_segment {added.instant}: {added.files_added} files, {added.rows_added:,} rows as "
+          f"segment(s) {added.segment}.. (one per partition folder); row counts and column ranges "
+          f"from the Parquet footers, the keys indexed; nothing copied ({_ms(started)})")
+    mixed = txn_spark.read(spark, uri)
+    older = mixed.where(f"o_orderdate < DATE '{FIRST_DAY}'").count()
+    print(f"read across formats with Spark (the table's Parquet scan and one per external format, "
+          f"unioned): {mixed.count():,} rows, of which {older:,} from the added folder")
+
     week = f"o_orderdate BETWEEN DATE '{WEEK[0]}' AND DATE '{WEEK[1]}'"
     _step(f"selective read with Spark: {week}")
     started = time.perf_counter()
@@ -234,6 +259,9 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
 
     _step("SHOW SEGMENTS")
     print(_show_segments(table.segments()))
+    intact = _folder_bytes(legacy) == legacy_bytes
+    print(f"the added folder {legacy} is {'untouched' if intact else 'CHANGED'} by CLEAN FILES")
+    assert intact
 
     _step("timeline")
     print(render_timeline(table.timeline()))
