@@ -58,7 +58,7 @@ def compatible(found: pa.DataType, wanted: pa.DataType) -> bool:
     binaries = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
     if any(f(found) for f in binaries) and any(f(wanted) for f in binaries):
         return True
-    return pa.types.is_timestamp(found) and pa.types.is_timestamp(wanted)
+    return bool(pa.types.is_timestamp(found) and pa.types.is_timestamp(wanted))
 
 
 def check_columns(url: str, found: pa.Schema, stored: pa.Schema) -> None:

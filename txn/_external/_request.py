@@ -78,7 +78,7 @@ def _same_type(given: pa.DataType, table: pa.DataType) -> bool:
         return True
     if pa.types.is_string(given) and (pa.types.is_string(table) or pa.types.is_large_string(table)):
         return True
-    return given == table
+    return bool(given == table)
 
 
 def check_request(table_uri: str, schema: pa.Schema, partition_by: Sequence[str], path: Any,
@@ -113,7 +113,7 @@ def _url(path: Any) -> str:
     path = path.strip()
     if "://" not in path:
         path = "file://" + os.path.abspath(os.path.expanduser(path))
-    return path.rstrip("/") if not path.endswith("://") else path
+    return str(path.rstrip("/")) if not path.endswith("://") else str(path)
 
 
 def check_partition_option(schema: pa.Schema, partition_by: Sequence[str], partition: Any,

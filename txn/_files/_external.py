@@ -193,7 +193,7 @@ def csv_has_header(data: bytes, stored: pa.Schema) -> bool:
     """Whether a CSV file's first line names its columns (a header) rather than holding data."""
     first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
     names = [name.strip().strip('"') for name in first.split(",")]
-    return names == stored.names
+    return names == list(stored.names)
 
 
 def _read_csv(data: bytes, stored: pa.Schema, wanted: pa.Schema) -> pa.Table:

@@ -5,11 +5,12 @@ column statistics so readers can prune files by filter. pyarrow exposes no ORC c
 and computing them costs a scan of every file, so this module decodes the file's tail itself:
 the postscript (its last bytes) and the footer before it, both protobuf messages
 (https://orc.apache.org/specification/ORCv1/), the footer compressed in chunks. Nothing before
-the footer is read: neither stripes nor the stripe-statistics section.
+the footer is decoded, neither stripes nor the stripe-statistics section: the one read of the
+file's last 64 KiB may cover some of their bytes, which are ignored.
 
 The statistics must mean what :func:`txn._files._writer.column_stats` means, because readers
-prune files by them: ``nulls`` and ``count`` exact, ``min``/``max`` bounds of every value a reader
-gets from the file (exact wherever ORC records them exactly), or unknown (None) where the footer
+prune files by them: ``nulls`` and ``count`` exact, ``min``/``max`` bounds of every value pyarrow
+reads from the file (exact wherever ORC records them exactly), or unknown (None) where the footer
 cannot prove one:
 
 * files from a writer older than HIVE-8732 (writer version < 1) recorded wrong maxima and
@@ -18,12 +19,15 @@ cannot prove one:
   missing or NaN sum (or a NaN bound) leaves the range unknown, as the writer does for NaN;
 * strings: a minimum or maximum longer than 1 KiB is replaced by a lower or upper bound
   (ORC-203), which is still a bound and is used; CHAR values are padded, so their range is
-  unknown; binary ranges are never kept;
+  unknown; binary ranges are never kept (ORC records none);
 * decimals from the Java writer before ORC-517 (writer version < 7) have wrong bounds: unknown;
-* timestamps: ``TIMESTAMP WITH LOCAL TIME ZONE`` (an instant) is exact to the nanosecond
-  (widened to the Arrow unit). A plain ORC ``TIMESTAMP`` is a wall-clock time whose footer
-  bounds went through the writer's time zone, which only the stripe footers name, and readers
-  shift it by their own: its range is widened by :data:`_LOCAL_TIMESTAMP_SLACK_NS`;
+* timestamps: only the UTC bounds (ORC-135) are used. ``TIMESTAMP WITH LOCAL TIME ZONE`` (an
+  instant, for a zoned Arrow type) is exact to the nanosecond, rounded outwards to the Arrow unit
+  (the Java writer's minimum in the second before 1970 is one second late: lowered). A plain
+  ``TIMESTAMP`` (a wall-clock time, for a naive Arrow type) has bounds that went through the
+  writer's time zone, which only the stripe footers name: its range is widened by
+  :data:`_LOCAL_TIMESTAMP_SLACK_NS`. A zoned Arrow type for a plain TIMESTAMP, or the reverse,
+  depends on how the caller reinterprets values: unknown;
 * a column whose ORC kind does not match its Arrow type, or whose counts contradict the row
   count, gets no entry at all; one whose Arrow type is narrower than the recorded bounds (int32
   for ORC bigint bounds beyond it, float32 for ORC double) keeps its counts, range unknown.
@@ -39,6 +43,7 @@ import decimal
 import math
 import struct
 import zlib
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -80,10 +85,11 @@ _JAVA_WRITER = 0
 #: which the Java writer's decimal bounds are (ORC-517).
 _HIVE_8732, _ORC_517 = 1, 7
 
-#: Every conversion between a wall-clock time and an instant shifts it by one zone offset, under
-#: 18 hours (Java's limit; real zones stay under 16). A plain TIMESTAMP's footer bound and the
-#: value a reader returns are at most four such conversions apart (writer to statistics, writer
-#: to stored value, stored value to reader, reader zone rules differing from the writer's).
+#: A plain TIMESTAMP's footer bound is the writer's wall-clock value converted through its zone
+#: (twice over, in the C++ writer set to a zone other than UTC), and a reader converts the stored
+#: value through the writer's zone and its own, perhaps with other zone rules. Each conversion
+#: shifts a value by one zone offset, under 18 hours (Java's limit; real zones stay under 16), and
+#: bound and value are at most four conversions apart.
 _LOCAL_TIMESTAMP_SLACK_NS = 4 * 18 * 3600 * 10**9
 _MS_NS = 10**6
 _UNIT_NS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
@@ -192,19 +198,26 @@ def _column_stats(kind: int, data_type: pa.DataType, statistics: _Fields, rows: 
 
 
 def _same_kind(kind: int, data_type: pa.DataType) -> bool:
-    if kind in _INTEGERS:
-        return bool(pa.types.is_integer(data_type))
-    if kind in _STRINGS:
-        return bool(pa.types.is_string(data_type) or pa.types.is_large_string(data_type))
-    checks = {
-        _BOOLEAN: pa.types.is_boolean, _FLOAT: pa.types.is_floating, _DOUBLE: pa.types.is_floating,
-        _BINARY: lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t),
-        _DATE: pa.types.is_date, _DECIMAL: pa.types.is_decimal,
-        _TIMESTAMP: pa.types.is_timestamp, _TIMESTAMP_INSTANT: pa.types.is_timestamp,
-    }
-    check = checks.get(kind)
+    check = _ARROW_KIND.get(kind)
     return check is not None and bool(check(data_type))
+
+
+def _is_text(data_type: pa.DataType) -> bool:
+    return bool(pa.types.is_string(data_type) or pa.types.is_large_string(data_type))
+
+
+def _is_bytes(data_type: pa.DataType) -> bool:
+    return bool(pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type)
+                or pa.types.is_fixed_size_binary(data_type))
+
+
+#: Which Arrow types hold the values of each ORC kind (widths and time zones are checked later).
+_ARROW_KIND: dict[int, Callable[[pa.DataType], bool]] = {
+    **dict.fromkeys(_INTEGERS, pa.types.is_integer), **dict.fromkeys(_STRINGS, _is_text),
+    _BOOLEAN: pa.types.is_boolean, _FLOAT: pa.types.is_floating, _DOUBLE: pa.types.is_floating,
+    _BINARY: _is_bytes, _DATE: pa.types.is_date, _DECIMAL: pa.types.is_decimal,
+    _TIMESTAMP: pa.types.is_timestamp, _TIMESTAMP_INSTANT: pa.types.is_timestamp,
+}
 
 
 def _range(kind: int, data_type: pa.DataType, statistics: _Fields, values: int, writer: int,

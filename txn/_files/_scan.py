@@ -77,7 +77,7 @@ def check_data_file(store: DataStore, path: str, schema: pa.Schema,
     Raises as :func:`read_data_file` does.
     """
     if is_external(path):
-        return read_data_file(store, path, schema, file_format=file_format).num_rows
+        return int(read_data_file(store, path, schema, file_format=file_format).num_rows)
     with reading_file(path, DATA_FILE_EXPECTED):
         fragment = _fragment(store, path)
         check_schema(path, fragment.physical_schema, schema)

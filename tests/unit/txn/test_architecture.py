@@ -16,6 +16,7 @@ ALLOWED = {
     "_read": {"_context", "_files"},
     "_write": {"_commit", "_context", "_files", "_read", "_rows"},
     "_segments": {"_commit", "_context", "_files", "_read", "_rows", "_write"},
+    "_external": {"_commit", "_context", "_files", "_rows", "_write"},
     "_cli": {"_context", "_table", "spark"},
     "spark": {"_commit", "_context", "_files", "_read", "_rows", "_segments", "_write"},
 }
