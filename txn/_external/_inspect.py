@@ -23,10 +23,12 @@ from .._files import (
     ColumnStats,
     ExternalReader,
     FileStatus,
+    OrcFooterUnreadable,
     column_stats,
     expected,
     file_schema,
     footer_stats,
+    orc_footer_stats,
     partition_values,
     reading_file,
 )
@@ -114,23 +116,28 @@ class Inspector:
     # -- footers ---------------------------------------------------------------------------------
 
     def _footer(self, partition: str, listed: ListedFile) -> Inspected:
+        # Keys held in the file are read through the same open file: one footer read per file.
+        in_file = bool(self.key_columns) and not set(self.key_columns) & set(self.partition_by)
+        keys = None
         with self._reading(listed.url), self.reader.open(listed.url) as handle:
             if self.format == "parquet":
                 parquet = pq.ParquetFile(handle)
-                found = parquet.schema_arrow
-                self._check(listed.url, found)
+                self._check(listed.url, parquet.schema_arrow)
                 rows = parquet.metadata.num_rows
                 stats = footer_stats(parquet.metadata, self.stored)
+                if in_file:
+                    keys = parquet.read(columns=self.key_columns, use_threads=False)
             else:
                 orc = porc.ORCFile(handle)
-                found = orc.schema
-                self._check(listed.url, found)
+                self._check(listed.url, orc.schema)
                 rows, stats = self._orc_stats(handle, listed)
-        return self._finish(partition, listed, rows, stats)
+                if in_file:
+                    keys = orc.read(columns=self.key_columns)
+            if keys is not None:
+                keys = keys.cast(pa.schema([self.schema.field(c) for c in self.key_columns]))
+        return self._finish(partition, listed, rows, stats, keys=keys)
 
     def _orc_stats(self, handle: Any, listed: ListedFile) -> tuple[int, dict[str, ColumnStats]]:
-        from .._files._orc_footer import OrcFooterUnreadable, orc_footer_stats
-
         try:
             return orc_footer_stats(handle, listed.size, self.stored)
         except OrcFooterUnreadable:

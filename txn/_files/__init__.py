@@ -26,6 +26,7 @@ from ._external import (
     url_filesystem,
 )
 from ._footers import footer_stats
+from ._orc_footer import OrcFooterUnreadable, orc_footer_stats
 from ._scan import (
     DATA_FILE_EXPECTED,
     check_data_file,
@@ -65,6 +66,7 @@ __all__ = [
     "FileStatus",
     "KeyLocations",
     "LiveDeltas",
+    "OrcFooterUnreadable",
     "Positions",
     "check_data_file",
     "check_schema",
@@ -80,6 +82,7 @@ __all__ = [
     "marker_instant",
     "marker_path",
     "modified_ms",
+    "orc_footer_stats",
     "parse_hive_value",
     "partition_values",
     "raise_for_files",
