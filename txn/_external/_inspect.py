@@ -28,6 +28,7 @@ from .._files import (
     expected,
     file_schema,
     footer_stats,
+    json_keys_present,
     orc_footer_stats,
     partition_values,
     reading_file,
@@ -102,8 +103,10 @@ class Inspector:
         """
         jobs = [(folder.partition, listed) for folder in folders for listed in folder.files]
         if self.format in ("parquet", "orc"):
+            # The first file (in listing order) is the reference its siblings are compared with.
+            done = [self._footer(*jobs[0])]
             with ThreadPoolExecutor(min(_FOOTER_THREADS, len(jobs))) as pool:
-                done = list(pool.map(lambda job: self._footer(*job), jobs))
+                done += pool.map(lambda job: self._footer(*job), jobs[1:])
         else:
             done = self._scan_all(jobs)
         result: list[list[Inspected]] = []
@@ -133,8 +136,9 @@ class Inspector:
                 rows, stats = self._orc_stats(handle, listed)
                 if in_file:
                     keys = orc.read(columns=self.key_columns)
-            if keys is not None:
-                keys = keys.cast(pa.schema([self.schema.field(c) for c in self.key_columns]))
+            if keys is not None:  # nullable: a null key is check_not_null's to name
+                keys = keys.cast(pa.schema([self.schema.field(c).with_nullable(True)
+                                            for c in self.key_columns]))
         return self._finish(partition, listed, rows, stats, keys=keys)
 
     def _orc_stats(self, handle: Any, listed: ListedFile) -> tuple[int, dict[str, ColumnStats]]:
@@ -164,16 +168,27 @@ class Inspector:
 
     def _scan_all(self, jobs: list[tuple[str, ListedFile]]) -> list[Inspected]:
         total = sum(listed.size for _, listed in jobs)
+        present: set[str] = set()
         with _progress(total, f"scanning {len(jobs)} {self.format} file(s)") as advance:
             done = []
             for partition, listed in jobs:
-                done.append(self._scan(partition, listed))
+                done.append(self._scan(partition, listed, present))
                 advance(listed.size)
+        missing = [name for name in self.stored.names if name not in present]
+        if self.format == "json" and missing:
+            raise SchemaMismatchError(
+                f"add_segment: column(s) {missing} of the table appear in no object of the JSON "
+                "files below the path; expected every table column (less partition columns) as a "
+                "key of some object (a null may be left out, as Spark leaves it); nothing was added")
         return done
 
-    def _scan(self, partition: str, listed: ListedFile) -> Inspected:
+    def _scan(self, partition: str, listed: ListedFile, present: set[str]) -> Inspected:
         with self._reading(listed.url):
-            table = self.reader.read(listed.url, self.format, self.stored.names)
+            with self.reader.open(listed.url) as handle:
+                data = handle.read()
+            if self.format == "json":
+                present |= json_keys_present(data, self.stored.names)
+            table = self.reader.read(listed.url, self.format, self.stored.names, data=data)
         return self._finish(partition, listed, table.num_rows, column_stats(table),
                             keys=table.select(self.key_columns) if self.key_columns and not any(
                                 c in self.partition_by for c in self.key_columns) else None)
@@ -182,6 +197,7 @@ class Inspector:
 
     def _finish(self, partition: str, listed: ListedFile, rows: int, stats: dict[str, ColumnStats],
                 keys: pa.Table | None = None) -> Inspected:
+        self._check_not_null(listed, stats)
         values = partition_values(listed.url, self.schema, self.partition_by)
         for name, value in values.items():
             stats[name] = ColumnStats(min=value, max=value, nulls=0 if value is not None else rows,
@@ -193,6 +209,22 @@ class Inspector:
                             stats=stats, partition_values=values, format=self.format,
                             modified_ms=listed.modified_ms)
         return Inspected(status, keys)
+
+    def _check_not_null(self, listed: ListedFile, stats: dict[str, ColumnStats]) -> None:
+        """A non-nullable column must hold no null: the footer's null count says so, or (no
+        count there) a read of the column."""
+        for field in self.stored:
+            if field.nullable:
+                continue
+            known = stats.get(field.name)
+            if known is None:
+                with self._reading(listed.url):
+                    self.reader.read(listed.url, self.format, [field.name])
+                continue  # the read checked it (the reader refuses nulls in such a column)
+            if known.nulls:
+                raise SchemaMismatchError(
+                    f"add_segment: {listed.url}: column {field.name!r} holds {known.nulls} "
+                    "null(s), where the table's column is not nullable; nothing was added")
 
     def _reading(self, url: str) -> Any:
         return _ReadingExternal(url, self.format)
@@ -212,6 +244,8 @@ class _ReadingExternal:
         self._inner.__enter__()
 
     def __exit__(self, kind: Any, error: BaseException | None, trace: Any) -> bool:
+        if isinstance(error, SchemaMismatchError) and self.url not in str(error):
+            raise SchemaMismatchError(f"add_segment: {self.url}: {error}; nothing was added") from None
         try:
             return bool(self._inner.__exit__(kind, error, trace))
         except (CorruptMetadataError, ObjectNotFoundError) as exc:

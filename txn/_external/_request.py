@@ -91,7 +91,8 @@ def check_request(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]
             partition columns in the form ``name:type, ...``.
     """
     url = _url(path)
-    if url.rstrip("/") == table_uri.rstrip("/") or url.startswith(table_uri.rstrip("/") + "/"):
+    table_url = _url(table_uri)
+    if url == table_url or url.startswith(table_url + "/"):
         raise InvalidOptionError(
             f"add_segment path {url!r} is inside the table at {table_uri!r}; expected a folder "
             "of existing data outside the table (the table's own folders are its to manage)")

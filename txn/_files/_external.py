@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import posixpath
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -37,7 +38,7 @@ import pyarrow.json as pjson
 import pyarrow.orc as porc
 import pyarrow.parquet as pq
 
-from timeline import CorruptMetadataError
+from timeline import CorruptMetadataError, SchemaMismatchError
 
 from ._writer import parse_hive_value
 
@@ -132,9 +133,11 @@ class ExternalReader:
         filesystem, path = url_filesystem(url, self.options.get(url.split("://", 1)[0]))
         return filesystem.open(path, "rb")
 
-    def read(self, url: str, file_format: str, columns: Sequence[str] | None = None) -> pa.Table:
+    def read(self, url: str, file_format: str, columns: Sequence[str] | None = None, *,
+             data: bytes | None = None) -> pa.Table:
         """``columns`` (all by default) of every row of external file ``url``, in file order,
-        typed like the table; partition columns come from the file's folders.
+        typed like the table; partition columns come from the file's folders. ``data``: the
+        file's bytes, when the caller read them already.
 
         Raises ``OSError``/``pa.ArrowException``/``ValueError`` for the caller to turn into an
         error naming the file (``reading_file``).
@@ -142,18 +145,29 @@ class ExternalReader:
         wanted = list(self.schema.names if columns is None else columns)
         stored = file_schema(self.schema, self.partition_by)
         from_file = [name for name in wanted if name not in self.partition_by]
-        with self.open(url) as handle:
-            table = read_format(handle, file_format, stored, from_file)
+        if data is not None:
+            table = read_format(io.BytesIO(data), file_format, stored, from_file)
+        else:
+            with self.open(url) as handle:
+                table = read_format(handle, file_format, stored, from_file)
         for name in wanted:
             if name in self.partition_by:
                 value = partition_values(url, self.schema, self.partition_by)[name]
                 table = table.append_column(self.schema.field(name),
                                             pa.repeat(pa.scalar(value, self.schema.field(name).type),
                                                       table.num_rows))
-        result_schema = pa.schema([self.schema.field(name) for name in wanted])
         if not wanted:
             return pa.table({"rows": pa.nulls(table.num_rows)}).drop_columns(["rows"])
-        return table.select(wanted).cast(result_schema)
+        fields = [self.schema.field(name) for name in wanted]
+        for field in fields:
+            if not field.nullable and table[field.name].null_count:
+                raise SchemaMismatchError(
+                    f"{url}: column {field.name!r} holds {table[field.name].null_count} null(s), "
+                    "where the table's column is not nullable")
+        # Cast to nullable fields first: the check above named the column a non-nullable cast
+        # would only have refused.
+        table = table.select(wanted).cast(pa.schema([f.with_nullable(True) for f in fields]))
+        return table.cast(pa.schema(fields))
 
     def scan(self, url: str, file_format: str, *, filter: ds.Expression | None,
              columns: Sequence[str], deleted: np.ndarray | None) -> tuple[pa.Table, np.ndarray]:
@@ -182,31 +196,91 @@ def read_format(handle: Any, file_format: str, stored: pa.Schema, columns: Seque
     if file_format == "csv":
         return _read_csv(data, stored, wanted)
     if file_format == "json":
-        if not data.strip():
-            return wanted.empty_table()
-        return pjson.read_json(io.BytesIO(data), parse_options=pjson.ParseOptions(
-            explicit_schema=stored, unexpected_field_behavior="ignore")).select(list(columns))
+        return _read_json(data, stored, wanted)
     raise ValueError(f"unknown external format {file_format!r}")
 
 
-def csv_has_header(data: bytes, stored: pa.Schema) -> bool:
-    """Whether a CSV file's first line names its columns (a header) rather than holding data."""
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([field.with_nullable(True) for field in schema])
+
+
+def _read_json(data: bytes, stored: pa.Schema, wanted: pa.Schema) -> pa.Table:
+    if not data.strip():
+        return wanted.empty_table()
+    try:
+        return pjson.read_json(io.BytesIO(data), parse_options=pjson.ParseOptions(
+            explicit_schema=_nullable(stored), unexpected_field_behavior="ignore")).select(wanted.names)
+    except pa.ArrowInvalid as exc:
+        # Arrow's message names the value, not the column: find the column on this error path.
+        for field in stored:
+            try:
+                pjson.read_json(io.BytesIO(data), parse_options=pjson.ParseOptions(
+                    explicit_schema=_nullable(pa.schema([field])), unexpected_field_behavior="ignore"))
+            except pa.ArrowInvalid:
+                raise SchemaMismatchError(f"column {field.name!r} ({field.type}) does not parse: "
+                                          f"{exc}") from None
+        raise
+
+
+def json_keys_present(data: bytes, names: Sequence[str]) -> set[str]:
+    """Which of ``names`` appear as a key somewhere in a JSON-lines file. (Spark leaves null
+    fields out of the objects it writes, so a column is missing only if no object names it.)"""
+    return {name for name in names if re.search(rb'"' + re.escape(name.encode()) + rb'"\s*:', data)}
+
+
+#: How a CSV file's first line reads: the table's columns in order, other column names, or data.
+CSV_EXACT_HEADER, CSV_OTHER_HEADER, CSV_NO_HEADER = "exact", "other", "none"
+
+
+def csv_header(data: bytes, stored: pa.Schema) -> str:
+    """Whether a CSV file's first line is a header (Spark writes one only when asked): one that
+    names the table's columns in order, one that names some of them among others (read by name),
+    or no header (data, read by position)."""
     first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
     names = [name.strip().strip('"') for name in first.split(",")]
-    return names == list(stored.names)
+    if names == list(stored.names):
+        return CSV_EXACT_HEADER
+    return CSV_OTHER_HEADER if set(names) & set(stored.names) else CSV_NO_HEADER
 
 
 def _read_csv(data: bytes, stored: pa.Schema, wanted: pa.Schema) -> pa.Table:
     if not data.strip():
         return wanted.empty_table()
-    read_options = pcsv.ReadOptions(column_names=stored.names,
-                                    skip_rows=1 if csv_has_header(data, stored) else 0,
-                                    use_threads=False)
+    header = csv_header(data, stored)
+    if header == CSV_OTHER_HEADER:
+        first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
+        present = {name.strip().strip('"') for name in first.split(",")}
+        missing = [name for name in stored.names if name not in present]
+        if missing:
+            raise SchemaMismatchError(f"column(s) {missing} of the table are missing from the CSV "
+                                      f"header {first!r}")
+        read_options = pcsv.ReadOptions(use_threads=False)
+    else:
+        fields = data.split(b"\n", 1)[0].count(b",") + 1
+        if header == CSV_NO_HEADER and fields != len(stored):
+            raise SchemaMismatchError(
+                f"the first line holds {fields} fields and no header; expected the table's "
+                f"{len(stored)} columns {stored.names} in order (or a header line naming them)")
+        read_options = pcsv.ReadOptions(column_names=stored.names, use_threads=False,
+                                        skip_rows=1 if header == CSV_EXACT_HEADER else 0)
     # Spark writes a null as an empty field and an empty string as "": read them back so.
     convert = pcsv.ConvertOptions(column_types={f.name: f.type for f in stored},
                                   include_columns=wanted.names, strings_can_be_null=True,
                                   quoted_strings_can_be_null=False)
-    return pcsv.read_csv(io.BytesIO(data), read_options=read_options, convert_options=convert)
+    try:
+        return pcsv.read_csv(io.BytesIO(data), read_options=read_options, convert_options=convert)
+    except pa.ArrowInvalid as exc:
+        # Arrow numbers the column; name it, on this error path, by reading one at a time.
+        for field in wanted:
+            try:
+                pcsv.read_csv(io.BytesIO(data), read_options=read_options,
+                              convert_options=pcsv.ConvertOptions(
+                                  column_types={field.name: field.type}, include_columns=[field.name],
+                                  strings_can_be_null=True, quoted_strings_can_be_null=False))
+            except pa.ArrowInvalid:
+                raise SchemaMismatchError(f"column {field.name!r} ({field.type}) does not parse: "
+                                          f"{exc}") from None
+        raise
 
 
 def external_options(table_uri: str, storage_options: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:

@@ -11,7 +11,8 @@ infers no partition column from folder names that happen to look like one.
 An external file with deleted rows is not given to Spark's scan: CSV and JSON scans have no row
 index, and positions must mean what metatxn's own reader counted. Those files (few: a delete
 touches the files of the rows it deletes) are read on the executors by metatxn's external reader,
-which drops the deleted positions, through ``mapInArrow``.
+which drops the deleted positions, through ``mapInArrow``; so are CSV files whose header names
+the columns in another order or with others (Spark's CSV scan reads columns by position).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .._files import ExternalReader, csv_has_header, file_schema
+from .._files import CSV_EXACT_HEADER, CSV_OTHER_HEADER, ExternalReader, csv_header, file_schema
 
 #: Bytes of a CSV file's start read to decide whether its first line is a header.
 _HEAD_BYTES = 64 * 1024
@@ -70,13 +71,16 @@ def external_frames(spark: Any, spark_schema: Any, reader: ExternalReader,
 
     names = reader.schema.names
     levels = len(reader.partition_by)
-    groups: dict[tuple[str, str, bool], list[str]] = {}
+    groups: dict[tuple[str, str, str], list[str]] = {}
     deleted: list[tuple[str, str, list[int]]] = []
     for location, file_format, positions in files:
         if len(positions):
             deleted.append((location, file_format, [int(p) for p in positions]))
             continue
-        header = file_format == "csv" and _csv_header(reader, location)
+        header = _csv_header(reader, location) if file_format == "csv" else ""
+        if header == CSV_OTHER_HEADER:  # columns by name: Spark's CSV scan reads by position
+            deleted.append((location, file_format, []))
+            continue
         base = _folder_of(location, levels) if levels else ""
         groups.setdefault((file_format, base, header), []).append(location)
     frames = []
@@ -85,7 +89,7 @@ def external_frames(spark: Any, spark_schema: Any, reader: ExternalReader,
         scan = scan.option("basePath", _spark_path(base)) if levels else \
             scan.option("recursiveFileLookup", "true")
         if file_format == "csv":
-            scan = scan.option("header", str(header).lower())
+            scan = scan.option("header", str(header == CSV_EXACT_HEADER).lower())
         frames.append(scan.load([_spark_path(location) for location in locations]).select(*names))
     if deleted:
         target = to_arrow_schema(spark_schema, timezone="UTC")
@@ -100,7 +104,7 @@ def external_frames(spark: Any, spark_schema: Any, reader: ExternalReader,
     return frames
 
 
-def _csv_header(reader: ExternalReader, location: str) -> bool:
+def _csv_header(reader: ExternalReader, location: str) -> str:
     with reader.open(location) as handle:
         head = handle.read(_HEAD_BYTES)
-    return csv_has_header(head, file_schema(reader.schema, reader.partition_by))
+    return csv_header(head, file_schema(reader.schema, reader.partition_by))
