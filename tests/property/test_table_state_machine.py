@@ -1,6 +1,6 @@
-"""Model-based test of tables: appends, overwrites, keyed writes (upsert, delete, update), record
-lookups, time travel, the table services (compaction, DELETE SEGMENT, CLEAN FILES) and crashes at
-every storage call.
+"""Model-based test of tables: appends, overwrites, keyed writes (upsert, delete, update), ADD
+SEGMENT of external Parquet folders, record lookups, time travel, the table services (compaction,
+DELETE SEGMENT, CLEAN FILES) and crashes at every storage call.
 
 One writer (a :class:`txn.Table`) reaches storage through a :class:`FaultyStorage`, so any write
 can be scripted to fail its Nth storage call, before the call reaches the store or after it
@@ -25,7 +25,20 @@ The table is keyed (``record_key="k"``) in one pair of variants and unkeyed in t
   the data (the last row of a key wins);
 * ``delete(keys=...)`` (keyed), ``delete(where=...)`` (a key range, a partition value, a value
   threshold, a disjunction, or everything) and ``update(where, values)`` (``v``, the partition
-  column ``g`` or both).
+  column ``g`` or both);
+* ``add_segment(folder, partition="g:string")``: rows drawn like an append's (keyed: new unique
+  keys, or on purpose a key already in the table or twice in the folder: DuplicateKeyError,
+  nothing written, no instant) are written with pyarrow, not through the storage seam, as Parquet
+  into a fresh folder outside the table on the in-memory filesystem
+  (``memory://external/<run>/<n>``), Hive style as Spark lays it out: ``g=<value>/`` folders
+  (``g=x%2Fy``, ``g=__HIVE_DEFAULT_PARTITION__`` for null) of one or two files holding ``k`` and
+  ``v`` only, sometimes beside a ``_SUCCESS`` file (not data). An acknowledged add is one commit
+  of one ``Success`` segment per partition folder, consecutive ids in folder order, ``external``,
+  format ``parquet``, ``path`` the folder, and its rows are the table's like an append's (deletes,
+  upserts and updates then take rows out of them through delete deltas inside the table).
+  Sometimes a folder already added is added again (InvalidOptionError, nothing changes, whatever
+  happened to its segments since), or the folder of an add that failed is retried (it commits,
+  unless a key of it is live by now: DuplicateKeyError).
 
 A delete, update or upsert that matches nothing must return None and create no instant, whatever
 fault was armed (a fault can then only hit its reads).
@@ -34,10 +47,12 @@ Table services, with the fault armed like any write's:
 
 * ``compact("minor")`` (by the ``compaction.level_threshold`` chosen at create: ``2,2`` or
   ``3,0``), ``compact("major")`` and ``compact("custom", segments=...)`` of live segments drawn
-  from the model, sometimes with a ``Compacted`` or ``Marked for Delete`` id (InvalidOptionError)
-  or one the table never had (SegmentNotFoundError) among them, which must change nothing. The
-  model says which segments each round merges (MINOR: CarbonData's rule, round after round;
-  MAJOR: every live segment; none held by a running write) and the new segment's id (``x.y``);
+  from the model (external ones among them: CUSTOM converts them into a native segment), sometimes
+  with a ``Compacted`` or ``Marked for Delete`` id (InvalidOptionError) or one the table never had
+  (SegmentNotFoundError) among them, which must change nothing. The model says which segments
+  each round merges (MINOR: CarbonData's rule, round after round; MAJOR: every live segment;
+  MINOR and MAJOR never an external segment, nor one held by a running write) and the new
+  segment's id (``x.y``);
   nothing to merge returns None and creates no instant. Every round is a commit of its own:
   a fault may leave earlier rounds committed;
 * ``delete_segments(ids)`` of live segments drawn from the model, sometimes with a bad id (the
@@ -96,8 +111,12 @@ Invariants (checked after every step, on the undisturbed inner store):
   them whose heartbeat had expired when a later write began was rolled back by that write;
 * SHOW SEGMENTS lists exactly the model's segments, newest id first, each with its status
   (``Success``; ``Compacted`` with ``merged_to``; ``Marked for Delete`` after an overwrite or
-  DELETE SEGMENT), rows (as written; a compaction's: the live rows it merged) and instant, and
-  the segment of each pending write as ``Insert In Progress`` (a rolled-back write's is gone);
+  DELETE SEGMENT), rows (as written; a compaction's: the live rows it merged), instant, format
+  and whether it is external (with its folder and partition folder), and the segment(s) of each
+  pending write as ``Insert In Progress`` (a rolled-back write's are gone);
+* every file the machine wrote into an external folder still holds exactly the bytes it was
+  written with, and no file appeared in those folders (DELETE SEGMENT, CLEAN FILES, ``force``
+  included, compaction and deletes never touch them);
 * on the metadata timeline every instant completes after its own time, and every base file of
   the metadata table (record-index shards included) belongs to a compaction that completed or
   is still pending: recovery removes what an aborted compaction wrote;
@@ -133,7 +152,9 @@ SnapshotExpiredError, and none may ever return wrong rows.
 Data files and delete deltas are written by pyarrow, not through the storage seam, so they are
 not fault points themselves; the marker put just before each one and the next call after it
 cover the states a fault there could leave (torn Parquet files are not modelled). Record-index
-log blocks go through the seam like every metadata block.
+log blocks go through the seam like every metadata block. ADD SEGMENT reads the external files
+through fsspec, not the seam, so its fault points are the table's own calls: the lock, the
+timeline, the metadata table and (keyed) the record-index blocks of its keys.
 """
 
 from __future__ import annotations
@@ -148,7 +169,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Literal
+from urllib.parse import quote
 
+import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -242,7 +265,8 @@ INITIAL_CALL_BOUND = {"all": 100, "writes": 30, "instants": 10}
 Row = tuple[int, "str | None", int]
 Mode = Literal["exception", "death"]
 Counted = Literal["all", "writes", "instants"]
-Operation = Literal["append", "overwrite", "upsert", "delete", "update", "delete_segments", "compact"]
+Operation = Literal["append", "overwrite", "upsert", "delete", "update", "delete_segments", "compact",
+                    "add_segment"]
 #: A segment id that cannot be compacted or deleted, drawn on purpose: a ``Compacted`` one, a
 #: ``Marked for Delete`` one, or one the table never had.
 BadId = Literal["compacted", "marked", "unknown"]
@@ -299,6 +323,28 @@ class Write:
     #: the table; "batch": a key repeats in the data. Both must raise DuplicateKeyError and
     #: change nothing.
     clash: Literal["table", "batch"] | None = None
+
+
+@dataclass(frozen=True)
+class AddSegment:
+    """ADD SEGMENT of a folder of Parquet files the machine writes outside the table, Hive style
+    (``g=<value>/``), ``rows`` drawn and made new (keyed) like an append's, ``clash`` likewise.
+
+    ``files``: how many files each partition folder holds (its rows split between them, when it
+    has two or more); ``marker``: a Spark ``_SUCCESS`` file beside the partition folders.
+    ``again``: add a folder of an earlier AddSegment instead (``position`` per mille into those
+    of the kind): ``added``, acknowledged (InvalidOptionError); ``failed``, an add that failed at
+    a fault (a retry: it commits unless one of its keys is live by now). With no such folder, a
+    new one."""
+
+    rows: list[Row]
+    fault: FaultPlan | None
+    wait_ms: int
+    clash: Literal["table", "batch"] | None = None
+    files: int = 1
+    marker: bool = False
+    again: Literal["added", "failed"] | None = None
+    position: int = 0
 
 
 @dataclass(frozen=True)
@@ -437,7 +483,7 @@ class Maintain:
     wait_ms: int
 
 
-Mutation = Write | Upsert | DeleteKeys | DeleteWhere | Update | DeleteSegments
+Mutation = Write | AddSegment | Upsert | DeleteKeys | DeleteWhere | Update | DeleteSegments
 Action = Mutation | Compact | Clean | Maintain | Lookup | ReadLatest | ReadPast | ReadWithFault
 
 fault_plans = st.one_of(st.none(), st.builds(
@@ -452,6 +498,11 @@ writes = st.builds(
     wait_ms=waits,
     clash=st.sampled_from([None, None, None, None, None, None, "table", "batch"]),
 )
+add_segments = st.builds(
+    AddSegment, rows=rows_strategy, fault=fault_plans, wait_ms=waits,
+    clash=st.sampled_from([None, None, None, None, None, None, "table", "batch"]),
+    files=st.sampled_from([1, 1, 2]), marker=st.booleans(),
+    again=st.sampled_from([None] * 6 + ["added", "failed"]), position=st.integers(0, 999))
 upserts = st.builds(
     Upsert, rows=st.lists(st.tuples(key_specs, GROUPS, st.integers(0, 999)), max_size=20),
     fault=fault_plans, wait_ms=waits)
@@ -494,17 +545,18 @@ reads: list[st.SearchStrategy[Action]] = [
     st.builds(ReadPast, position=st.integers(0, 999),
               form=st.sampled_from(["instant", "completed_at", "datetime"])),
 ]
-#: Writes first (what an action shrinks to), about half of the time; table services (compaction,
-#: CLEAN FILES, DELETE SEGMENT) a quarter.
+#: Writes first (what an action shrinks to; ADD SEGMENT among them), about half of the time; table
+#: services (compaction, CLEAN FILES, DELETE SEGMENT) a quarter.
 keyed_actions: st.SearchStrategy[Action] = weighted(
-    writes, writes, upserts, upserts, delete_keys, delete_wheres, updates, updates,
-    compactions, compactions, cleans, segment_deletes, maintenance, maintenance, lookups, *reads,
+    writes, writes, add_segments, add_segments, upserts, upserts, delete_keys, delete_wheres,
+    updates, updates, compactions, compactions, cleans, segment_deletes, maintenance, maintenance,
+    lookups, *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
               past=st.booleans(), lookup=st.booleans()),
 )
 unkeyed_actions: st.SearchStrategy[Action] = weighted(
-    writes, writes, writes, delete_wheres, updates, compactions, compactions, cleans,
-    segment_deletes, maintenance, maintenance, *reads,
+    writes, writes, writes, add_segments, add_segments, delete_wheres, updates, compactions,
+    compactions, cleans, segment_deletes, maintenance, maintenance, *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
               past=st.booleans()),
 )
@@ -580,6 +632,27 @@ class SegmentModel:
     merged_to: str | None = None
     #: Made by a MAJOR compaction (MINOR never merges it again).
     major: bool = False
+    #: Added by ADD SEGMENT: the folder (``path``) and its partition folder (``g=a``).
+    external: bool = False
+    path: str | None = None
+    partition: str | None = None
+
+
+@dataclass
+class Folder:
+    """A folder of Parquet files the machine wrote outside the table for an AddSegment."""
+
+    #: As given to add_segment (``memory://external/<run>/<n>``).
+    url: str
+    #: The write that tagged its rows (``v``).
+    serial: int
+    rows: tuple[Row, ...]
+    #: Its partition folders (``g=a``) in the order the table lists them, with their rows.
+    groups: tuple[tuple[str, tuple[Row, ...]], ...]
+    #: Its data files (keys of the memory filesystem).
+    files: frozenset[str]
+    #: new (no add finished yet), added (acknowledged), failed (at a fault), refused.
+    state: Literal["new", "added", "failed", "refused"] = "new"
 
 
 @dataclass(frozen=True)
@@ -609,6 +682,8 @@ class Expected:
     replaces: bool = False
     #: The segments it marks ``Marked for Delete`` (DELETE SEGMENT).
     marks: frozenset[str] = frozenset()
+    #: ADD SEGMENT: the folder, whose partition folders become segments.
+    folder: Folder | None = None
 
 
 def sorted_rows(table: pa.Table) -> tuple[Row, ...]:
@@ -627,6 +702,24 @@ def _sort(rows: list[Row]) -> tuple[Row, ...]:
 
 def _arrow(rows: list[Row]) -> pa.Table:
     return pa.Table.from_pylist([{"k": k, "g": g, "v": v} for k, g, v in rows], schema=SCHEMA)
+
+
+#: Hive's null partition folder value.
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+#: Where the external folders of every run live, on fsspec's in-memory filesystem: outside every
+#: table (also those on local disk), written and checked without the storage seam.
+EXTERNAL_ROOT = "memory://external"
+_external_runs = itertools.count()
+
+
+def hive_folder(g: str | None) -> str:
+    """The partition folder of ``g`` as Hive and Spark name it (``/`` escaped as ``%2F``)."""
+    return f"g={HIVE_NULL if g is None else quote(g, safe='')}"
+
+
+def memory_path(url: str) -> str:
+    """The key of ``url`` (``memory://x`` or ``memory:///x``) in fsspec's memory filesystem."""
+    return str(fsspec.filesystem("memory")._strip_protocol(url))
 
 
 def _free_key(key: int, taken: set[int]) -> int:
@@ -757,6 +850,13 @@ class TableMachine(RuleBasedStateMachine):
         self._file_rows: dict[str, list[Row]] = {}
         #: Files on storage announced by the markers of live writers, at the last step -> writer.
         self.announced: dict[str, str] = {}
+        #: ADD SEGMENT: this run's folder of external folders, the folders in the order written,
+        #: and every file written into them (memory-filesystem key -> its bytes; data files ->
+        #: their rows, in file order, ``g`` from the partition folder).
+        self.external_root = f"{EXTERNAL_ROOT}/{os.getpid()}-{next(_external_runs)}"
+        self.folders: list[Folder] = []
+        self.external_files: dict[str, bytes] = {}
+        self.external_rows: dict[str, list[Row]] = {}
         self.steps = 0
 
     @initialize(retain_commits=st.sampled_from(RETENTIONS), shards=st.sampled_from(SHARDS),
@@ -801,7 +901,14 @@ class TableMachine(RuleBasedStateMachine):
         event(f"table: {layout}, deletes.compaction.threshold={self.delta_threshold}")
         statuses = sorted({s.status for s in self.segment_model.values()})
         event(f"segments at the end: {', '.join(statuses) or 'none'}")
+        external = sorted({s.status for s in self.segment_model.values() if s.external})
+        if external:
+            event(f"external segments at the end: {', '.join(external)}")
         self._cleanup()
+        root = memory_path(self.external_root)
+        filesystem = fsspec.filesystem("memory")
+        if filesystem.exists(root):
+            filesystem.rm(root, recursive=True)
 
     # -- tables ----------------------------------------------------------------------------------
 
@@ -833,7 +940,13 @@ class TableMachine(RuleBasedStateMachine):
         event("a new writer took over from a dead one")
 
     def _row_at(self, path: str, position: int) -> Row | None:
-        """Row ``position`` of data file ``path`` (table-relative), read with pyarrow."""
+        """Row ``position`` of data file ``path`` (table-relative), read with pyarrow; of an
+        external file (a URL), as the machine wrote it (``external_files_are_untouched`` checks
+        that it still holds those bytes)."""
+        if "://" in path:
+            rows = self.external_rows.get(memory_path(path)) if path.startswith("memory:") else None
+            assert rows is not None, f"{path} is no file the machine wrote"
+            return rows[position] if 0 <= position < len(rows) else None
         rows = self._file_rows.get(path)
         if rows is None:
             filesystem, root = self.inner.arrow_filesystem()  # type: ignore[attr-defined]
@@ -871,27 +984,15 @@ class TableMachine(RuleBasedStateMachine):
         """The write ``action`` stands for, and what it must do to the model."""
         before = self.expected
         tag = serial * 1000
+        if isinstance(action, AddSegment):
+            return self._expect_add(action, serial)
         if isinstance(action, Write):
-            rows = [(k, g, tag + v) for k, g, v in action.rows]
             refused: type[Exception] | None = None
-            if self.keyed:
-                if action.clash == "batch":
-                    rows.append((rows[0][0], *rows[-1][1:]))
-                    refused = txn.DuplicateKeyError
-                elif action.operation == "append":
-                    live = self._live()
-                    taken = set(live)
-                    fresh = []
-                    for k, g, v in rows:
-                        k = _free_key(k, taken)
-                        taken.add(k)
-                        fresh.append((k, g, v))
-                    rows = fresh
-                    if action.clash == "table" and live:
-                        keys = sorted(live)
-                        rows[0] = (keys[rows[0][2] % 1000 * len(keys) // 1000], *rows[0][1:])
-                        refused = txn.DuplicateKeyError
-                else:  # a keyed overwrite: the last row of each key
+            if action.operation == "append" or (self.keyed and action.clash == "batch"):
+                rows, refused = self._new_rows(action.rows, action.clash, tag)
+            else:
+                rows = [(k, g, tag + v) for k, g, v in action.rows]
+                if self.keyed:  # a keyed overwrite: the last row of each key
                     rows = list({k: (k, g, v) for k, g, v in rows}.values())
             self.seen_keys.update(r[0] for r in rows)
             data = _arrow(rows)
@@ -948,6 +1049,97 @@ class TableMachine(RuleBasedStateMachine):
                         added=len(matched), deleted=len(matched), segment=True, noop=not matched,
                         label=f"update(where {action.where.kind}) of {action.sets}",
                         written=_sort(changed), removes=matches)
+
+    def _new_rows(self, drawn: list[Row], clash: Literal["table", "batch"] | None,
+                  tag: int) -> tuple[list[Row], type[Exception] | None]:
+        """The rows of an append or ADD SEGMENT, tagged, and the error they must raise: keyed,
+        their keys made unique and new to the table, unless ``clash`` puts a key twice in the
+        data (``batch``) or the first row on a key of the table (``table``)."""
+        rows = [(k, g, tag + v) for k, g, v in drawn]
+        if not self.keyed:
+            return rows, None
+        if clash == "batch":
+            rows.append((rows[0][0], *rows[-1][1:]))
+            return rows, txn.DuplicateKeyError
+        live = self._live()
+        taken = set(live)
+        fresh = []
+        for k, g, v in rows:
+            k = _free_key(k, taken)
+            taken.add(k)
+            fresh.append((k, g, v))
+        if clash == "table" and live:
+            keys = sorted(live)
+            fresh[0] = (keys[fresh[0][2] % 1000 * len(keys) // 1000], *fresh[0][1:])
+            return fresh, txn.DuplicateKeyError
+        return fresh, None
+
+    # -- ADD SEGMENT -----------------------------------------------------------------------------
+
+    def _expect_add(self, action: AddSegment, serial: int) -> Expected:
+        """ADD SEGMENT of a new folder (written now), or of one added before or failed before."""
+        folder = None
+        if action.again is not None:
+            earlier = [f for f in self.folders if f.state == action.again]
+            if earlier:
+                folder = earlier[action.position * len(earlier) // 1000]
+        refused: type[Exception] | None
+        if folder is None:
+            rows, refused = self._new_rows(action.rows, action.clash, serial * 1000)
+            folder = self._write_folder(rows, serial, files=action.files, marker=action.marker)
+            label = f"add_segment of {len(folder.groups)} partition folder(s)"
+        elif folder.state == "added":
+            refused, label = txn.InvalidOptionError, "add_segment of a folder added before"
+        else:
+            live = self._live() if self.keyed else {}
+            refused = txn.DuplicateKeyError if any(r[0] in live for r in folder.rows) else None
+            label = "add_segment retried after a failure"
+        note(f"add_segment {folder.url}: {label}, partition folders "
+             f"{[(name, len(held)) for name, held in folder.groups]}")
+        self.seen_keys.update(r[0] for r in folder.rows)
+        url = folder.url
+        return Expected("add_segment", lambda t: t.add_segment(url, "parquet", partition="g:string"),
+                        _sort([*self.expected, *folder.rows]), added=len(folder.rows), deleted=0,
+                        segment=False, refused=refused, label=label, written=_sort(list(folder.rows)),
+                        folder=folder)
+
+    def _write_folder(self, rows: list[Row], serial: int, *, files: int, marker: bool) -> Folder:
+        """Write ``rows`` as a Hive-partitioned folder of Parquet files (``k``, ``v``; ``g`` in the
+        folder names), as Spark would, straight onto the in-memory filesystem (no seam)."""
+        url = f"{self.external_root}/{len(self.folders)}"
+        base = memory_path(url)
+        by_folder: dict[str, list[Row]] = {}
+        for row in rows:
+            by_folder.setdefault(hive_folder(row[1]), []).append(row)
+        written: list[tuple[str, list[Row]]] = []
+        for name, held in by_folder.items():
+            half = len(held) // 2
+            parts = [held] if files == 1 or half == 0 else [held[:half], held[half:]]
+            for n, part in enumerate(parts):
+                relative = f"{name}/part-{n:05d}-{serial}.c000.snappy.parquet"
+                data = pa.table({"k": pa.array([r[0] for r in part], pa.int64()),
+                                 "v": pa.array([r[2] for r in part], pa.int64())})
+                buffer = pa.BufferOutputStream()
+                pq.write_table(data, buffer)
+                self._put_external(f"{base}/{relative}", buffer.getvalue().to_pybytes(), part)
+                written.append((relative, part))
+        if marker:
+            self._put_external(f"{base}/_SUCCESS", b"", None)
+        # The table lists the files by path: a segment per partition folder, in that order.
+        groups: dict[str, list[Row]] = {}
+        for relative, part in sorted(written):
+            groups.setdefault(relative.partition("/")[0], []).extend(part)
+        folder = Folder(url, serial, tuple(rows),
+                        tuple((name, _sort(held)) for name, held in groups.items()),
+                        frozenset(f"{base}/{relative}" for relative, _ in written))
+        self.folders.append(folder)
+        return folder
+
+    def _put_external(self, path: str, data: bytes, rows: list[Row] | None) -> None:
+        fsspec.filesystem("memory").pipe_file(path, data)
+        self.external_files[path] = data
+        if rows is not None:
+            self.external_rows[path] = list(rows)
 
     # -- segments --------------------------------------------------------------------------------
 
@@ -1022,7 +1214,20 @@ class TableMachine(RuleBasedStateMachine):
                     if len(kept) != len(segment.live):
                         segment = dataclasses.replace(segment, live=kept)
             after[segment.id] = segment
-        if expected.segment:
+        if expected.folder is not None:
+            folder, first = expected.folder, metadata.segment
+            assert first is not None and re.fullmatch(r"\d+", first), metadata
+            # One segment per partition folder, consecutive ids in the order the table lists them.
+            ids = [str(int(first) + n) for n in range(len(folder.groups))]
+            assert not set(ids) & before.keys(), (
+                f"add_segment made segments {ids}; the table has {sorted(before)}")
+            added = {memory_path(f.path) for f in metadata.files_added}
+            assert added == folder.files, f"add_segment recorded {sorted(added)}"
+            for segment_id, (partition, held) in zip(ids, folder.groups, strict=True):
+                after[segment_id] = SegmentModel(
+                    id=segment_id, instant=instant, status=SUCCESS, rows=len(held), live=held,
+                    external=True, path=folder.url, partition=partition)
+        elif expected.segment:
             new = metadata.segment
             assert new is not None and re.fullmatch(r"\d+", new) and new not in before, (
                 f"{expected.operation} made segment {new!r}; the table has {sorted(before)}")
@@ -1162,9 +1367,12 @@ class TableMachine(RuleBasedStateMachine):
         requested = self._instants_of(calls)[:1]
         instant = requested[0].time if requested else None
 
+        folder = expected.folder
         if expected.refused is not None or expected.noop:
             self._changed_nothing(expected, outcome, fired, instant)
             self.failed_serials.add(serial)
+            if folder is not None and folder.state == "new":
+                folder.state = "refused"
             return
 
         history = {i.time: i for i in self.observer_timeline.history()}
@@ -1196,9 +1404,15 @@ class TableMachine(RuleBasedStateMachine):
             event(f"committed: {expected.label or operation}")
             if fired is not None:
                 event(f"{operation} durable despite the fault")
+            if folder is not None:
+                # A retried folder's rows carry the serial of the add that failed: now they count.
+                self.failed_serials.discard(folder.serial)
+                folder.state = "added"
         else:
             assert isinstance(outcome, Exception), f"{operation} returned {outcome!r}, not durable"
             self.failed_serials.add(serial)
+            if folder is not None:
+                folder.state = "failed"
             if requested:
                 self._failed(requested[0], found, fault, fired, calls, outcome)
         if requested:
@@ -1208,15 +1422,16 @@ class TableMachine(RuleBasedStateMachine):
 
     def _minor_choice(self, segments: dict[str, SegmentModel], busy: set[str]) -> list[str]:
         """CarbonData's MINOR selection on the model: the first ``L1`` loads or the first ``L2``
-        ``x.1`` segments (ascending ids; skipping ``x.2`` and above, MAJOR results and segments
-        a pending compaction reads), whichever list fills first."""
+        ``x.1`` segments (ascending ids; skipping external segments, ``x.2`` and above, MAJOR
+        results and segments a pending compaction reads), whichever list fills first."""
         level1, level2 = self.level_threshold
         wanted = {0: level1 if level1 >= 2 else 0, 1: level2 if level2 >= 2 else 0}
         lists: dict[int, list[str]] = {0: [], 1: []}
         for segment_id in self._live_segments(segments):
             segment = segments[segment_id]
             level = _level(segment_id)
-            if segment_id in busy or level >= 2 or segment.major or not wanted[level]:
+            if (segment_id in busy or segment.external or level >= 2 or segment.major
+                    or not wanted[level]):
                 continue
             lists[level].append(segment_id)
             if len(lists[level]) == wanted[level]:
@@ -1250,7 +1465,8 @@ class TableMachine(RuleBasedStateMachine):
                 refused = txn.CommitConflictError
             rounds = [sorted(segments, key=segment_sort_key)]
         elif kind == "major":
-            free = [i for i in self._live_segments() if i not in busy]
+            # Every live segment the table wrote itself (never an external one).
+            free = [i for i in self._live_segments() if i not in busy and not model[i].external]
             rounds = [free] if len(free) >= 2 else []
         else:
             rounds, simulated = [], model
@@ -1303,6 +1519,8 @@ class TableMachine(RuleBasedStateMachine):
             done.append((found, metadata))
             event(f"committed: {operation}" + (" merging an emptied segment" if any(
                 not before[i].live for i in sources) else ""))
+            if any(before[i].external for i in sources):
+                event(f"committed: {operation} converting external segment(s)")
         if fired is None:
             assert len(done) == len(rounds), f"{operation} did {len(done)} of rounds {rounds}"
         if len(done) > 1:
@@ -1603,7 +1821,8 @@ class TableMachine(RuleBasedStateMachine):
         elif isinstance(action, Maintain):
             self._wait(action.wait_ms)
             self._maintain(action)
-        elif isinstance(action, (Write, Upsert, DeleteKeys, DeleteWhere, Update, DeleteSegments)):
+        elif isinstance(action, (Write, AddSegment, Upsert, DeleteKeys, DeleteWhere, Update,
+                                 DeleteSegments)):
             self._revive_if_dead()
             self._wait(action.wait_ms)
             if isinstance(action, DeleteSegments):
@@ -1852,6 +2071,21 @@ class TableMachine(RuleBasedStateMachine):
         assert not early, f"instants completed at or before their own time: {early}"
 
     @invariant()
+    def external_files_are_untouched(self) -> None:
+        """Every file written into an external folder holds the bytes it was written with, and no
+        file appeared there: the table never writes, moves or deletes one (DELETE SEGMENT, CLEAN
+        FILES, compaction and deletes included)."""
+        if not self.external_files:
+            return
+        filesystem = fsspec.filesystem("memory")
+        found = set(filesystem.find(memory_path(self.external_root)))
+        changed = sorted(path for path, data in self.external_files.items()
+                         if path not in found or filesystem.cat_file(path) != data)
+        assert not changed, f"external files changed or removed: {changed}"
+        extra = sorted(found - self.external_files.keys())
+        assert not extra, f"files appeared in external folders: {extra}"
+
+    @invariant()
     def segments_equal_the_model(self) -> None:
         """SHOW SEGMENTS lists the model's segments (status, rows, merged_to, instant), newest
         id first, and the segment of each pending write as Insert In Progress."""
@@ -1871,6 +2105,13 @@ class TableMachine(RuleBasedStateMachine):
             assert got == (expected.status, expected.rows, expected.merged_to, expected.instant), (
                 f"segment {segment.id}: (status, rows, merged_to, instant) {got}, the model says "
                 f"{(expected.status, expected.rows, expected.merged_to, expected.instant)}")
+            got_source = (segment.format, segment.external, segment.path if segment.external else None,
+                          segment.partitions if segment.external else None)
+            want_source = ("parquet", expected.external, expected.path,
+                           [expected.partition] if expected.external else None)
+            assert got_source == want_source, (
+                f"segment {segment.id}: (format, external, path, partitions) {got_source}, the "
+                f"model says {want_source}")
         missing = model.keys() - set(ids)
         assert not missing, f"segments missing from SHOW SEGMENTS: {sorted(missing)}"
 

@@ -28,9 +28,9 @@ import pytest
 
 import txn
 import txn.spark
+from txn._files import footer_stats
 from txn._files._writer import column_stats
 from txn.spark import _native
-from txn._files import footer_stats
 
 from .helpers import ORDERS, data_files, frame, markers, orders, rows_by, spark_rows
 

@@ -15,6 +15,7 @@ what keeps one file from joining the table twice.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -32,7 +33,7 @@ from .._rows import check_not_null, check_unique, describe, index_keys
 from .._write import State, commit_planned, find_keys
 from ._inspect import Inspected, Inspector
 from ._listing import list_folder
-from ._request import AddRequest, check_request
+from ._request import AddRequest, check_outside, check_request
 
 log = logging.getLogger("metatxn")
 
@@ -45,11 +46,12 @@ def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", 
     request = check_request(context.uri, context.schema, context.partition_by, path, file_format,
                             partition, storage_options)
     reader = context.store.external_reader()
-    protocol = request.url.split("://", 1)[0]
-    options = request.storage_options or reader.options.get(protocol, {})
-    folders = list_folder(request.url, options, context.schema, context.partition_by)
-    if request.storage_options:  # later reads through this handle use them too
-        reader.options[protocol] = request.storage_options
+    options = request.storage_options or reader.options_for(request.url)
+    url, folders = list_folder(request.url, options, context.schema, context.partition_by)
+    request = dataclasses.replace(request, url=url)
+    check_outside(context.uri, url)
+    if request.storage_options:  # later reads of this folder through this handle use them too
+        reader.options[url] = request.storage_options
     inspected = Inspector(reader, request.format, context.record_key_columns).inspect(folders)
     load = _load(context, request, inspected)
     _refuse_taken(context, context.timeline.load(), load)

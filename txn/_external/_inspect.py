@@ -7,6 +7,8 @@ so each file is scanned once, with a progress bar on a terminal when the scan is
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +27,7 @@ from .._files import (
     FileStatus,
     OrcFooterUnreadable,
     column_stats,
+    csv_escaped_quotes,
     expected,
     file_schema,
     footer_stats,
@@ -126,6 +129,7 @@ class Inspector:
             if self.format == "parquet":
                 parquet = pq.ParquetFile(handle)
                 self._check(listed.url, parquet.schema_arrow)
+                self._check_nanoseconds(listed.url, parquet)
                 rows = parquet.metadata.num_rows
                 stats = footer_stats(parquet.metadata, self.stored)
                 if in_file:
@@ -188,6 +192,12 @@ class Inspector:
                 data = handle.read()
             if self.format == "json":
                 present |= json_keys_present(data, self.stored.names)
+            if self.format == "csv" and csv_escaped_quotes(data):
+                raise InvalidOptionError(
+                    f"add_segment: {listed.url} escapes quotes with a backslash (\\\" inside a "
+                    "quoted field, Spark's default CSV writer); expected RFC 4180 CSV, where a quote "
+                    "inside a quoted field is doubled (\"\"): write it with "
+                    "option('escape', '\"'); nothing was added")
             table = self.reader.read(listed.url, self.format, self.stored.names, data=data)
         return self._finish(partition, listed, table.num_rows, column_stats(table),
                             keys=table.select(self.key_columns) if self.key_columns and not any(
@@ -198,6 +208,7 @@ class Inspector:
     def _finish(self, partition: str, listed: ListedFile, rows: int, stats: dict[str, ColumnStats],
                 keys: pa.Table | None = None) -> Inspected:
         self._check_not_null(listed, stats)
+        stats = {name: _plain_range(stat) for name, stat in stats.items()}
         values = partition_values(listed.url, self.schema, self.partition_by)
         for name, value in values.items():
             stats[name] = ColumnStats(min=value, max=value, nulls=0 if value is not None else rows,
@@ -209,6 +220,24 @@ class Inspector:
                             stats=stats, partition_values=values, format=self.format,
                             modified_ms=listed.modified_ms)
         return Inspected(status, keys)
+
+    def _check_nanoseconds(self, url: str, parquet: pq.ParquetFile) -> None:
+        """Nanosecond timestamps stored as INT64 are not Spark's to read as a timestamp column
+        (INT96, Spark's own default, reads as nanoseconds in pyarrow and is fine)."""
+        leaves = {parquet.metadata.schema.column(i).path: i
+                  for i in range(parquet.metadata.num_columns)}
+        for field in self.stored:
+            found = parquet.schema_arrow.field(field.name).type
+            if not (pa.types.is_timestamp(found) and found.unit == "ns"
+                    and pa.types.is_timestamp(field.type) and field.type.unit != "ns"):
+                continue
+            leaf = leaves.get(field.name)
+            if leaf is not None and parquet.metadata.schema.column(leaf).physical_type == "INT64":
+                raise SchemaMismatchError(
+                    f"add_segment: column {field.name!r} of {url} holds nanosecond timestamps "
+                    f"(Parquet INT64 TIMESTAMP(NANOS)) where the table's is {field.type}; Spark "
+                    "cannot read them as such; expected microsecond (or INT96) timestamps; "
+                    "nothing was added")
 
     def _check_not_null(self, listed: ListedFile, stats: dict[str, ColumnStats]) -> None:
         """A non-nullable column must hold no null: the footer's null count says so, or (no
@@ -228,6 +257,18 @@ class Inspector:
 
     def _reading(self, url: str) -> Any:
         return _ReadingExternal(url, self.format)
+
+
+#: Python types a statistic may have (what the metadata table's records encode).
+_PLAIN = (bool, int, float, str, bytes, datetime.date, datetime.datetime, decimal.Decimal)
+
+
+def _plain_range(stat: ColumnStats) -> ColumnStats:
+    """``stat`` with its range unknown if a bound is not a plain value (a footer of an exotic
+    type): an unknown range never prunes, a value the records cannot hold fails the commit."""
+    if all(bound is None or isinstance(bound, _PLAIN) for bound in (stat.min, stat.max)):
+        return stat
+    return ColumnStats(min=None, max=None, nulls=stat.nulls, count=stat.count)
 
 
 class _ReadingExternal:

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from timeline import InvalidOptionError
 
-from .._files import modified_ms, parse_hive_value, typed_value, url_filesystem
+from .._files import canonical_url, modified_ms, parse_hive_value, typed_value, url_filesystem
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,18 @@ class PartitionFolder:
 
 
 def _hidden(relative: str) -> bool:
-    return any(part.startswith(("_", ".")) or part.endswith(".crc") for part in relative.split("/"))
+    """Spark's rule (``shouldFilterOutPathName``): names starting with ``.``, or with ``_`` unless
+    they hold ``=`` (a partition folder of a column named ``_x``), and ``._COPYING_`` files; and
+    CarbonData's: ``*.crc`` checksums."""
+    return any(part.startswith(".") or (part.startswith("_") and "=" not in part)
+               or part.endswith(("._COPYING_", ".crc")) for part in relative.split("/"))
 
 
 def list_folder(url: str, options: dict[str, Any], schema: pa.Schema,
-                partition_by: Sequence[str]) -> list[PartitionFolder]:
-    """The data files below ``url``, one group per segment to create, in folder order.
+                partition_by: Sequence[str]) -> tuple[str, list[PartitionFolder]]:
+    """The folder's canonical URL (the one its files are keyed under: the filesystem's own
+    spelling, so that one file has one key), and its data files, one group per segment to
+    create, in folder order.
 
     Raises:
         InvalidOptionError: the path does not exist or is not a folder, holds no data file, or
@@ -57,10 +63,11 @@ def list_folder(url: str, options: dict[str, Any], schema: pa.Schema,
         found = filesystem.find(root, detail=True, withdirs=False)
     except InvalidOptionError:
         raise
-    except (OSError, ValueError, ImportError) as exc:
+    except Exception as exc:  # any backend's failure to open or list: the user's path or options
         raise InvalidOptionError(f"add_segment path {url!r} cannot be listed: {type(exc).__name__}: "
-                                 f"{exc}; expected a readable folder") from None
-    prefix = url.split("://", 1)[0] + "://"
+                                 f"{exc}; expected a readable folder (and storage_options that "
+                                 "open it)") from None
+    canonical = canonical_url(url)
     groups: dict[str, list[ListedFile]] = {}
     levels = len(partition_by)
     for path, info in sorted(found.items()):
@@ -71,13 +78,12 @@ def list_folder(url: str, options: dict[str, Any], schema: pa.Schema,
         partition = folders if levels else ""
         if levels:
             _check_levels(url, relative, folders, schema, partition_by)
-        full = path if "://" in path else prefix + (path if path.startswith("/") else "/" + path)
         groups.setdefault(partition, []).append(
-            ListedFile(full, int(info.get("size") or 0), modified_ms(info)))
+            ListedFile(f"{canonical}/{relative}", int(info.get("size") or 0), modified_ms(info)))
     if not groups:
         raise InvalidOptionError(f"add_segment path {url!r} holds no data files (no partition data "
                                  "is found); expected files of the given format below it")
-    return [PartitionFolder(partition, files) for partition, files in groups.items()]
+    return canonical, [PartitionFolder(partition, files) for partition, files in groups.items()]
 
 
 def _check_levels(url: str, relative: str, folders: str, schema: pa.Schema,
@@ -93,8 +99,13 @@ def _check_levels(url: str, relative: str, folders: str, schema: pa.Schema,
             "folder that holds the partition folders")
     for folder, name in zip(names, partition_by, strict=True):
         text = folder.partition("=")[2]
+        value = parse_hive_value(text)
+        if value is None and not schema.field(name).nullable:
+            raise InvalidOptionError(
+                f"add_segment: partition folder {folder!r} below {url!r} holds null (Hive's null "
+                f"folder), but the table's column {name!r} is not nullable")
         try:
-            typed_value(parse_hive_value(text), schema.field(name).type)
+            typed_value(value, schema.field(name).type)
         except ValueError as exc:
             raise InvalidOptionError(
                 f"add_segment: partition folder {folder!r} below {url!r} does not hold a value "

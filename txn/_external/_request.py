@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from timeline import InvalidOptionError
 
-from .._files import EXTERNAL_FORMATS
+from .._files import EXTERNAL_FORMATS, canonical_url
 
 #: SQL type names of the partition option, as Spark and Hive spell them, and their Arrow types.
 _SQL_TYPES: Final[dict[str, pa.DataType]] = {
@@ -91,11 +91,7 @@ def check_request(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]
             partition columns in the form ``name:type, ...``.
     """
     url = _url(path)
-    table_url = _url(table_uri)
-    if url == table_url or url.startswith(table_url + "/"):
-        raise InvalidOptionError(
-            f"add_segment path {url!r} is inside the table at {table_uri!r}; expected a folder "
-            "of existing data outside the table (the table's own folders are its to manage)")
+    check_outside(table_uri, url)
     if not isinstance(file_format, str) or file_format.lower() not in EXTERNAL_FORMATS:
         raise InvalidOptionError(
             f"add_segment format {file_format!r} is not supported; expected one of "
@@ -106,15 +102,27 @@ def check_request(table_uri: str, schema: pa.Schema, partition_by: Sequence[str]
     return AddRequest(url, file_format.lower(), dict(storage_options or {}))
 
 
+def check_outside(table_uri: str, url: str) -> None:
+    """Refuse a folder inside the table, or one that holds it: the table's own files must not
+    become external files (read twice, and deleted by CLEAN FILES under the segment's feet)."""
+    table_url = _url(table_uri)
+    if url == table_url or url.startswith(table_url + "/") or table_url.startswith(url + "/"):
+        where = "holds" if table_url.startswith(url + "/") else "is inside"
+        raise InvalidOptionError(
+            f"add_segment path {url!r} {where} the table at {table_uri!r}; expected a folder "
+            "of existing data apart from the table (the table's own files are its to manage)")
+
+
 def _url(path: Any) -> str:
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if not isinstance(path, str) or not path.strip():
         raise InvalidOptionError(f"add_segment needs the path of the folder to add; got {path!r}")
-    path = path.strip()
-    if "://" not in path:
-        path = "file://" + os.path.abspath(os.path.expanduser(path))
-    return str(path.rstrip("/")) if not path.endswith("://") else str(path)
+    try:
+        return canonical_url(path.strip())
+    except (ValueError, ImportError) as exc:  # an unknown protocol, or its library missing
+        raise InvalidOptionError(f"add_segment path {path!r} names no filesystem fsspec can open: "
+                                 f"{exc}") from None
 
 
 def check_partition_option(schema: pa.Schema, partition_by: Sequence[str], partition: Any,

@@ -92,6 +92,8 @@ def reading_file(path: str, expected: str) -> Iterator[None]:
         raise
     except FileNotFoundError:
         raise ObjectNotFoundError(path) from None
+    except PermissionError as exc:  # refused, not damaged: the file may be fine
+        raise storage_error(path, exc) from exc
     except OSError as exc:
         if exc.errno is not None:
             raise storage_error(path, exc) from exc

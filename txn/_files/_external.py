@@ -20,7 +20,9 @@ the URL has the table's protocol and those given to ``add_segment`` in this proc
 
 from __future__ import annotations
 
+import csv
 import io
+import os
 import posixpath
 import re
 import threading
@@ -47,6 +49,20 @@ EXTERNAL_FORMATS: Final = ("parquet", "orc", "csv", "json")
 
 _FILESYSTEMS: dict[tuple[str, str], Any] = {}
 _FILESYSTEMS_LOCK = threading.Lock()
+
+
+def canonical_url(url: str) -> str:
+    """One spelling per location: the filesystem's own protocol name and path (``local://`` and
+    ``file:/x`` are ``file:///x``, ``memory://a`` is ``memory:///a``), symbolic links resolved for
+    local files, no trailing slash. Files are keyed by it, so one file has one key."""
+    protocol = url.split("://", 1)[0] if "://" in url else "file"
+    cls = fsspec.get_filesystem_class(protocol)
+    path = cls._strip_protocol(url)
+    name = cls.protocol if isinstance(cls.protocol, str) else cls.protocol[0]
+    if name == "file":
+        path = os.path.realpath(os.path.expanduser(path))
+    path = path.rstrip("/") or "/"
+    return f"{name}://{path}"
 
 
 def is_external(path: str) -> bool:
@@ -126,11 +142,21 @@ class ExternalReader:
                  options: dict[str, dict[str, Any]] | None = None) -> None:
         self.schema = schema
         self.partition_by = list(partition_by)
-        #: protocol -> storage options (the table's own, and those given to add_segment).
+        #: URL prefix -> storage options: the table's own for its protocol (``s3://``), and those
+        #: given to add_segment for the folder it added. The longest matching prefix wins.
         self.options: dict[str, dict[str, Any]] = dict(options or {})
 
+    def options_for(self, url: str) -> dict[str, Any]:
+        """The storage options to open ``url`` with (the longest prefix of it that has some)."""
+        matches = [prefix for prefix in self.options if url == prefix or url.startswith(
+            prefix if prefix.endswith("/") else prefix + "/")]
+        return self.options[max(matches, key=len)] if matches else {}
+
+    def filesystem(self, url: str) -> tuple[Any, str]:
+        return url_filesystem(url, self.options_for(url))
+
     def open(self, url: str) -> Any:
-        filesystem, path = url_filesystem(url, self.options.get(url.split("://", 1)[0]))
+        filesystem, path = self.filesystem(url)
         return filesystem.open(path, "rb")
 
     def read(self, url: str, file_format: str, columns: Sequence[str] | None = None, *,
@@ -166,7 +192,7 @@ class ExternalReader:
                     "where the table's column is not nullable")
         # Cast to nullable fields first: the check above named the column a non-nullable cast
         # would only have refused.
-        table = table.select(wanted).cast(pa.schema([f.with_nullable(True) for f in fields]))
+        table = _to_types(table.select(wanted), pa.schema([f.with_nullable(True) for f in fields]))
         return table.cast(pa.schema(fields))
 
     def scan(self, url: str, file_format: str, *, filter: ds.Expression | None,
@@ -175,7 +201,13 @@ class ExternalReader:
         table = self.read(url, file_format, None if filter is not None else columns)
         keep = np.ones(table.num_rows, dtype=bool)
         if deleted is not None and len(deleted):
-            keep[deleted[deleted < table.num_rows]] = False
+            if int(deleted.max()) >= table.num_rows:
+                # Deletes name rows the file no longer has: it changed since it was added, and
+                # applying the rest would delete other rows.
+                raise CorruptMetadataError(
+                    url, f"the external file as it was added (row {int(deleted.max())} is deleted)",
+                    f"{table.num_rows} rows: it changed outside the table")
+            keep[deleted] = False
         if filter is not None:
             match = ds.dataset(table).to_table(columns={"match": filter})["match"]
             keep &= np.asarray(pc.fill_null(match, False).to_numpy(zero_copy_only=False), dtype=bool)
@@ -183,6 +215,16 @@ class ExternalReader:
         if not columns:
             return pa.table({"rows": pa.nulls(len(positions))}).drop_columns(["rows"]), positions
         return table.select(list(columns)).filter(pa.array(keep)), positions
+
+
+def _to_types(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` cast to ``schema``; timestamps of a finer unit are truncated, as Spark reads
+    them (Spark's INT96 and ORC timestamps are nanoseconds to pyarrow, microseconds to Spark)."""
+    columns = []
+    for field, column in zip(schema, table.columns, strict=True):
+        safe = not (pa.types.is_timestamp(field.type) and pa.types.is_timestamp(column.type))
+        columns.append(pc.cast(column, field.type, safe=safe))
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def read_format(handle: Any, file_format: str, stored: pa.Schema, columns: Sequence[str]) -> pa.Table:
@@ -228,16 +270,37 @@ def json_keys_present(data: bytes, names: Sequence[str]) -> set[str]:
     return {name for name in names if re.search(rb'"' + re.escape(name.encode()) + rb'"\s*:', data)}
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def csv_escaped_quotes(data: bytes) -> bool:
+    """Whether a CSV file escapes quotes with a backslash (``"a\\"b"``, Spark's default writer)
+    rather than doubling them (RFC 4180, what pyarrow reads): a backslash-quote that does not end
+    a field cannot be RFC 4180."""
+    return re.search(rb'\\"(?![,\r\n]|$)', data) is not None
+
+
 #: How a CSV file's first line reads: the table's columns in order, other column names, or data.
 CSV_EXACT_HEADER, CSV_OTHER_HEADER, CSV_NO_HEADER = "exact", "other", "none"
+
+
+def _first_line(data: bytes) -> list[str]:
+    """The fields of a CSV file's first line (a byte-order mark dropped; quoted commas kept)."""
+    first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace").removeprefix("\ufeff")
+    return next(csv.reader([first]), [])
+
+
+def _header_names(data: bytes, stored: pa.Schema) -> list[str]:
+    """The first line's fields as table column names where they name one, whatever their case."""
+    lower = {name.lower(): name for name in stored.names}
+    return [lower.get(name.strip().lower(), name.strip()) for name in _first_line(data)]
 
 
 def csv_header(data: bytes, stored: pa.Schema) -> str:
     """Whether a CSV file's first line is a header (Spark writes one only when asked): one that
     names the table's columns in order, one that names some of them among others (read by name),
-    or no header (data, read by position)."""
-    first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
-    names = [name.strip().strip('"') for name in first.split(",")]
+    or no header (data, read by position). Names match whatever their case, as Spark's do."""
+    names = _header_names(data, stored)
     if names == list(stored.names):
         return CSV_EXACT_HEADER
     return CSV_OTHER_HEADER if set(names) & set(stored.names) else CSV_NO_HEADER
@@ -246,27 +309,31 @@ def csv_header(data: bytes, stored: pa.Schema) -> str:
 def _read_csv(data: bytes, stored: pa.Schema, wanted: pa.Schema) -> pa.Table:
     if not data.strip():
         return wanted.empty_table()
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
     header = csv_header(data, stored)
     if header == CSV_OTHER_HEADER:
-        first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
-        present = {name.strip().strip('"') for name in first.split(",")}
-        missing = [name for name in stored.names if name not in present]
+        names = _header_names(data, stored)
+        missing = [name for name in stored.names if name not in names]
         if missing:
             raise SchemaMismatchError(f"column(s) {missing} of the table are missing from the CSV "
-                                      f"header {first!r}")
-        read_options = pcsv.ReadOptions(use_threads=False)
+                                      f"header {_first_line(data)}")
+        read_options = pcsv.ReadOptions(column_names=names, skip_rows=1, use_threads=False)
     else:
-        fields = data.split(b"\n", 1)[0].count(b",") + 1
+        fields = len(_first_line(data))
         if header == CSV_NO_HEADER and fields != len(stored):
             raise SchemaMismatchError(
                 f"the first line holds {fields} fields and no header; expected the table's "
                 f"{len(stored)} columns {stored.names} in order (or a header line naming them)")
         read_options = pcsv.ReadOptions(column_names=stored.names, use_threads=False,
                                         skip_rows=1 if header == CSV_EXACT_HEADER else 0)
-    # Spark writes a null as an empty field and an empty string as "": read them back so.
+    # Only an empty field is null (Spark's rule; "NA" or "null" are text), and "" is an empty
+    # string, as Spark writes them.
     convert = pcsv.ConvertOptions(column_types={f.name: f.type for f in stored},
                                   include_columns=wanted.names, strings_can_be_null=True,
-                                  quoted_strings_can_be_null=False)
+                                  quoted_strings_can_be_null=False, null_values=[""],
+                                  true_values=["true", "True", "TRUE"],
+                                  false_values=["false", "False", "FALSE"])
     try:
         return pcsv.read_csv(io.BytesIO(data), read_options=read_options, convert_options=convert)
     except pa.ArrowInvalid as exc:
@@ -276,7 +343,8 @@ def _read_csv(data: bytes, stored: pa.Schema, wanted: pa.Schema) -> pa.Table:
                 pcsv.read_csv(io.BytesIO(data), read_options=read_options,
                               convert_options=pcsv.ConvertOptions(
                                   column_types={field.name: field.type}, include_columns=[field.name],
-                                  strings_can_be_null=True, quoted_strings_can_be_null=False))
+                                  strings_can_be_null=True, quoted_strings_can_be_null=False,
+                                  null_values=[""]))
             except pa.ArrowInvalid:
                 raise SchemaMismatchError(f"column {field.name!r} ({field.type}) does not parse: "
                                           f"{exc}") from None
@@ -286,4 +354,4 @@ def _read_csv(data: bytes, stored: pa.Schema, wanted: pa.Schema) -> pa.Table:
 def external_options(table_uri: str, storage_options: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     """The storage options external files start with: the table's own, for its protocol."""
     protocol = table_uri.split("://", 1)[0] if "://" in table_uri else "file"
-    return {protocol: dict(storage_options)} if storage_options else {}
+    return {f"{protocol}://": dict(storage_options)} if storage_options else {}

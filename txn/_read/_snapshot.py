@@ -51,8 +51,8 @@ from ._prune import prune
 def _converter(data_type: pa.DataType) -> Callable[[str], object]:
     if pa.types.is_integer(data_type):
         return int
-    if pa.types.is_boolean(data_type):
-        return lambda raw: raw == "true"
+    if pa.types.is_boolean(data_type):  # as Arrow casts it (external folders: flag=True, flag=1)
+        return lambda raw: raw.lower() in ("true", "1")
     if pa.types.is_date(data_type):
         return date.fromisoformat
     return lambda raw: raw

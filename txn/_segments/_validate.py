@@ -50,7 +50,6 @@ from .._files import (
     read_marker,
     read_positions,
     scan_file,
-    url_filesystem,
 )
 from .._rows import describe, index_keys, repeated
 
@@ -335,13 +334,12 @@ def _check_external(context: TableContext, row: dict[str, Any]) -> list[Problem]
     if row["deleted"]:
         return []
     try:
-        filesystem, inner = url_filesystem(path, context.store.external_reader().options.get(
-            path.split("://", 1)[0]))
+        filesystem, inner = context.store.external_reader().filesystem(path)
         info = filesystem.info(inner)
     except FileNotFoundError:
         return [Problem("missing external file", path, "an external segment's file, added in "
                         "place, is gone from its folder")]
-    except (OSError, ValueError, ImportError) as exc:
+    except Exception as exc:  # any backend's failure: the file cannot be checked
         return [Problem("unreadable file", path, f"{type(exc).__name__}: {exc}")]
     size = int(info.get("size") or 0)
     modified = modified_ms(info)

@@ -2,17 +2,18 @@
 pruned files, unioned with the table's own Parquet scan.
 
 CarbonData's design for mixed-format tables: each format is read by Spark's own file format
-(``spark.read.parquet/orc/csv/json`` on an explicit file list), so column pruning, filter
+(``spark.read.parquet/orc/json`` on an explicit file list), so column pruning, filter
 pushdown and vectorised Parquet and ORC decoding stay. A partitioned table's files are read with
 ``basePath`` at the folder that was added, so Spark takes the partition columns from the folder
 names with the table's types; an unpartitioned table's with ``recursiveFileLookup``, so Spark
 infers no partition column from folder names that happen to look like one.
 
-An external file with deleted rows is not given to Spark's scan: CSV and JSON scans have no row
-index, and positions must mean what metatxn's own reader counted. Those files (few: a delete
-touches the files of the rows it deletes) are read on the executors by metatxn's external reader,
-which drops the deleted positions, through ``mapInArrow``; so are CSV files whose header names
-the columns in another order or with others (Spark's CSV scan reads columns by position).
+An external file with deleted rows is not given to Spark's scan: JSON scans have no row index,
+and positions must mean what metatxn's own reader counted. Those files (few: a delete touches
+the files of the rows it deletes) are read on the executors by metatxn's external reader, which
+drops the deleted positions, through ``mapInArrow``; so are CSV files (Spark's CSV dialect is not
+pyarrow's: one reader makes the values, the statistics and the keys agree) and files below a
+partition folder whose name holds an escape (Spark decodes ``%C3%BC`` byte by byte).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .._files import CSV_EXACT_HEADER, CSV_OTHER_HEADER, ExternalReader, csv_header, file_schema
+from .._files import ExternalReader
 
-#: Bytes of a CSV file's start read to decide whether its first line is a header.
-_HEAD_BYTES = 64 * 1024
+#: Formats whose files Spark scans itself. CSV is read by metatxn's reader: Spark's CSV dialect
+#: (backslash escapes, its own null and header rules) would read other values than those the
+#: statistics and the record index were made from, and a CSV scan has nothing vectorised to lose.
+_SPARK_SCANS = frozenset({"parquet", "orc", "json"})
 
 
 def _folder_of(location: str, levels: int) -> str:
@@ -38,15 +41,17 @@ def _folder_of(location: str, levels: int) -> str:
     return folder
 
 
+def _spark_location(location: str) -> str:
+    """Spark's spelling of a location: ``file:///x`` is ``file:/x`` to Hadoop."""
+    return "file:" + location.removeprefix("file://") if location.startswith("file://") else location
+
+
 def _spark_path(location: str) -> str:
-    """Spark's spelling of a location (``file:///x`` is ``file:/x`` to Hadoop), glob-escaped:
-    Spark reads file paths as glob patterns."""
-    if location.startswith("file://"):
-        location = "file:" + location.removeprefix("file://")
-    return "".join("\\" + c if c in "[]{}*?\\" else c for c in location)
+    """A file's location for Spark's scan, glob-escaped: Spark reads file paths as patterns."""
+    return "".join("\\" + c if c in "[]{}*?\\" else c for c in _spark_location(location))
 
 
-def _read_deleted(reader_state: tuple[bytes, list[str], dict[str, dict[str, Any]]], target: bytes,
+def _read_by_metatxn(reader_state: tuple[bytes, list[str], dict[str, dict[str, Any]]], target: bytes,
                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Executor side: each input row names an external file, its format and deleted positions;
     yield its live rows as the table's columns in Spark's types."""
@@ -71,40 +76,38 @@ def external_frames(spark: Any, spark_schema: Any, reader: ExternalReader,
 
     names = reader.schema.names
     levels = len(reader.partition_by)
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    deleted: list[tuple[str, str, list[int]]] = []
+    groups: dict[tuple[str, str], list[str]] = {}
+    by_reader: list[tuple[str, str, list[int]]] = []
     for location, file_format, positions in files:
-        if len(positions):
-            deleted.append((location, file_format, [int(p) for p in positions]))
-            continue
-        header = _csv_header(reader, location) if file_format == "csv" else ""
-        if header == CSV_OTHER_HEADER:  # columns by name: Spark's CSV scan reads by position
-            deleted.append((location, file_format, []))
+        if len(positions) or file_format not in _SPARK_SCANS or (levels and _escaped(location, levels)):
+            by_reader.append((location, file_format, [int(p) for p in positions]))
             continue
         base = _folder_of(location, levels) if levels else ""
-        groups.setdefault((file_format, base, header), []).append(location)
+        groups.setdefault((file_format, base), []).append(location)
     frames = []
-    for (file_format, base, header), locations in sorted(groups.items()):
+    for (file_format, base), locations in sorted(groups.items()):
         scan = spark.read.schema(spark_schema).format(file_format)
-        scan = scan.option("basePath", _spark_path(base)) if levels else \
+        # basePath is a path, not a pattern: unlike the files, it is not glob-escaped.
+        scan = scan.option("basePath", _spark_location(base)) if levels else \
             scan.option("recursiveFileLookup", "true")
-        if file_format == "csv":
-            scan = scan.option("header", str(header == CSV_EXACT_HEADER).lower())
         frames.append(scan.load([_spark_path(location) for location in locations]).select(*names))
-    if deleted:
+    if by_reader:
         target = to_arrow_schema(spark_schema, timezone="UTC")
         listing = spark.createDataFrame(
-            deleted, "location string, format string, positions array<bigint>").repartition(
-                min(len(deleted), spark.sparkContext.defaultParallelism))
+            by_reader, "location string, format string, positions array<bigint>").repartition(
+                min(len(by_reader), spark.sparkContext.defaultParallelism))
         state = (reader.schema.serialize().to_pybytes(), list(reader.partition_by),
                  dict(reader.options))
         frames.append(listing.mapInArrow(
-            lambda batches: _read_deleted(state, target.serialize().to_pybytes(), batches),
+            lambda batches: _read_by_metatxn(state, target.serialize().to_pybytes(), batches),
             spark_schema))
     return frames
 
 
-def _csv_header(reader: ExternalReader, location: str) -> str:
-    with reader.open(location) as handle:
-        head = handle.read(_HEAD_BYTES)
-    return csv_header(head, file_schema(reader.schema, reader.partition_by))
+def _escaped(location: str, levels: int) -> bool:
+    """Whether a partition folder name of ``location`` holds an escape (``%C3%BC``): Spark decodes
+    escapes byte by byte, so it would read another value than metatxn recorded."""
+    folders = posixpath.dirname(location).split("/")[-levels:]
+    return any("%" in folder for folder in folders)
+
+

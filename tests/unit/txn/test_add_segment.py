@@ -986,3 +986,108 @@ def test_concurrent_adds_one_wins(tmp_path: Path, case: str) -> None:
     ids = t.to_arrow()["id"].to_pylist()
     assert len(ids) == len(set(ids)) == won[0].rows_added
     assert t.validate().ok
+
+
+# -- regressions found in review --------------------------------------------------------------------
+
+def test_refused_folder_that_holds_the_table(tmp_path: Path) -> None:
+    """A folder holding the table would register the table's own files as external ones (rows
+    read twice, and deleted by CLEAN FILES under the external segment)."""
+    t = txn.create_table(str(tmp_path / "t"), FLAT)
+    t.append(flat_rows([1, 2]))
+    write_file(tmp_path / "ext" / "p.parquet", flat_rows([10]), "parquet")
+    message = refused(t, txn.InvalidOptionError, tmp_path, "parquet")
+    assert "holds the table" in message
+
+
+def test_refused_same_files_under_another_spelling(tmp_path: Path) -> None:
+    """One file, one key: a symbolic link or a protocol alias names the same files."""
+    t = txn.create_table(str(tmp_path / "t"), FLAT)
+    write_file(tmp_path / "ext" / "p.parquet", flat_rows([1]), "parquet")
+    t.add_segment(str(tmp_path / "ext"), "parquet")
+    (tmp_path / "link").symlink_to(tmp_path / "ext")
+    refused(t, txn.InvalidOptionError, str(tmp_path / "link"), "parquet")
+    refused(t, txn.InvalidOptionError, f"local://{tmp_path / 'ext'}", "parquet")
+    assert t.to_arrow()["id"].to_pylist() == [1]
+
+
+def test_csv_dialect_is_rfc_4180(tmp_path: Path) -> None:
+    """Only an empty field is null ("NA" and "null" are text, as Spark reads them); a header
+    matches whatever its case and despite a byte-order mark; quoted commas stay in their field;
+    backslash-escaped quotes (Spark's default writer) are refused, not misread."""
+    t = txn.create_table(str(tmp_path / "t"), FLAT)
+    write_bytes(tmp_path / "a" / "p.csv", b'\xef\xbb\xbfID,Name,Score\n1,NA,1.5\n2,null,\n3,"x,y",2\n')
+    t.add_segment(str(tmp_path / "a"), "csv")
+    got = sort_rows(t.to_arrow()).to_pylist()
+    assert got == [{"id": 1, "name": "NA", "score": 1.5}, {"id": 2, "name": "null", "score": None},
+                   {"id": 3, "name": "x,y", "score": 2.0}]
+    write_bytes(tmp_path / "b" / "p.csv", b'4,"a\\"b",1\n')
+    message = refused(t, txn.InvalidOptionError, str(tmp_path / "b"), "csv")
+    assert "backslash" in message and "p.csv" in message
+    write_bytes(tmp_path / "c" / "p.csv", b'5,"a,b",1\n')  # no header, a quoted comma
+    t.add_segment(str(tmp_path / "c"), "csv")
+    assert sort_rows(t.to_arrow())["name"].to_pylist()[-1] == "a,b"
+
+
+def test_nanosecond_timestamps(tmp_path: Path) -> None:
+    """INT64 nanosecond timestamps are refused (Spark cannot read them as the table's); Spark's
+    own INT96 (nanoseconds to pyarrow) is read, truncated to the table's unit as Spark does."""
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC"))])
+    t = txn.create_table(str(tmp_path / "t"), schema)
+    data = pa.table({"id": [1], "ts": pa.array([1_700_000_000_123_456_789], pa.timestamp("ns", tz="UTC"))})
+    (tmp_path / "ns").mkdir()
+    pq.write_table(data, tmp_path / "ns" / "p.parquet", coerce_timestamps=None)
+    message = refused(t, txn.SchemaMismatchError, str(tmp_path / "ns"), "parquet")
+    assert "'ts'" in message and "nanosecond" in message
+    (tmp_path / "int96").mkdir()
+    pq.write_table(data, tmp_path / "int96" / "p.parquet", use_deprecated_int96_timestamps=True)
+    t.add_segment(str(tmp_path / "int96"), "parquet")
+    assert t.to_arrow()["ts"].to_pylist()[0].microsecond == 123456
+
+
+def test_refused_null_partition_folder_of_a_non_nullable_column(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), pa.field("day", pa.int32(), nullable=False)])
+    t = txn.create_table(str(tmp_path / "t"), schema, partition_by=["day"])
+    write_file(tmp_path / "ext" / "day=__HIVE_DEFAULT_PARTITION__" / "p.parquet",
+               pa.table({"id": [1]}), "parquet")
+    message = refused(t, txn.InvalidOptionError, str(tmp_path / "ext"), "parquet",
+                      partition="day:int")
+    assert "not nullable" in message and "'day'" in message
+
+
+def test_storage_options_belong_to_the_folder_they_opened() -> None:
+    """Two folders on one protocol keep their own options; the table's apply elsewhere."""
+    from txn._files import ExternalReader
+
+    reader = ExternalReader(FLAT, [], {"s3://": {"key": "table"}})
+    reader.options["s3://a/data"] = {"key": "a"}
+    reader.options["s3://b/data"] = {"key": "b"}
+    assert reader.options_for("s3://a/data/p.parquet") == {"key": "a"}
+    assert reader.options_for("s3://b/data/x/p.parquet") == {"key": "b"}
+    assert reader.options_for("s3://a/database/p.parquet") == {"key": "table"}
+    assert reader.options_for("memory:///x") == {}
+
+
+def test_bad_storage_options_are_an_invalid_option(tmp_path: Path) -> None:
+    """Whatever a filesystem library raises for options it refuses is the user's input."""
+    pytest.importorskip("s3fs")
+    t = txn.create_table(str(tmp_path / "t"), FLAT)
+    message = refused(t, txn.InvalidOptionError, "s3://no-such-bucket/ext", "parquet",
+                      storage_options={"no_such_option": 1})
+    assert "storage_options" in message
+
+
+def test_a_changed_external_file_with_deletes_is_not_misread(tmp_path: Path) -> None:
+    """Deleted positions past the end of a file that shrank outside the table: the read fails
+    naming the file, rather than deleting other rows."""
+    t = txn.create_table(str(tmp_path / "t"), FLAT)
+    path = tmp_path / "ext" / "p.parquet"
+    write_file(path, flat_rows(range(5)), "parquet")
+    t.add_segment(str(tmp_path / "ext"), "parquet")
+    t.delete(pc.field("id") == 4)
+    write_file(path, flat_rows(range(3)), "parquet")
+    with pytest.raises(txn.CorruptMetadataError, match=r"p\.parquet"):
+        t.to_arrow()
+    assert any(p.kind == "changed external file" for p in t.validate().problems)
