@@ -1,9 +1,9 @@
 """External segments in Spark: one Spark scan per format (and folder) over exactly the snapshot's
 pruned files, unioned with the table's own Parquet scan.
 
-CarbonData's design for mixed-format tables: each format is read by Spark's own file format
-(``spark.read.parquet/orc/json`` on an explicit file list), so column pruning, filter
-pushdown and vectorised Parquet and ORC decoding stay. A partitioned table's files are read with
+CarbonData's design for mixed-format tables: each columnar format is read by Spark's own file
+format (``spark.read.parquet/orc`` on an explicit file list), so column pruning, filter
+pushdown and vectorised decoding stay. A partitioned table's files are read with
 ``basePath`` at the folder that was added, so Spark takes the partition columns from the folder
 names with the table's types; an unpartitioned table's with ``recursiveFileLookup``, so Spark
 infers no partition column from folder names that happen to look like one.
@@ -11,9 +11,10 @@ infers no partition column from folder names that happen to look like one.
 An external file with deleted rows is not given to Spark's scan: JSON scans have no row index,
 and positions must mean what metatxn's own reader counted. Those files (few: a delete touches
 the files of the rows it deletes) are read on the executors by metatxn's external reader, which
-drops the deleted positions, through ``mapInArrow``; so are CSV files (Spark's CSV dialect is not
-pyarrow's: one reader makes the values, the statistics and the keys agree) and files below a
-partition folder whose name holds an escape (Spark decodes ``%C3%BC`` byte by byte).
+drops the deleted positions, through ``mapInArrow``; so are CSV and JSON files (Spark's text
+dialects are not pyarrow's: one reader makes the values, the statistics and the keys agree) and
+files below a partition folder whose name holds an escape (Spark decodes ``%C3%BC`` byte by
+byte).
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ import pyarrow as pa
 
 from .._files import ExternalReader
 
-#: Formats whose files Spark scans itself. CSV is read by metatxn's reader: Spark's CSV dialect
-#: (backslash escapes, its own null and header rules) would read other values than those the
-#: statistics and the record index were made from, and a CSV scan has nothing vectorised to lose.
-_SPARK_SCANS = frozenset({"parquet", "orc", "json"})
+#: Formats whose files Spark scans itself. CSV and JSON are read by metatxn's reader: Spark's
+#: text dialects (CSV escapes, null and header rules; JSON timestamp and number parsing) could
+#: read other values than those the statistics and the record index were made from, and a text
+#: scan has nothing vectorised to lose.
+_SPARK_SCANS = frozenset({"parquet", "orc"})
 
 
 def _folder_of(location: str, levels: int) -> str:
@@ -51,8 +53,8 @@ def _spark_path(location: str) -> str:
     return "".join("\\" + c if c in "[]{}*?\\" else c for c in _spark_location(location))
 
 
-def _read_by_metatxn(reader_state: tuple[bytes, list[str], dict[str, dict[str, Any]]], target: bytes,
-                  batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _read_by_metatxn(reader_state: tuple[bytes, list[str], dict[str, dict[str, Any]]],
+                     target: bytes, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Executor side: each input row names an external file, its format and deleted positions;
     yield its live rows as the table's columns in Spark's types."""
     schema_bytes, partition_by, options = reader_state
