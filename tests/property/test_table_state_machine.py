@@ -30,7 +30,7 @@ The table is keyed (``record_key="k"``) in one pair of variants and unkeyed in t
   keys, or on purpose a key already in the table or twice in the folder: DuplicateKeyError,
   nothing written, no instant) are written with pyarrow, not through the storage seam, as Parquet
   into a fresh folder outside the table on the in-memory filesystem
-  (``memory://external/<run>/<n>``), Hive style as Spark lays it out: ``g=<value>/`` folders
+  (``memory:///external/<run>/<n>``), Hive style as Spark lays it out: ``g=<value>/`` folders
   (``g=x%2Fy``, ``g=__HIVE_DEFAULT_PARTITION__`` for null) of one or two files holding ``k`` and
   ``v`` only, sometimes beside a ``_SUCCESS`` file (not data). An acknowledged add is one commit
   of one ``Success`` segment per partition folder, consecutive ids in folder order, ``external``,
@@ -642,7 +642,7 @@ class SegmentModel:
 class Folder:
     """A folder of Parquet files the machine wrote outside the table for an AddSegment."""
 
-    #: As given to add_segment (``memory://external/<run>/<n>``).
+    #: As given to add_segment (``memory:///external/<run>/<n>``).
     url: str
     #: The write that tagged its rows (``v``).
     serial: int
@@ -708,7 +708,7 @@ def _arrow(rows: list[Row]) -> pa.Table:
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 #: Where the external folders of every run live, on fsspec's in-memory filesystem: outside every
 #: table (also those on local disk), written and checked without the storage seam.
-EXTERNAL_ROOT = "memory://external"
+EXTERNAL_ROOT = "memory:///external"
 _external_runs = itertools.count()
 
 
