@@ -66,16 +66,21 @@ def test_the_demo_loads_reads_time_travels_and_validates(
     table = run(str(tmp_path), rows_per_load=2_000, spark=spark)
     out = capsys.readouterr().out
     assert spark.sparkContext._jsc is not None, "a session passed in is left running"
-    # four loads compacted into 0.1 (CarbonData's walk-through), the upsert's segment; the
-    # delete writes delete deltas, no segment; the clean moves the compacted segments' files
-    assert [(s.id, s.status, s.merged_to) for s in table.segments()] == [
+    # four loads compacted into 0.1 (CarbonData's walk-through), the upsert's segment, the
+    # added folder's three partition folders; the delete writes delete deltas, no segment; the
+    # clean moves the compacted segments' files
+    external = [(s.id, s.format, s.external) for s in table.segments() if s.external]
+    assert external == [("7", "parquet", True), ("6", "parquet", True), ("5", "parquet", True)]
+    assert [(s.id, s.status, s.merged_to) for s in table.segments() if not s.external] == [
         ("4", "Success", None), ("3", "Compacted", "0.1"), ("2", "Compacted", "0.1"),
         ("1", "Compacted", "0.1"), ("0.1", "Success", None), ("0", "Compacted", "0.1")]
-    assert [i.action for i in table.timeline()] == ["commit"] * 4 + ["compaction"] + ["commit"] * 2 + [
+    assert [i.action for i in table.timeline()] == ["commit"] * 4 + ["compaction"] + ["commit"] * 3 + [
         "clean"]
-    for step in ("== load", "== compact MINOR", "== upsert", "== delete", "== selective read",
-                 "== time travel", "== CLEAN FILES", "== SHOW SEGMENTS", "== timeline", "== validate"):
+    for step in ("== load", "== compact MINOR", "== upsert", "== delete", "== ADD SEGMENT",
+                 "== selective read", "== time travel", "== CLEAN FILES", "== SHOW SEGMENTS",
+                 "== timeline", "== validate"):
         assert step in out
+    assert "untouched by CLEAN FILES" in out
     assert "segments 0, 1, 2, 3 -> segment 0.1" in out
     assert "SnapshotExpiredError" in out and "oldest reachable" in out, "clean expired the last load"
     assert not table.clean().files, "nothing else to clean"

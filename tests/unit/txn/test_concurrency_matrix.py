@@ -1075,13 +1075,13 @@ def test_compaction_x_clean(monkeypatch: pytest.MonkeyPatch, memory_uri: str, fi
             run = Race(a, lambda: b.clean(force=True))
             merged_rows = _compact._merged_rows
 
-            def clean_then_read(context: Any, state: Any, files: list[str]) -> Any:
+            def clean_then_read(context: Any, state: Any, files: list[str], formats: Any) -> Any:
                 # A generator: this runs in A's write phase, before A reads a source row.
                 run.a_instant = next(i.time for i in a.timeline() if i.is_pending)
                 run.a_states_seen_by_b = [
                     i.state for i in a.timeline() if i.time == run.a_instant]
                 run.b_result = run.b()
-                yield from merged_rows(context, state, files)
+                yield from merged_rows(context, state, files, formats)
 
             monkeypatch.setattr(_compact, "_merged_rows", clean_then_read)
         else:
