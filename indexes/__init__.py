@@ -14,6 +14,7 @@ from ._layout import (
     PARTITIONS,
     RECORD_INDEX,
     SEGMENTS,
+    STREAMS,
     shard_folder,
 )
 from ._metadata_table import (
@@ -51,12 +52,16 @@ from ._segments import (
     merge_segment,
     segment_sort_key,
 )
+from ._streams import ACTIVE, APP, DROPPED, STREAM, STREAMS_SCHEMA, StreamKey, StreamRecord
 
 __all__ = [
+    "ACTIVE",
+    "APP",
     "COLUMN_STATS",
     "COMPACTED",
     "DELETES",
     "DELETES_SCHEMA",
+    "DROPPED",
     "FILES",
     "FILES_SCHEMA",
     "INSERT_IN_PROGRESS",
@@ -68,8 +73,11 @@ __all__ = [
     "SEGMENTS",
     "SEGMENTS_SCHEMA",
     "STATUS_RANK",
+    "STREAM",
     "STREAMING",
     "STREAMING_FINISH",
+    "STREAMS",
+    "STREAMS_SCHEMA",
     "SUCCESS",
     "MetadataChanges",
     "MetadataOptions",
@@ -78,6 +86,8 @@ __all__ = [
     "RecordIndex",
     "SegmentEntry",
     "SnapshotExpiredError",
+    "StreamKey",
+    "StreamRecord",
     "column_stats_schema",
     "extend_two_phase",
     "index_schema",

@@ -25,8 +25,9 @@ FILES = "files"
 COLUMN_STATS = "column_stats"
 SEGMENTS = "segments"
 DELETES = "deletes"
+STREAMS = "streams"
 RECORD_INDEX = "record_index"
-PARTITIONS = (FILES, COLUMN_STATS, SEGMENTS, DELETES)
+PARTITIONS = (FILES, COLUMN_STATS, SEGMENTS, DELETES, STREAMS)
 
 _LOG = re.compile(r"^(?P<time>\d{17})\.log\.arrow$", re.ASCII)
 _BASE = re.compile(r"^(?P<compaction>\d{17})_(?P<horizon>\d{17})\.base\.(?:parquet|arrow)$", re.ASCII)

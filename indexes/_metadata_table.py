@@ -64,6 +64,7 @@ from ._layout import (
     FILES,
     METADATA_FOLDER,
     SEGMENTS,
+    STREAMS,
     BaseFile,
     LogBlock,
     base_path,
@@ -88,6 +89,14 @@ from ._segments import (
     merge_segment_tables,
     merge_segments,
     segments_to_arrow,
+)
+from ._streams import (
+    STREAMS_SCHEMA,
+    StreamKey,
+    StreamRecord,
+    merge_stream_tables,
+    merge_streams,
+    streams_to_arrow,
 )
 
 log = logging.getLogger("metatxn")
@@ -247,6 +256,8 @@ class MetadataChanges:
     column_stats: pa.Table | None = None
     segments: Sequence[SegmentEntry] = ()
     deletes: pa.Table | None = None
+    #: Producers' progress records the instant moves forward (streams, idempotent writers).
+    streams: Sequence[StreamRecord] = ()
     #: Record-index entries the instant wrote during its write phase: shard -> entries.
     record_index: Mapping[int, int] = field(default_factory=dict)
 
@@ -274,6 +285,8 @@ class MetadataSnapshot:
     column_stats: pa.Table | None = None
     #: ``deletes`` rows: delete-delta files, including tombstones of merged or dropped ones.
     deletes: pa.Table | None = None
+    #: Producers' progress by (kind, name), when resolved.
+    streams: Mapping[StreamKey, StreamRecord] | None = None
     #: The largest load number among the segments (-1 if none), when segments were resolved.
     max_load_id: int = -1
     #: Metadata files read to build this snapshot, for diagnostics and tests.
@@ -284,7 +297,7 @@ class MetadataSnapshot:
 
     def partition(self, name: str) -> object:
         return {FILES: self.files, SEGMENTS: self.segments, COLUMN_STATS: self.column_stats,
-                DELETES: self.deletes}[name]
+                DELETES: self.deletes, STREAMS: self.streams}[name]
 
 
 class MetadataTable:
@@ -325,6 +338,7 @@ class MetadataTable:
             COLUMN_STATS: column_stats_schema(table_schema),
             SEGMENTS: SEGMENTS_SCHEMA,
             DELETES: DELETES_SCHEMA,
+            STREAMS: STREAMS_SCHEMA,
         }
         #: The record-level index of a keyed table (None without a record key).
         self.record_index = (
@@ -351,6 +365,8 @@ class MetadataTable:
             blocks[SEGMENTS] = segments_to_arrow(changes.segments)
         if changes.deletes is not None and changes.deletes.num_rows:
             blocks[DELETES] = changes.deletes
+        if changes.streams:
+            blocks[STREAMS] = streams_to_arrow(changes.streams)
         written = 0
         sizes: dict[str, int] = {}
         for partition, table in blocks.items():
@@ -518,6 +534,10 @@ class MetadataTable:
                 for block in blocks:
                     top = max(top, max_load_id(block["id"].to_pylist()))
                 resolved["max_load_id"] = top
+            elif partition == STREAMS:
+                held_streams = dict(earlier) if isinstance(earlier, Mapping) else merge_streams(
+                    [earlier] if earlier is not None else [])
+                resolved[partition] = merge_streams(blocks, into=held_streams)
             elif earlier is not None:
                 resolved[partition] = extend_two_phase(earlier, blocks, self.schemas[partition])
             else:
@@ -529,6 +549,7 @@ class MetadataTable:
             segments=resolved.get(SEGMENTS),  # type: ignore[arg-type]
             column_stats=resolved.get(COLUMN_STATS),
             deletes=resolved.get(DELETES),
+            streams=resolved.get(STREAMS),  # type: ignore[arg-type]
             max_load_id=resolved.get("max_load_id", -1),  # type: ignore[arg-type]
             files_read=tuple(read),
         )
@@ -536,6 +557,8 @@ class MetadataTable:
     def _merge(self, partition: str, tables: list[pa.Table]) -> pa.Table:
         if partition == SEGMENTS:
             return merge_segment_tables(tables)
+        if partition == STREAMS:
+            return merge_stream_tables(tables)
         return merge_two_phase(tables, self.schemas[partition])  # sorted by key, for bases
 
     def _plan(self, partition: str, completed: Mapping[str, str], bound: str,

@@ -104,11 +104,15 @@ class Table:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def append(self, data: WriteInput, *, extra: dict[str, str] | None = None) -> Commit | None:
+    def append(self, data: WriteInput, *, extra: dict[str, str] | None = None,
+               app_id: str | None = None, version: int | None = None) -> Commit | None:
         """Load ``data`` as a new segment in one commit.
 
         Returns None, and commits nothing, when ``data`` holds no rows (as ``upsert`` and
-        ``delete`` of nothing do).
+        ``delete`` of nothing do), or when ``app_id`` already committed ``version`` or a later
+        one (an idempotent write; every write takes ``app_id`` and ``version``: a producer that
+        retries after a failure can never commit the same version twice, even from two
+        processes at once).
 
         Raises:
             SchemaMismatchError: the data's columns or types differ from the table's, or a
@@ -118,12 +122,17 @@ class Table:
             DuplicateKeyError: (keyed tables) a key of ``data`` is already in the table, or
                 appears twice in ``data``; nothing is written.
         """
-        commit = _write.append(self._context, data, extra=extra)
+        progress = _write.app_progress(app_id, version)
+        if _write.already_committed(self._context, progress):
+            return None
+        commit = _write.append(self._context, data, extra=extra, progress=progress)
         _segments.after_load(self._context, commit)
         return commit
 
-    def overwrite(self, data: WriteInput, *, extra: dict[str, str] | None = None) -> Commit:
-        """Replace the whole content with ``data`` in one commit.
+    def overwrite(self, data: WriteInput, *, extra: dict[str, str] | None = None,
+                  app_id: str | None = None, version: int | None = None) -> Commit | None:
+        """Replace the whole content with ``data`` in one commit (None: ``app_id`` committed
+        ``version`` already, see :meth:`append`).
 
         The segments live at the commit become ``Marked for Delete``; their files stay for time
         travel until cleaned.
@@ -131,9 +140,13 @@ class Table:
         Raises:
             CommitConflictError: another write committed after this one began.
         """
-        return _write.overwrite(self._context, data, extra=extra)
+        progress = _write.app_progress(app_id, version)
+        if _write.already_committed(self._context, progress):
+            return None
+        return _write.overwrite(self._context, data, extra=extra, progress=progress)
 
-    def upsert(self, data: WriteInput, *, extra: dict[str, str] | None = None) -> Commit | None:
+    def upsert(self, data: WriteInput, *, extra: dict[str, str] | None = None,
+               app_id: str | None = None, version: int | None = None) -> Commit | None:
         """Keyed tables: replace the rows whose key exists, insert the others, in one commit.
 
         Replaced rows are deleted by delete deltas (their files are not rewritten); every row of
@@ -144,10 +157,14 @@ class Table:
             CommitConflictError: a commit that completed after this upsert read the table changed
                 some of the same keys or files; nothing was written, retry.
         """
-        return _write.upsert(self._context, data, extra=extra)
+        progress = _write.app_progress(app_id, version)
+        if _write.already_committed(self._context, progress):
+            return None
+        return _write.upsert(self._context, data, extra=extra, progress=progress)
 
     def delete(self, where: ds.Expression | None = None, *, keys: Any = None,
-               extra: dict[str, str] | None = None) -> Commit | None:
+               extra: dict[str, str] | None = None, app_id: str | None = None,
+               version: int | None = None) -> Commit | None:
         """Delete the rows matching ``where``, or (keyed tables) the rows with these ``keys``.
 
         Deleted rows are recorded as delete deltas (row positions per data file): the bytes
@@ -159,17 +176,24 @@ class Table:
                 table without a record key.
             CommitConflictError: a concurrent commit changed the same rows' files or keys.
         """
-        return _write.delete(self._context, where, keys=keys, extra=extra)
+        progress = _write.app_progress(app_id, version)
+        if _write.already_committed(self._context, progress):
+            return None
+        return _write.delete(self._context, where, keys=keys, extra=extra, progress=progress)
 
     def update(self, where: ds.Expression | None, values: dict[str, Any], *,
-               extra: dict[str, str] | None = None) -> Commit | None:
+               extra: dict[str, str] | None = None, app_id: str | None = None,
+               version: int | None = None) -> Commit | None:
         """Set ``values`` (column -> new value) on the rows matching ``where`` (None: all rows).
 
         The old rows are deleted by delete deltas and the updated rows written as a new
         segment. Returns None, and commits nothing, when no row matches. Record key columns
         cannot be updated.
         """
-        return _write.update(self._context, where, values, extra=extra)
+        progress = _write.app_progress(app_id, version)
+        if _write.already_committed(self._context, progress):
+            return None
+        return _write.update(self._context, where, values, extra=extra, progress=progress)
 
     def add_segment(self, path: str | os.PathLike[str], format: str = "parquet", *,
                     partition: str | None = None,

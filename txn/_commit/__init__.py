@@ -1,7 +1,18 @@
 """The commit: the protocol every write goes through (begin, write, commit or roll back),
 optimistic conflict checks, and how a write's change becomes one instant."""
 
-from ._change import Change, ExternalLoad, Merge, Written, commit_begun, commit_change, to_commit
+from ._change import (
+    AlreadyCommitted,
+    Change,
+    ExternalLoad,
+    Merge,
+    Progress,
+    Written,
+    commit_begun,
+    commit_change,
+    committed,
+    to_commit,
+)
 from ._conflicts import CompactedMeanwhileError
 from ._conflicts import check as check_conflicts
 from ._protocol import Admission, Builder, Pending, Protocol
@@ -9,17 +20,20 @@ from ._upkeep import maintain, protocol_of, wait_for_background_maintenance
 
 __all__ = [
     "Admission",
+    "AlreadyCommitted",
     "Builder",
     "Change",
     "CompactedMeanwhileError",
     "ExternalLoad",
     "Merge",
     "Pending",
+    "Progress",
     "Protocol",
     "Written",
     "check_conflicts",
     "commit_begun",
     "commit_change",
+    "committed",
     "maintain",
     "protocol_of",
     "to_commit",

@@ -21,14 +21,17 @@ import msgspec
 import pyarrow as pa
 
 from indexes import (
+    ACTIVE,
     COMPACTED,
     DELETES_SCHEMA,
     FILES_SCHEMA,
     MARKED_FOR_DELETE,
+    STREAMS,
     SUCCESS,
     MetadataChanges,
     RecordIndex,
     SegmentEntry,
+    StreamRecord,
     column_stats_schema,
     live,
     segment_sort_key,
@@ -103,6 +106,29 @@ class ExternalLoad:
         return [status for group in self.groups for status in group]
 
 
+@dataclass(frozen=True)
+class Progress:
+    """A producer's batch that commits exactly once: stream ``name``'s batch ``batch`` (kind
+    ``stream``), or app ``name``'s version ``batch`` (kind ``app``, an idempotent write)."""
+
+    kind: str
+    name: str
+    batch: int
+    generation: int = 0
+    #: A stream's open segment after this batch (None: an app, or a stream without one).
+    segment: str | None = None
+
+
+class AlreadyCommitted(Exception):
+    """The producer committed this batch (or a later one) already: the write does nothing."""
+
+
+def committed(record: StreamRecord | None, progress: Progress) -> bool:
+    """Whether ``record`` (the producer's, from the latest snapshot) covers ``progress``'s batch."""
+    return (record is not None and record.generation == progress.generation
+            and record.last_batch >= progress.batch)
+
+
 @dataclass
 class Change:
     """What one write does, worked out before it begins."""
@@ -126,6 +152,8 @@ class Change:
     rows_bytes: int | None = None
     #: ADD SEGMENT: files that join the table where they are (``rows`` is None).
     external: ExternalLoad | None = None
+    #: The producer's batch this write is (exactly once), if any.
+    progress: Progress | None = None
 
     @property
     def segment(self) -> str | None:
@@ -318,6 +346,40 @@ def _written_keys(context: TableContext, view: TimelineView, change: Change, pen
     return index.instant_entries(pending.instant.time, sorted(written.index_sizes)).select(index.keys)
 
 
+def _progressed(context: TableContext, view: TimelineView, change: Change, pending: Pending,
+                rows: int) -> list[StreamRecord]:
+    """Under the lock: the producer's record moved to this batch, or ``AlreadyCommitted`` if a
+    commit since the write began recorded it (two retries of one batch never both commit)."""
+    progress = change.progress
+    if progress is None:
+        return []
+    streams = context.metadata_at(view, None, (STREAMS,)).streams or {}
+    held = streams.get((progress.kind, progress.name))
+    if committed(held, progress):
+        raise AlreadyCommitted(f"{progress.kind} {progress.name!r} committed batch {progress.batch}")
+    same = held is not None and held.generation == progress.generation
+    now = context.clock()
+    return [StreamRecord(
+        name=progress.name, kind=progress.kind, generation=progress.generation,
+        last_batch=progress.batch, rows=(held.rows if same and held else 0) + rows,
+        segment=progress.segment, status=ACTIVE,
+        started_ms=held.started_ms if same and held else now, updated_ms=now,
+        instant=pending.instant.time)]
+
+
+def admit_progress(context: TableContext, progress: Progress | None) -> Admission | None:
+    """The check at begin, under the lock: nothing begins for a batch already committed."""
+    if progress is None:
+        return None
+
+    def admit(view: TimelineView) -> None:
+        streams = context.metadata_at(view, None, (STREAMS,)).streams or {}
+        if committed(streams.get((progress.kind, progress.name)), progress):
+            raise AlreadyCommitted(f"{progress.kind} {progress.name!r} committed batch {progress.batch}")
+
+    return admit
+
+
 def commit_change(context: TableContext, change: Change, extra: dict[str, str] | None, *,
                   write: Callable[[Pending], Written] | None = None, retries: int = 0,
                   admit: Admission | None = None) -> Commit:
@@ -335,11 +397,22 @@ def commit_change(context: TableContext, change: Change, extra: dict[str, str] |
         # must hold until its commit.
         hold_lock=write is None and (_is_small(change) or change.external is not None),
         segment=change.segment, sources=list(change.merge.sources) if change.merge else (),
-        read_at=change.read_at, admit=admit,
+        read_at=change.read_at, admit=_both(admit, admit_progress(context, change.progress)),
         write=write or (lambda pending: _write(context, pending, change)),
         build=builder(context, change, extra, retries=retries), extra=extra,
     )
     return to_commit(completed.time, completed.completed_at or "", metadata)
+
+
+def _both(first: Admission | None, second: Admission | None) -> Admission | None:
+    if first is None or second is None:
+        return first or second
+
+    def admit(view: TimelineView) -> None:
+        first(view)
+        second(view)
+
+    return admit
 
 
 #: A write whose new rows take at most this many bytes in memory, and that deletes at most
@@ -413,8 +486,10 @@ def builder(context: TableContext, change: Change, extra: dict[str, str] | None,
                 index_shards=sorted(written.index_sizes), read_at=change.read_at,
                 segments_merged=merged, retries=retries,
             )
-            changes = MetadataChanges(files=files, column_stats=stats, segments=segments,
-                                      deletes=deletes, record_index=written.index_sizes)
+            changes = MetadataChanges(
+                files=files, column_stats=stats, segments=segments, deletes=deletes,
+                record_index=written.index_sizes,
+                streams=_progressed(context, view, change, pending, metadata.rows_added))
             return changes, metadata
 
         return under_lock

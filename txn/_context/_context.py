@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from indexes import COLUMN_STATS, DELETES, FILES, SEGMENTS, MetadataSnapshot, MetadataTable
+from indexes import COLUMN_STATS, DELETES, FILES, SEGMENTS, STREAMS, MetadataSnapshot, MetadataTable
 from timeline import Clock, Storage, Timeline, TimelineView
 
 from .._files import DataStore, ExternalReader, external_options
@@ -26,6 +26,10 @@ IdFactory = Callable[[], str]
 
 #: The metadata partitions a write reads at the latest instant.
 LATEST_PARTITIONS: Final = (FILES, SEGMENTS, DELETES)
+
+
+#: Every partition the latest state may hold, in the order they are resolved.
+_CACHED_PARTITIONS: Final = (*LATEST_PARTITIONS, COLUMN_STATS, STREAMS)
 
 
 def random_id() -> str:
@@ -112,8 +116,8 @@ class TableContext:
         if cached is not None and cached[0] <= latest and any(
                 i.completed_at == cached[0] for i in view.completed()):
             since = cached
-            wanted |= {p for p in (*LATEST_PARTITIONS, COLUMN_STATS) if cached[1].has(p)}
-        order = tuple(p for p in (*LATEST_PARTITIONS, COLUMN_STATS) if p in wanted)
+            wanted |= {p for p in _CACHED_PARTITIONS if cached[1].has(p)}
+        order = tuple(p for p in _CACHED_PARTITIONS if p in wanted)
         resolved = self.metadata.resolve(completed, latest, partitions=order, since=since)
         self._latest = (latest, resolved)
         return resolved

@@ -2,12 +2,25 @@
 state and handed to the commit."""
 
 from ._mutations import append, delete, lookup, overwrite, update, upsert
-from ._state import REPLANS, State, commit_planned, find_keys, latest, read_state
+from ._state import (
+    REPLANS,
+    State,
+    already_committed,
+    app_progress,
+    commit_once,
+    commit_planned,
+    find_keys,
+    latest,
+    read_state,
+)
 
 __all__ = [
     "REPLANS",
     "State",
+    "already_committed",
+    "app_progress",
     "append",
+    "commit_once",
     "commit_planned",
     "delete",
     "find_keys",

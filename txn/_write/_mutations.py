@@ -21,7 +21,7 @@ import pyarrow.dataset as ds
 from indexes import key_names
 from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
 
-from .._commit import Change, commit_change
+from .._commit import Change, Progress
 from .._context import Commit, TableContext
 from .._files import LiveDeltas, Positions, scan_file
 from .._read import snapshot_at
@@ -36,7 +36,7 @@ from .._rows import (
     last_wins,
     user_keys,
 )
-from ._state import State, commit_planned, find_keys, latest
+from ._state import State, commit_once, commit_planned, find_keys, latest
 
 log = logging.getLogger("metatxn")
 
@@ -62,7 +62,8 @@ def _materialize(context: TableContext, data: Any) -> pa.Table:
 
 # -- loads -----------------------------------------------------------------------------------------
 
-def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
+def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = None,
+           progress: Progress | None = None) -> Commit | None:
     columns = context.record_key_columns
     if not columns:  # reads nothing and conflicts with nothing
         # The first batch is read (and checked) before the instant begins: no rows, no commit.
@@ -72,7 +73,8 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
             return None
         change = Change("append", source, None, LiveDeltas(context.store, {}),
                         rows_bytes=data.nbytes if isinstance(data, pa.Table) else None)
-        return commit_change(context, change, extra)
+        change.progress = progress
+        return commit_once(context, change, extra)
     rows = _materialize(context, data)
     if rows.num_rows == 0:
         log.info("append of no rows: nothing to commit")
@@ -88,10 +90,11 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
         return Change("append", rows.to_batches(), state.read_at, state.deltas,
                       rows_bytes=rows.nbytes)
 
-    return commit_planned(context, plan, extra)
+    return commit_planned(context, plan, extra, progress=progress)
 
 
-def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None = None) -> Commit:
+def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None = None,
+              progress: Progress | None = None) -> Commit | None:
     columns = context.record_key_columns
     rows: Any
     if columns:
@@ -102,13 +105,15 @@ def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None 
     else:  # the first batch is read (and checked) before the instant begins
         rows = first_and_rest(batches(data, context.schema)) or iter(())  # no rows: empties it
     # An overwrite conflicts with every concurrent data commit; it reads its state under the lock.
-    change = Change("overwrite", rows, None, LiveDeltas(context.store, {}), replace=True)
-    return commit_change(context, change, extra)
+    change = Change("overwrite", rows, None, LiveDeltas(context.store, {}), replace=True,
+                    progress=progress)
+    return commit_once(context, change, extra)
 
 
 # -- keyed writes ----------------------------------------------------------------------------------
 
-def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = None) -> Commit | None:
+def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = None,
+           progress: Progress | None = None) -> Commit | None:
     columns = _require_key(context, "upsert")
     rows = _materialize(context, data)
     check_not_null(rows, columns)
@@ -121,7 +126,7 @@ def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
         return Change("upsert", rows.to_batches(), state.read_at, state.deltas,
                       deleted=_by_file(existing), rows_bytes=rows.nbytes)
 
-    return commit_planned(context, plan, extra)
+    return commit_planned(context, plan, extra, progress=progress)
 
 
 def lookup(context: TableContext, keys: Any) -> pa.Table:
@@ -173,7 +178,7 @@ def _matching_rows(context: TableContext, state: State, where: ds.Expression | N
 
 
 def delete(context: TableContext, where: Any = None, *, keys: Any = None,
-           extra: dict[str, str] | None = None) -> Commit | None:
+           extra: dict[str, str] | None = None, progress: Progress | None = None) -> Commit | None:
     expression = _check_where(where, context.schema)
     if (expression is None) == (keys is None):
         raise InvalidOptionError(
@@ -199,7 +204,7 @@ def delete(context: TableContext, where: Any = None, *, keys: Any = None,
         return Change("delete", None, state.read_at, state.deltas, deleted=deleted,
                       removed_keys=removed, rows_bytes=0)
 
-    return commit_planned(context, plan, extra)
+    return commit_planned(context, plan, extra, progress=progress)
 
 
 def _new_values(context: TableContext, values: object, count: int) -> dict[str, pa.Array]:
@@ -270,7 +275,7 @@ def _inferred(value: object) -> pa.Scalar | None:
 
 
 def update(context: TableContext, where: Any, values: Any, *,
-           extra: dict[str, str] | None = None) -> Commit | None:
+           extra: dict[str, str] | None = None, progress: Progress | None = None) -> Commit | None:
     expression = _check_where(where, context.schema)
     _new_values(context, values, 0)  # check the values before reading anything
 
@@ -285,4 +290,4 @@ def update(context: TableContext, where: Any, values: Any, *,
         return Change("update", matched.to_batches(), state.read_at, state.deltas, deleted=deleted)
 
     # Read once, like the other writes (re-read only after a compaction overtook it).
-    return commit_planned(context, plan, extra, attempts=1)
+    return commit_planned(context, plan, extra, attempts=1, progress=progress)

@@ -5,15 +5,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import DELETES, FILES, MetadataSnapshot, SnapshotExpiredError, live
-from timeline import ObjectNotFoundError, TimelineView
+from indexes import APP, DELETES, FILES, STREAMS, MetadataSnapshot, SnapshotExpiredError, live
+from timeline import InvalidOptionError, ObjectNotFoundError, TimelineView
 
-from .._commit import Admission, Change, CompactedMeanwhileError, Pending, Written, commit_change
+from .._commit import (
+    Admission,
+    AlreadyCommitted,
+    Change,
+    CompactedMeanwhileError,
+    Pending,
+    Progress,
+    Written,
+    commit_change,
+    committed,
+)
 from .._context import CLEAN_ACTION, Commit, TableContext
 from .._files import LiveDeltas
 
@@ -81,7 +91,8 @@ REPLANS = 3
 def commit_planned(context: TableContext, plan: Callable[[State], Change | None],
                    extra: dict[str, str] | None, *, attempts: int = _ATTEMPTS,
                    write: Callable[[Change], Callable[[Pending], Written]] | None = None,
-                   admit: Admission | None = None) -> Commit | None:
+                   admit: Admission | None = None, progress: Progress | None = None,
+                   ) -> Commit | None:
     """Plan a write on the latest state and commit it (None: ``plan`` found nothing to do).
 
     Table services never fail the write: when its only conflict is a compaction that completed
@@ -91,7 +102,8 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
     the returned commit says how often (``Commit.retries``). A conflict with any other writer is
     the caller's to resolve, as before. ``write`` gives the write phase of a planned change
     when it runs elsewhere (Spark's executors); ``admit`` runs under the lock when the instant
-    begins (see ``Protocol.begin``).
+    begins (see ``Protocol.begin``). ``progress``: the producer's batch this write is; None is
+    returned, and nothing written, if it committed already (see :func:`commit_once`).
     """
     read_at: list[str | None] = []
 
@@ -105,8 +117,9 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
             change = latest(context, remembered, attempts=attempts)
             if change is None:
                 return None
-            return commit_change(context, change, extra, retries=retries, admit=admit,
-                                 write=write(change) if write is not None else None)
+            change.progress = progress
+            return commit_once(context, change, extra, retries=retries, admit=admit,
+                               write=write(change) if write is not None else None)
         except CompactedMeanwhileError:
             if retries == REPLANS:
                 raise
@@ -117,6 +130,39 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
             reason = "a clean removed a file of the state it read"
         log.info("write planned again: %s (retry %d of %d)", reason, retries + 1, REPLANS)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def app_progress(app_id: object, version: object) -> Progress | None:
+    """The producer's batch of an idempotent write (``app_id`` and ``version`` on any write)."""
+    if app_id is None and version is None:
+        return None
+    if not isinstance(app_id, str) or not app_id or isinstance(version, bool) \
+            or not isinstance(version, int) or version < 0:
+        raise InvalidOptionError(
+            f"an idempotent write needs both app_id (a non-empty string) and version (an int "
+            f">= 0); got app_id={app_id!r}, version={version!r}")
+    return Progress(APP, app_id, version)
+
+
+def already_committed(context: TableContext, progress: Progress | None) -> bool:
+    """Whether the producer's batch is in the latest snapshot already (checked before any work;
+    the commit checks again under the lock)."""
+    if progress is None:
+        return False
+    view = context.timeline.load()
+    streams = context.metadata_at(view, None, (STREAMS,)).streams or {}
+    return committed(streams.get((progress.kind, progress.name)), progress)
+
+
+def commit_once(context: TableContext, change: Change, extra: dict[str, str] | None,
+                **options: Any) -> Commit | None:
+    """``commit_change``, but None (nothing written) when ``change.progress`` is a batch its
+    producer committed already, found under the lock at begin or at commit."""
+    try:
+        return commit_change(context, change, extra, **options)
+    except AlreadyCommitted as exc:
+        log.info("%s: skipped, already committed", exc)
+        return None
 
 
 def _cleaned_since(context: TableContext, read_at: str | None) -> bool:

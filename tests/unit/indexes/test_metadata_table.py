@@ -21,11 +21,20 @@ import pytest
 import indexes
 import timeline
 import txn
-from indexes import COLUMN_STATS, DELETES, FILES, SEGMENTS, MetadataChanges, MetadataTable, SegmentEntry
+from indexes import (
+    COLUMN_STATS,
+    DELETES,
+    FILES,
+    SEGMENTS,
+    STREAMS,
+    MetadataChanges,
+    MetadataTable,
+    SegmentEntry,
+)
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, Faulty, rows, sorted_rows, storage_of, table_on
 
-ALL = (FILES, SEGMENTS, COLUMN_STATS, DELETES)
+ALL = (FILES, SEGMENTS, COLUMN_STATS, DELETES, STREAMS)
 
 
 def _completed(table: txn.Table) -> dict[str, str]:
