@@ -78,6 +78,10 @@ class SegmentNotFoundError(TxnError, LookupError):
     """A segment id that does not exist in the table."""
 
 
+class StreamNotFoundError(TxnError, LookupError):
+    """A stream name the table has no (undropped) stream of."""
+
+
 class CorruptMetadataError(TxnError, ValueError):
     """A metadata file cannot be decoded or contradicts its own name.
 

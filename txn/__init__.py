@@ -27,6 +27,7 @@ from timeline import (
     SchemaMismatchError,
     SegmentNotFoundError,
     StorageError,
+    StreamNotFoundError,
     TableExistsError,
     TableNotFoundError,
     TxnError,
@@ -36,6 +37,7 @@ from timeline import (
 from ._context import Commit, DataFile, MaintenanceReport, Problem, Segment, ValidationReport
 from ._read import Snapshot
 from ._segments import CleanResult
+from ._streams import Stream, StreamInfo
 from ._table import Table, create_table, open_table
 
 __all__ = [
@@ -58,6 +60,9 @@ __all__ = [
     "Snapshot",
     "SnapshotExpiredError",
     "StorageError",
+    "Stream",
+    "StreamInfo",
+    "StreamNotFoundError",
     "Table",
     "TableExistsError",
     "TableNotFoundError",

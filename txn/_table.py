@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 
 from timeline import Clock, Instant, Storage, system_clock
 
-from . import _external, _read, _segments, _write
+from . import _external, _read, _segments, _streams, _write
 from ._commit import maintain, protocol_of
 from ._context import (
     Commit,
@@ -222,6 +222,34 @@ class Table:
         """
         return _external.add_segment(self._context, path, format, partition=partition,
                                      storage_options=storage_options)
+
+    # -- streams -------------------------------------------------------------------------------
+
+    def stream(self, name: str) -> _streams.Stream:
+        """Start (or resume) stream ``name`` on this streaming table (``streaming=true``).
+
+        ``s.write(batch_id, data)`` commits each batch exactly once into the stream's open
+        ``Streaming`` segment; a batch id at or below the last committed one is skipped.
+
+        Raises:
+            InvalidOptionError: the table is not a streaming table, or the name is not a
+                non-empty string.
+        """
+        return _streams.Stream(self._context, name)
+
+    def streams(self) -> list[_streams.StreamInfo]:
+        """SHOW STREAMS: every stream not dropped (``Running`` while open in this process,
+        else ``Stopped``), then every idempotent producer (``app_id``)."""
+        return _streams.streams(self._context)
+
+    def drop_stream(self, name: str) -> Commit:
+        """DROP STREAM: ``name`` leaves SHOW STREAMS and its open segment becomes ``Streaming
+        Finish``, in one commit. Starting a stream of the same name later begins afresh.
+
+        Raises:
+            StreamNotFoundError: no stream of that name (or it was dropped).
+        """
+        return _streams.drop_stream(self._context, name)
 
     # -- segment maintenance -------------------------------------------------------------------
 

@@ -24,8 +24,12 @@ from indexes import (
     ACTIVE,
     COMPACTED,
     DELETES_SCHEMA,
+    DROPPED,
     FILES_SCHEMA,
     MARKED_FOR_DELETE,
+    SEGMENTS,
+    STREAMING,
+    STREAMING_FINISH,
     STREAMS,
     SUCCESS,
     MetadataChanges,
@@ -119,6 +123,18 @@ class Progress:
     segment: str | None = None
 
 
+@dataclass(frozen=True)
+class StreamStep:
+    """What a stream's batch (or its DROP STREAM) does to its streaming segments."""
+
+    #: The open segment the batch's rows go to (None: the commit allocates a new one).
+    segment: str | None
+    #: A segment this commit finishes (``Streaming Finish``): the one the stream rolled over
+    #: from, or its open one when it is dropped.
+    finish: str | None = None
+    drop: bool = False
+
+
 class AlreadyCommitted(Exception):
     """The producer committed this batch (or a later one) already: the write does nothing."""
 
@@ -154,11 +170,16 @@ class Change:
     external: ExternalLoad | None = None
     #: The producer's batch this write is (exactly once), if any.
     progress: Progress | None = None
+    #: A stream's batch or drop: its streaming segments.
+    stream: StreamStep | None = None
 
     @property
     def segment(self) -> str | None:
-        """The segment this change names itself (a compaction's ``x.1``); None: allocated."""
-        return self.merge.target if self.merge is not None else None
+        """The segment this change names itself (a compaction's ``x.1``, a stream's open
+        segment); None: allocated."""
+        if self.merge is not None:
+            return self.merge.target
+        return self.stream.segment if self.stream is not None else None
 
     @property
     def rows_deleted(self) -> int:
@@ -281,6 +302,30 @@ def _external_changes(context: TableContext, pending: Pending,
     return pa.concat_tables(files), entries
 
 
+def _streaming_segments(context: TableContext, view: TimelineView, pending: Pending,
+                        step: StreamStep, statuses: Sequence[FileStatus]) -> list[SegmentEntry]:
+    """Under the lock: the stream's open segment with this batch's rows added to its totals (the
+    totals read here, so concurrent batches of other streams never lose each other's), and the
+    segment the commit finishes."""
+    current = context.metadata_at(view, None, (SEGMENTS,)).segments or {}
+    now = context.clock()
+    entries = []
+    if pending.segment is not None and not step.drop:
+        held = current.get(pending.segment)
+        entries.append(SegmentEntry(
+            id=pending.segment, status=STREAMING, format="parquet",
+            partitions=tuple(sorted({s.partition for s in statuses if s.partition}
+                                    | set(held.partitions if held else ()))),
+            rows=(held.rows if held else 0) + sum(s.rows for s in statuses),
+            data_size=(held.data_size if held else 0) + sum(s.size for s in statuses),
+            load_start_ms=held.load_start_ms if held else parse_time(pending.instant.time),
+            load_end_ms=now, instant=held.instant if held else pending.instant.time))
+    finished = current.get(step.finish) if step.finish is not None else None
+    if finished is not None and finished.status == STREAMING:
+        entries.append(msgspec.structs.replace(finished, status=STREAMING_FINISH, load_end_ms=now))
+    return entries
+
+
 def _concurrent_data_commits(view: TimelineView, began: str) -> list[str]:
     """Data commits an overwrite would silently replace. A compaction only moved rows that the
     overwrite replaces anyway (it reads the live files under the lock), so it does not count:
@@ -355,21 +400,27 @@ def _progressed(context: TableContext, view: TimelineView, change: Change, pendi
         return []
     streams = context.metadata_at(view, None, (STREAMS,)).streams or {}
     held = streams.get((progress.kind, progress.name))
-    if committed(held, progress):
+    dropping = change.stream is not None and change.stream.drop
+    if dropping and (held is None or held.status == DROPPED or held.generation != progress.generation):
+        raise AlreadyCommitted(f"stream {progress.name!r} was dropped meanwhile")
+    if not dropping and committed(held, progress):
         raise AlreadyCommitted(f"{progress.kind} {progress.name!r} committed batch {progress.batch}")
     same = held is not None and held.generation == progress.generation
     now = context.clock()
+    step = change.stream
     return [StreamRecord(
         name=progress.name, kind=progress.kind, generation=progress.generation,
         last_batch=progress.batch, rows=(held.rows if same and held else 0) + rows,
-        segment=progress.segment, status=ACTIVE,
+        segment=None if step is None or step.drop else pending.segment,
+        status=DROPPED if step is not None and step.drop else ACTIVE,
         started_ms=held.started_ms if same and held else now, updated_ms=now,
         instant=pending.instant.time)]
 
 
-def admit_progress(context: TableContext, progress: Progress | None) -> Admission | None:
+def admit_progress(context: TableContext, change: Change) -> Admission | None:
     """The check at begin, under the lock: nothing begins for a batch already committed."""
-    if progress is None:
+    progress = change.progress
+    if progress is None or (change.stream is not None and change.stream.drop):
         return None
 
     def admit(view: TimelineView) -> None:
@@ -397,7 +448,7 @@ def commit_change(context: TableContext, change: Change, extra: dict[str, str] |
         # must hold until its commit.
         hold_lock=write is None and (_is_small(change) or change.external is not None),
         segment=change.segment, sources=list(change.merge.sources) if change.merge else (),
-        read_at=change.read_at, admit=_both(admit, admit_progress(context, change.progress)),
+        read_at=change.read_at, admit=_both(admit, admit_progress(context, change)),
         write=write or (lambda pending: _write(context, pending, change)),
         build=builder(context, change, extra, retries=retries), extra=extra,
     )
@@ -458,8 +509,11 @@ def builder(context: TableContext, change: Change, extra: dict[str, str] | None,
                 statuses = written.statuses
                 files = _file_rows(statuses, pending.segment or "", pending.instant.time)
                 stats = _stats_rows(statuses, context.schema)
-                segments = ([_new_segment(context, pending, statuses, stats)]
-                            if pending.segment is not None else [])
+                if change.stream is not None:
+                    segments = _streaming_segments(context, view, pending, change.stream, statuses)
+                else:
+                    segments = ([_new_segment(context, pending, statuses, stats)]
+                                if pending.segment is not None else [])
             deletes = delete_rows(written.deltas, pending.instant.time)
             removed_files: list[str] = []
             removed_deltas = list(written.replaced)

@@ -23,6 +23,8 @@ from ._options import (
     column_list,
     delete_compaction_threshold,
     maintenance_mode,
+    streaming_enabled,
+    streaming_max_bytes,
     target_file_bytes,
 )
 from ._records import (
@@ -104,6 +106,8 @@ __all__ = [
     "plan_segments",
     "random_id",
     "read_config",
+    "streaming_enabled",
+    "streaming_max_bytes",
     "target_file_bytes",
     "trash_folder",
 ]

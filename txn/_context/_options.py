@@ -174,7 +174,12 @@ _SECOND_MS, _HOUR_MS, _DAY_MS = 1_000, 3_600_000, 86_400_000
 #: as user properties, as Delta and Hudi keep unknown table properties. Bounds and the reasons
 #: for them: design/properties.md.
 KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
-    "streaming": (_bool, "segments of this table are streaming segments"),
+    "streaming": (_bool, "streams (t.stream) may write this table's streaming segments"),
+    "streaming.segment.max_size": (
+        _WholeNumber(1_024, 1024 ** 4, "bytes"),
+        "a streaming segment past this size is finished and the stream opens a new one"),
+    "streaming.auto_handoff": (
+        _bool, "finished streaming segments become columnar segments after the commit that finished them"),
     "timeline.archive.trigger": (
         _WholeNumber(2, 10_000, "instants"), "archive once this many instants are active"),
     "timeline.archive.retain": (
@@ -353,6 +358,15 @@ def clean_options(properties: dict[str, str]) -> CleanOptions:
         retain_hours=int(properties.get("clean.retain_hours", defaults.retain_hours)),
         trash_hours=int(properties.get("clean.trash_hours", defaults.trash_hours)),
     )
+
+
+def streaming_enabled(properties: dict[str, str]) -> bool:
+    return properties.get("streaming", "false").lower() == "true"
+
+
+def streaming_max_bytes(properties: dict[str, str]) -> int:
+    """``streaming.segment.max_size``: a streaming segment past it is finished (default 1 GiB)."""
+    return int(properties.get("streaming.segment.max_size", str(1024 ** 3)))
 
 
 def delete_compaction_threshold(properties: dict[str, str]) -> int:

@@ -19,12 +19,14 @@ COMPACT = "compact"
 
 #: Operations that only add new rows (never read, delete or rewrite existing ones): they conflict
 #: only with a concurrent commit of the same keys, which is a duplicate key.
-INSERTS = frozenset({"append", "add_segment"})
+INSERTS = frozenset({"append", "add_segment", "stream"})
 
 #: Operations and the timeline action each one commits as.
 ACTION_OF = {
     "append": "commit",
     "add_segment": "commit",
+    "stream": "commit",
+    "drop_stream": "commit",
     "overwrite": "replacecommit",
     "upsert": "commit",
     "delete": "commit",

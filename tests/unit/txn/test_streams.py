@@ -1,0 +1,182 @@
+"""Streams: ``t.stream(name)``, ``s.write(batch_id, data)`` exactly once into streaming segments,
+SHOW STREAMS and DROP STREAM (issue 14, items 1 and 2)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import txn
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+STREAMING = {"streaming": "true"}
+
+
+def batch(*ids: int) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [f"v{i}" for i in ids]})
+
+
+def statuses(t: txn.Table) -> dict[str, tuple[str, int]]:
+    return {s.id: (s.status, s.rows) for s in t.segments()}
+
+
+def test_batches_commit_once_into_one_streaming_segment(memory_uri: str) -> None:
+    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    s = t.stream("job1")
+    assert s.last_batch_id is None
+    for batch_id in range(3):
+        commit = s.write(batch_id, batch(batch_id))
+        assert commit is not None and commit.segment == "0"
+        assert commit.extra == {"stream": "job1", "batch_id": str(batch_id)}
+    before = len(t.timeline())
+    assert s.write(1, batch(100)) is None, "a replayed batch is skipped"
+    assert s.write(2, batch(101)) is None
+    assert len(t.timeline()) == before
+    assert s.last_batch_id == 2
+    assert statuses(t) == {"0": ("Streaming", 3)}
+    assert sorted(t.to_arrow()["id"].to_pylist()) == [0, 1, 2]
+    assert txn.open_table(memory_uri).stream("job1").last_batch_id == 2, "progress is the table's"
+    assert t.validate().ok
+
+
+def test_an_empty_batch_is_recorded(memory_uri: str) -> None:
+    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    s = t.stream("job1")
+    s.write(0, batch(1))
+    assert s.write(1, SCHEMA.empty_table()) is not None
+    assert s.last_batch_id == 1 and s.write(1, batch(2)) is None
+    assert t.snapshot().count() == 1
+
+
+def test_past_the_size_limit_the_segment_finishes_and_a_new_one_opens(memory_uri: str) -> None:
+    t = txn.create_table(memory_uri, SCHEMA,
+                         properties={**STREAMING, "streaming.segment.max_size": "1024"})
+    s = t.stream("job1")
+    segments = [s.write(i, batch(i)) for i in range(4)]
+    opened = [c.segment for c in segments if c is not None]
+    assert opened[0] == "0" and opened[-1] != "0"
+    found = statuses(t)
+    assert found["0"][0] == "Streaming Finish"
+    assert found[opened[-1]][0] == "Streaming"
+    assert sum(rows for _, rows in found.values()) == 4
+    assert t.snapshot().count() == 4
+
+
+def test_show_streams_and_drop_stream(memory_uri: str) -> None:
+    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    one, two = t.stream("job1"), t.stream("job2")
+    one.write(0, batch(1, 2))
+    two.write(7, batch(3))
+    shown = {i.name: i for i in t.streams()}
+    assert set(shown) == {"job1", "job2"}
+    assert (shown["job1"].status, shown["job1"].segment, shown["job1"].last_batch_id,
+            shown["job1"].rows) == ("Running", "0", 0, 2)
+    assert shown["job2"].segment == "1", "each stream writes a segment of its own"
+    two.close()
+    assert {i.name: i.status for i in t.streams()}["job2"] == "Stopped"
+
+    commit = t.drop_stream("job1")
+    assert commit.operation == "drop_stream"
+    assert [i.name for i in t.streams()] == ["job2"]
+    assert statuses(t)["0"] == ("Streaming Finish", 2)
+    assert one.closed, "DROP STREAM stops its writers in this process"
+    with pytest.raises(txn.InvalidOptionError, match="closed"):
+        one.write(1, batch(9))
+    with pytest.raises(txn.StreamNotFoundError, match="job1"):
+        t.drop_stream("job1")
+    with pytest.raises(txn.StreamNotFoundError, match="nope"):
+        t.drop_stream("nope")
+
+    again = t.stream("job1")
+    assert again.last_batch_id is None, "a dropped name starts afresh"
+    assert again.write(0, batch(10)).segment not in ("0", "1")  # type: ignore[union-attr]
+    assert t.snapshot().count() == 4
+    assert t.validate().ok
+
+
+def test_a_stream_needs_a_streaming_table(memory_uri: str) -> None:
+    t = txn.create_table(memory_uri, SCHEMA)
+    with pytest.raises(txn.InvalidOptionError, match="streaming"):
+        t.stream("job1")
+    assert t.timeline() == []
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "3", None])
+def test_bad_batch_ids_are_refused(memory_uri: str, bad: Any) -> None:
+    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    with pytest.raises(txn.InvalidOptionError, match="batch_id"):
+        t.stream("job1").write(bad, batch(1))
+    assert t.timeline() == []
+
+
+@pytest.mark.parametrize("bad", ["", "  ", 3, None])
+def test_bad_stream_names_are_refused(memory_uri: str, bad: Any) -> None:
+    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    with pytest.raises(txn.InvalidOptionError, match="stream name"):
+        t.stream(bad)
+
+
+def test_a_batch_of_the_wrong_schema_writes_nothing(memory_uri: str) -> None:
+    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    s = t.stream("job1")
+    with pytest.raises(txn.SchemaMismatchError):
+        s.write(0, pa.table({"id": ["not an int"]}))
+    assert t.timeline() == [] and s.last_batch_id is None
+
+
+def test_keyed_streams_refuse_keys_already_in_the_table(memory_uri: str) -> None:
+    t = txn.create_table(memory_uri, SCHEMA, record_key="id", properties=STREAMING)
+    s = t.stream("job1")
+    s.write(0, batch(1, 2))
+    with pytest.raises(txn.DuplicateKeyError):
+        s.write(1, batch(2, 3))
+    assert s.last_batch_id == 0
+    assert t.lookup([1])["segment"].to_pylist() == ["0"]
+
+
+def test_streams_and_other_writes_side_by_side(memory_uri: str) -> None:
+    """Several streams at once from threads (each into its own segment), with appends and a
+    compaction beside them: every batch exactly once."""
+    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    errors: list[BaseException] = []
+
+    def run(name: str, first: int) -> None:
+        try:
+            handle = txn.open_table(memory_uri).stream(name)
+            for batch_id in range(10):
+                handle.write(batch_id, batch(first + batch_id))
+                handle.write(batch_id, batch(first + 1000 + batch_id))  # a replay: skipped
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(f"s{n}", n * 100)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for n in range(4):
+        t.append(batch(5000 + n))
+    t.compact("minor")
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    ids = sorted(t.to_arrow()["id"].to_pylist())
+    assert ids == sorted([n * 100 + b for n in range(3) for b in range(10)] + [5000, 5001, 5002, 5003])
+    streaming = {s.id for s in t.segments() if s.status == "Streaming"}
+    assert len(streaming) == 3
+    assert {i.segment for i in t.streams()} == streaming
+    assert t.validate().ok
+
+
+def test_progress_is_read_from_the_latest_record_after_maintenance(memory_uri: str) -> None:
+    t = txn.create_table(memory_uri, SCHEMA,
+                         properties={**STREAMING, "metadata.compact_after": "3"})
+    s = t.stream("job1")
+    for batch_id in range(10):
+        s.write(batch_id, batch(batch_id))
+    t.maintain()
+    fresh = txn.open_table(memory_uri)
+    assert fresh.stream("job1").last_batch_id == 9
+    assert fresh.stream("job1").write(9, batch(99)) is None
+    assert [(i.name, i.rows) for i in fresh.streams()] == [("job1", 10)]

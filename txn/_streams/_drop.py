@@ -1,0 +1,34 @@
+"""DROP STREAM: the stream leaves SHOW STREAMS and its open segment becomes ``Streaming
+Finish`` (ready for hand-off), in one commit."""
+
+from __future__ import annotations
+
+from indexes import DROPPED, STREAM
+from timeline import StreamNotFoundError
+
+from .._commit import Change, Progress, StreamStep
+from .._context import Commit, TableContext
+from .._write import State, commit_planned
+from ._stream import _check_name, close_running, record_of
+
+
+def drop_stream(context: TableContext, name: str) -> Commit:
+    """Drop stream ``name``; see :meth:`txn.Table.drop_stream`."""
+    name = _check_name(name)
+    record = record_of(context, name)
+    if record is None or record.status == DROPPED:
+        raise StreamNotFoundError(
+            f"no stream {name!r} on the table at {context.uri!r}"
+            + (" (it was dropped)" if record is not None else "")
+            + "; SHOW STREAMS (t.streams()) lists the table's streams")
+    progress = Progress(STREAM, name, record.last_batch, record.generation)
+
+    def plan(state: State) -> Change:
+        return Change("drop_stream", None, state.read_at, state.deltas,
+                      stream=StreamStep(segment=None, finish=record.segment, drop=True))
+
+    close_running(context.uri, name)  # its writers here stop: a write now would start afresh
+    commit = commit_planned(context, plan, {"stream": name}, progress=progress)
+    if commit is None:  # dropped by another writer meanwhile
+        raise StreamNotFoundError(f"stream {name!r} was dropped meanwhile")
+    return commit

@@ -1,0 +1,159 @@
+"""Streams (CarbonData's streaming tables): ``t.stream(name)`` and ``s.write(batch_id, data)``.
+
+A stream commits each batch exactly once into its open ``Streaming`` segment: one commit per
+batch, the batch id and the stream's progress recorded in the ``streams`` partition in the same
+commit (see design/streaming.md). A batch id at or below the last committed one is skipped.
+Past ``streaming.segment.max_size`` the open segment becomes ``Streaming Finish`` in the commit
+of the batch that opens the next one. Several streams may write one table at once, each into a
+segment of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import pyarrow as pa
+
+from indexes import DROPPED, SEGMENTS, STREAM, STREAMING, STREAMS, StreamRecord
+from timeline import DuplicateKeyError, InvalidOptionError
+
+from .._commit import Change, Progress, StreamStep
+from .._context import Commit, TableContext, streaming_enabled, streaming_max_bytes
+from .._rows import batches, check_not_null, check_unique, describe, index_keys
+from .._write import State, already_committed, commit_planned, find_keys
+
+#: Streams open in this process, by table location and name: SHOW STREAMS's ``Running``.
+_RUNNING: dict[tuple[str, str], weakref.WeakSet[Stream]] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def running(uri: str, name: str) -> bool:
+    """Whether a stream of this name on this table is open (not closed) in this process."""
+    with _RUNNING_LOCK:
+        return any(not s.closed for s in _RUNNING.get((uri, name), ()))
+
+
+def close_running(uri: str, name: str) -> None:
+    """Close the streams of this name on this table open in this process (DROP STREAM)."""
+    with _RUNNING_LOCK:
+        for stream in _RUNNING.get((uri, name), ()):
+            stream.close()
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise InvalidOptionError(f"a stream name must be a non-empty string of at most 200 "
+                                 f"characters; got {name!r}")
+    return name
+
+
+def record_of(context: TableContext, name: str) -> StreamRecord | None:
+    """The stream's record in the latest snapshot (None: never started)."""
+    view = context.timeline.load()
+    streams = context.metadata_at(view, None, (STREAMS,)).streams or {}
+    return streams.get((STREAM, name))
+
+
+class Stream:
+    """A stream writing one table; obtain it with :meth:`txn.Table.stream`.
+
+    ``write(batch_id, data)`` commits a batch exactly once. The stream counts as ``Running`` in
+    SHOW STREAMS until :meth:`close` (or the end of a ``with`` block).
+    """
+
+    def __init__(self, context: TableContext, name: str) -> None:
+        self._context = context
+        self.name = _check_name(name)
+        if not streaming_enabled(context.properties):
+            raise InvalidOptionError(
+                f"stream {name!r}: the table at {context.uri!r} is not a streaming table; expected "
+                "one created with properties={'streaming': 'true'}")
+        self.closed = False
+        with _RUNNING_LOCK:
+            _RUNNING.setdefault((context.uri, self.name), weakref.WeakSet()).add(self)
+
+    @property
+    def last_batch_id(self) -> int | None:
+        """The last batch id this stream committed (None before its first)."""
+        record = record_of(self._context, self.name)
+        if record is None or record.status == DROPPED or record.last_batch < 0:
+            return None
+        return record.last_batch
+
+    def write(self, batch_id: int, data: Any) -> Commit | None:
+        """Commit ``data`` as batch ``batch_id`` of this stream, once.
+
+        Returns None, writing nothing, when the stream committed ``batch_id`` or a later batch
+        already (a replay), or when ``data`` holds no rows (the batch id is then still recorded,
+        so a replay of it is skipped too).
+
+        Raises:
+            InvalidOptionError: ``batch_id`` is not an int >= 0, or the stream was closed.
+            SchemaMismatchError: the data does not fit the table's schema; nothing is written.
+        """
+        if self.closed:
+            raise InvalidOptionError(f"stream {self.name!r} is closed; open it again with t.stream(name)")
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+            raise InvalidOptionError(f"batch_id must be an int >= 0; got {batch_id!r}")
+        context = self._context
+        record = record_of(context, self.name)
+        probe = Progress(STREAM, self.name, batch_id, _generation(record))
+        if already_committed(context, probe):
+            return None
+        rows = pa.Table.from_batches(list(batches(data, context.schema)), schema=context.schema)
+        columns = context.record_key_columns
+        if columns:
+            check_not_null(rows, columns)
+            check_unique(rows, columns)
+
+        def plan(state: State) -> Change:
+            if columns and rows.num_rows:
+                existing = find_keys(context, state, index_keys(rows, columns))
+                if existing.num_rows:
+                    raise DuplicateKeyError(
+                        f"stream {self.name!r} batch {batch_id}: record key(s) "
+                        f"{describe(existing, columns)} already exist in the table; nothing was "
+                        "written\nHelp: a stream appends; deduplicate the batch against the table")
+            return Change("stream", rows.to_batches() if rows.num_rows else None, state.read_at,
+                          state.deltas, stream=_step(context, state, record), rows_bytes=rows.nbytes)
+
+        return commit_planned(context, plan, {"stream": self.name, "batch_id": str(batch_id)},
+                              progress=probe)
+
+    def close(self) -> None:
+        """Stop counting as ``Running``; the stream's progress and open segment stay."""
+        self.closed = True
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"txn.Stream({self.name!r} on {self._context.uri!r})"
+
+
+def _generation(record: StreamRecord | None) -> int:
+    """A dropped stream's name starts again one generation later, from no batch."""
+    if record is None:
+        return 0
+    return record.generation + 1 if record.status == DROPPED else record.generation
+
+
+def _step(context: TableContext, state: State, record: StreamRecord | None) -> StreamStep:
+    """Where the batch goes: the stream's open segment, or a new one when there is none or it
+    grew past ``streaming.segment.max_size`` (then this commit finishes it)."""
+    open_segment = record.segment if record is not None and record.status != DROPPED else None
+    if open_segment is None:
+        return StreamStep(segment=None)
+    segments = context.metadata_at(state.view, None, (SEGMENTS,)).segments or {}
+    entry = segments.get(open_segment)
+    if entry is None or entry.status != STREAMING:
+        return StreamStep(segment=None)
+    if entry.data_size >= streaming_max_bytes(context.properties):
+        return StreamStep(segment=None, finish=open_segment)
+    return StreamStep(segment=open_segment)
+
