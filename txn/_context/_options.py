@@ -369,6 +369,10 @@ def streaming_max_bytes(properties: dict[str, str]) -> int:
     return int(properties.get("streaming.segment.max_size", str(1024 ** 3)))
 
 
+def streaming_auto_handoff(properties: dict[str, str]) -> bool:
+    return properties.get("streaming.auto_handoff", "true").lower() == "true"
+
+
 def delete_compaction_threshold(properties: dict[str, str]) -> int:
     """Horizontal compaction: a data file may keep at most this many delete deltas."""
     return int(properties.get("deletes.compaction.threshold", "1"))

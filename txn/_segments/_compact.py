@@ -29,7 +29,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from indexes import SUCCESS, SegmentEntry, segment_sort_key
+from indexes import STREAMING_FINISH, SUCCESS, SegmentEntry, segment_sort_key
 from timeline import CommitConflictError, InvalidOptionError, TimelineView
 
 from .._commit import Change, Merge, Pending, Written, commit_change
@@ -67,10 +67,6 @@ def compact(context: TableContext, kind: str = "minor", *,
     ``rewrite`` replaces the local rewrite of the rows (``txn.spark.compact``).
     """
     kind = _check_kind(context, kind, segments)
-    if kind == "close_streaming":
-        # Streaming segments arrive with streams (``t.stream``); until a stream has finished a
-        # segment there is nothing to hand off.
-        return None
     last: Commit | None = None
     taken = 0
     made_by: dict[str, str] = {}
@@ -93,7 +89,7 @@ def compact(context: TableContext, kind: str = "minor", *,
             if kind == "custom" or taken > _REPLANS:
                 raise
             continue
-        if kind != "minor":
+        if kind not in ("minor", "close_streaming"):
             return last
 
 
@@ -160,6 +156,15 @@ def plan(context: TableContext, state: State, kind: str, ids: Sequence[str | int
     commit's metadata is read once per call, not once per round)."""
     entries = context.metadata_at(state.view, None, LATEST_PARTITIONS).segments or {}
     options = compaction_options(context.properties)
+    if kind == "close_streaming":
+        # Hand-off: each finished streaming segment becomes a columnar one of its own, one
+        # commit each (CarbonData converts them one by one), oldest first.
+        held = held_segments(context, state.view)
+        finished = sorted((e.id for e in entries.values()
+                           if e.status == STREAMING_FINISH and e.id not in held), key=segment_sort_key)
+        if not finished:
+            return None
+        return _change(context, state, kind, {finished[0]: entries[finished[0]]}, entries)
     if kind == "custom":
         if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Iterable):
             raise InvalidOptionError(

@@ -9,7 +9,7 @@ from timeline import StreamNotFoundError
 from .._commit import Change, Progress, StreamStep
 from .._context import Commit, TableContext
 from .._write import State, commit_planned
-from ._stream import _check_name, close_running, record_of
+from ._stream import _check_name, close_running, hand_off, record_of
 
 
 def drop_stream(context: TableContext, name: str) -> Commit:
@@ -31,4 +31,6 @@ def drop_stream(context: TableContext, name: str) -> Commit:
     commit = commit_planned(context, plan, {"stream": name}, progress=progress)
     if commit is None:  # dropped by another writer meanwhile
         raise StreamNotFoundError(f"stream {name!r} was dropped meanwhile")
+    if record.segment is not None:
+        hand_off(context, commit)
     return commit

@@ -10,6 +10,7 @@ segment of its own.
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from typing import Any
@@ -20,9 +21,18 @@ from indexes import DROPPED, SEGMENTS, STREAM, STREAMING, STREAMS, StreamRecord
 from timeline import DuplicateKeyError, InvalidOptionError
 
 from .._commit import Change, Progress, StreamStep
-from .._context import Commit, TableContext, streaming_enabled, streaming_max_bytes
+from .._context import (
+    Commit,
+    TableContext,
+    streaming_auto_handoff,
+    streaming_enabled,
+    streaming_max_bytes,
+)
 from .._rows import batches, check_not_null, check_unique, describe, index_keys
+from .._segments import compact
 from .._write import State, already_committed, commit_planned, find_keys
+
+log = logging.getLogger("metatxn")
 
 #: Streams open in this process, by table location and name: SHOW STREAMS's ``Running``.
 _RUNNING: dict[tuple[str, str], weakref.WeakSet[Stream]] = {}
@@ -108,6 +118,8 @@ class Stream:
             check_not_null(rows, columns)
             check_unique(rows, columns)
 
+        steps: list[StreamStep] = []
+
         def plan(state: State) -> Change:
             if columns and rows.num_rows:
                 existing = find_keys(context, state, index_keys(rows, columns))
@@ -116,11 +128,15 @@ class Stream:
                         f"stream {self.name!r} batch {batch_id}: record key(s) "
                         f"{describe(existing, columns)} already exist in the table; nothing was "
                         "written\nHelp: a stream appends; deduplicate the batch against the table")
+            steps.append(_step(context, state, record))
             return Change("stream", rows.to_batches() if rows.num_rows else None, state.read_at,
-                          state.deltas, stream=_step(context, state, record), rows_bytes=rows.nbytes)
+                          state.deltas, stream=steps[-1], rows_bytes=rows.nbytes)
 
-        return commit_planned(context, plan, {"stream": self.name, "batch_id": str(batch_id)},
-                              progress=probe)
+        commit = commit_planned(context, plan, {"stream": self.name, "batch_id": str(batch_id)},
+                                progress=probe)
+        if commit is not None and steps and steps[-1].finish is not None:
+            hand_off(context, commit)
+        return commit
 
     def close(self) -> None:
         """Stop counting as ``Running``; the stream's progress and open segment stay."""
@@ -134,6 +150,20 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"txn.Stream({self.name!r} on {self._context.uri!r})"
+
+
+def hand_off(context: TableContext, finished_by: Commit) -> None:
+    """``streaming.auto_handoff`` (default true): after a commit that finished a streaming
+    segment, convert the finished segments into columnar ones (``close_streaming``). It runs
+    after that commit's point: a failure is logged, never the commit's."""
+    if not streaming_auto_handoff(context.properties):
+        return
+    try:
+        compact(context, "close_streaming")
+    except Exception:
+        log.warning("hand-off after %s %s failed; the commit stands, and compact('close_streaming') "
+                    "converts the finished segment later", finished_by.operation, finished_by.instant,
+                    exc_info=True)
 
 
 def _generation(record: StreamRecord | None) -> int:

@@ -52,8 +52,8 @@ def test_an_empty_batch_is_recorded(memory_uri: str) -> None:
 
 
 def test_past_the_size_limit_the_segment_finishes_and_a_new_one_opens(memory_uri: str) -> None:
-    t = txn.create_table(memory_uri, SCHEMA,
-                         properties={**STREAMING, "streaming.segment.max_size": "1024"})
+    t = txn.create_table(memory_uri, SCHEMA, properties={
+        **STREAMING, "streaming.segment.max_size": "1024", "streaming.auto_handoff": "false"})
     s = t.stream("job1")
     segments = [s.write(i, batch(i)) for i in range(4)]
     opened = [c.segment for c in segments if c is not None]
@@ -66,7 +66,7 @@ def test_past_the_size_limit_the_segment_finishes_and_a_new_one_opens(memory_uri
 
 
 def test_show_streams_and_drop_stream(memory_uri: str) -> None:
-    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    t = txn.create_table(memory_uri, SCHEMA, properties={**STREAMING, "streaming.auto_handoff": "false"})
     one, two = t.stream("job1"), t.stream("job2")
     one.write(0, batch(1, 2))
     two.write(7, batch(3))
@@ -180,3 +180,40 @@ def test_progress_is_read_from_the_latest_record_after_maintenance(memory_uri: s
     assert fresh.stream("job1").last_batch_id == 9
     assert fresh.stream("job1").write(9, batch(99)) is None
     assert [(i.name, i.rows) for i in fresh.streams()] == [("job1", 10)]
+
+
+def test_close_streaming_hands_finished_segments_off(memory_uri: str) -> None:
+    """COMPACT 'CLOSE_STREAMING': every Streaming Finish segment becomes a columnar Success
+    segment (sorted by sort_by), the old one Compacted with merged_to; open ones stay."""
+    t = txn.create_table(memory_uri, SCHEMA, sort_by=["id"], properties={
+        **STREAMING, "streaming.segment.max_size": "1024", "streaming.auto_handoff": "false"})
+    s = t.stream("job1")
+    for batch_id, ids in enumerate([(5, 3), (9, 1), (7, 2), (8, 0)]):
+        s.write(batch_id, batch(*ids))
+    finished = [x.id for x in t.segments() if x.status == "Streaming Finish"]
+    assert finished
+    before = sorted(t.to_arrow()["id"].to_pylist())
+    last = t.compact("close_streaming")
+    assert last is not None and last.extra == {"compaction": "close_streaming"}
+    after = {x.id: x for x in t.segments()}
+    for segment in finished:
+        assert after[segment].status == "Compacted" and after[segment].merged_to is not None
+        merged = after[after[segment].merged_to]
+        assert merged.status == "Success"
+    assert [x.status for x in t.segments()].count("Streaming") == 1, "the open segment stays"
+    assert sorted(t.to_arrow()["id"].to_pylist()) == before
+    assert t.compact("close_streaming") is None, "nothing left to hand off"
+    assert t.validate().ok
+
+
+def test_auto_handoff_after_the_commit_that_finished_a_segment(memory_uri: str) -> None:
+    t = txn.create_table(memory_uri, SCHEMA,
+                         properties={**STREAMING, "streaming.segment.max_size": "1024"})
+    s = t.stream("job1")
+    for batch_id in range(4):
+        s.write(batch_id, batch(batch_id))
+    assert "Streaming Finish" not in [x.status for x in t.segments()]
+    assert any(x.status == "Compacted" for x in t.segments())
+    t.drop_stream("job1")
+    assert {x.status for x in t.segments()} <= {"Compacted", "Success"}
+    assert sorted(t.to_arrow()["id"].to_pylist()) == [0, 1, 2, 3]
