@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -42,14 +43,16 @@ _RUNNING_LOCK = threading.Lock()
 def running(uri: str, name: str) -> bool:
     """Whether a stream of this name on this table is open (not closed) in this process."""
     with _RUNNING_LOCK:
-        return any(not s.closed for s in _RUNNING.get((uri, name), ()))
+        return any(s.active for s in _RUNNING.get((uri, name), ()))
 
 
 def close_running(uri: str, name: str) -> None:
-    """Close the streams of this name on this table open in this process (DROP STREAM)."""
+    """Close the streams of this name on this table open in this process, stopping the queries
+    that feed them (DROP STREAM)."""
     with _RUNNING_LOCK:
-        for stream in _RUNNING.get((uri, name), ()):
-            stream.close()
+        streams = list(_RUNNING.get((uri, name), ()))
+    for stream in streams:
+        stream.close()
 
 
 def _check_name(name: object) -> str:
@@ -81,6 +84,10 @@ class Stream:
                 f"stream {name!r}: the table at {context.uri!r} is not a streaming table; expected "
                 "one created with properties={'streaming': 'true'}")
         self.closed = False
+        #: Whether whatever feeds the stream still runs (a Spark query's ``isActive``), and how
+        #: to stop it; set by ``txn.spark.write_stream``.
+        self._alive: Callable[[], bool] = lambda: True
+        self._stop: Callable[[], None] = lambda: None
         with _RUNNING_LOCK:
             _RUNNING.setdefault((context.uri, self.name), weakref.WeakSet()).add(self)
 
@@ -138,9 +145,24 @@ class Stream:
             hand_off(context, commit)
         return commit
 
+    @property
+    def active(self) -> bool:
+        """Open, and fed: SHOW STREAMS's ``Running``."""
+        return not self.closed and self._alive()
+
+    def feed_by(self, alive: Callable[[], bool], stop: Callable[[], None]) -> None:
+        """Tie the stream to what feeds it (a streaming query): running while ``alive()``,
+        ``stop()`` on close (DROP STREAM stops the query first)."""
+        self._alive, self._stop = alive, stop
+
     def close(self) -> None:
-        """Stop counting as ``Running``; the stream's progress and open segment stay."""
+        """Stop counting as ``Running`` (stopping what feeds it); the stream's progress and
+        open segment stay."""
         self.closed = True
+        try:
+            self._stop()
+        except Exception:
+            log.warning("stopping the feed of stream %s failed", self.name, exc_info=True)
 
     def __enter__(self) -> Stream:
         return self

@@ -1,16 +1,21 @@
 """``txn.spark.write_stream``: each micro-batch is one commit, exactly once.
 
-The query runs ``foreachBatch`` in the caller's process: every micro-batch goes through
-``txn.spark.write`` and records ``{"stream": <id>, "batch": <batch id>}`` in its commit's
-``extra``. The stream id is created once per checkpoint location (a file ``metatxn_stream_id``
-beside Spark's own checkpoint files), so a query restarted from its checkpoint keeps it.
+The query runs ``foreachBatch`` in the caller's process. Every micro-batch is a batch of the
+stream ``name`` (the query's name, else an id kept with the checkpoint: a file
+``metatxn_stream_id`` beside Spark's own checkpoint files, so a query restarted from its
+checkpoint keeps it), and its progress is the stream's record in the table's ``streams``
+partition (design/streaming.md):
+
+* on a streaming table (``streaming=true``) a batch is ``s.write(batch_id, rows)`` of
+  ``t.stream(name)``: rows into the stream's open ``Streaming`` segment;
+* on any other table a batch is ``txn.spark.write`` of the micro-batch (a segment per batch,
+  written by the executors), committed with the stream's record moved to the batch id.
 
 Why exactly once: Spark replays a micro-batch, with the same batch id and the same rows, when it
-did not record the batch as done in its checkpoint (a crash between our commit and Spark's, or
-a restart). Before writing, a batch looks on the timeline for a completed commit of this stream
-with a batch id at or above its own, and skips if there is one. A crash before our commit point
-leaves nothing visible (the instant is rolled back once its heartbeat expires), so the replay
-writes the batch for the first time.
+did not record the batch as done in its checkpoint (a crash between our commit and Spark's, or a
+restart). A batch at or below the record's batch id is skipped, checked against that one record
+before the batch, at its begin and at its commit under the lock. A crash before our commit point
+leaves nothing visible, so the replay writes the batch for the first time.
 """
 
 from __future__ import annotations
@@ -20,9 +25,12 @@ import logging
 import secrets
 from typing import Any
 
+from indexes import DROPPED, STREAM
 from timeline import InvalidOptionError, ObjectExistsError, open_storage
 
-from .._context import DATA_ACTIONS, Commit, CommitMetadata, TableContext, open_context
+from .._commit import Progress
+from .._context import Commit, TableContext, open_context, streaming_enabled
+from .._streams import Stream, record_of
 from ._tables import Layout, resolve
 from ._workers import ensure_workers_run_metatxn
 from ._write import write
@@ -42,50 +50,52 @@ def stream_id(checkpoint_location: str) -> str:
 
 
 def last_batch(table: TableContext, stream: str) -> int | None:
-    """The largest batch id of ``stream`` committed to the table (None if none)."""
-    for instants in (table.timeline.load().completed(), table.timeline.history()):
-        for instant in reversed(instants):
-            if instant.action not in DATA_ACTIONS or not instant.is_completed:
-                continue
-            extra = table.timeline.read_metadata(instant, CommitMetadata).extra
-            if extra.get("stream") == stream:
-                return int(extra["batch"])
-    return None
+    """The largest batch id of ``stream`` committed to the table (None if none): its record."""
+    record = record_of(table, stream)
+    if record is None or record.status == DROPPED or record.last_batch < 0:
+        return None
+    return record.last_batch
 
 
 def write_batch(frame: Any, uri: str, stream: str, batch_id: int, *, mode: str = "append",
-                storage_options: dict[str, Any] | None = None) -> Commit | None:
+                storage_options: dict[str, Any] | None = None,
+                sink: Stream | None = None) -> Commit | None:
     """Commit one micro-batch unless this stream already committed it (or a later one)."""
+    if sink is not None:  # a streaming table: the batch goes to the stream's open segment
+        return sink.write(batch_id, frame.toArrow())
     table = open_context(uri, storage_options)
-    done = last_batch(table, stream)
-    if done is not None and done >= batch_id:
-        log.info("stream %s: batch %d is already committed (up to %d): skipped", stream, batch_id, done)
-        return None
-    if frame.isEmpty():
-        return None
-    return write(frame, uri, mode, storage_options=storage_options,
+    record = record_of(table, stream)
+    generation = 0 if record is None else record.generation + (record.status == DROPPED)
+    progress = Progress(STREAM, stream, batch_id, generation)
+    return write(frame, uri, mode, storage_options=storage_options, progress=progress,
                  extra={"stream": stream, "batch": str(batch_id)})
 
 
 def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "append",
                  trigger: dict[str, Any] | None = None, query_name: str | None = None,
+                 name: str | None = None,
                  partition_by: list[str] | None = None, record_key: str | list[str] | None = None,
                  sort_by: list[str] | None = None, properties: dict[str, str] | None = None,
                  storage_options: dict[str, Any] | None = None) -> Any:
     """Start a streaming query that commits each micro-batch of ``df`` to the table, exactly once.
 
-    Where no table exists, it is created now from the stream's schema and the layout options
-    (as :func:`txn.spark.write` does); given for an existing table, they must agree with it.
-    Returns the ``StreamingQuery``. ``trigger`` is passed to ``DataStreamWriter.trigger`` (for
-    example ``{"processingTime": "5 seconds"}`` or ``{"availableNow": True}``).
+    ``name``: the stream's name in SHOW STREAMS (default: ``query_name``, else an id kept with
+    the checkpoint). Where no table exists, it is created now from the stream's schema and the
+    layout options (as :func:`txn.spark.write` does); given for an existing table, they must
+    agree with it. Returns the ``StreamingQuery``. ``trigger`` is passed to
+    ``DataStreamWriter.trigger`` (for example ``{"processingTime": "5 seconds"}`` or
+    ``{"availableNow": True}``). On a streaming table the stream shows ``Running`` in
+    ``t.streams()`` while the query runs, and ``t.drop_stream(name)`` stops the query first.
     """
     if mode not in _STREAM_MODES:
         raise InvalidOptionError(f"a stream writes with mode {list(_STREAM_MODES)}, got {mode!r}")
     ensure_workers_run_metatxn(df.sparkSession)
-    stream = stream_id(checkpoint_location)
+    stream = name or query_name or stream_id(checkpoint_location)
+    sink: list[Stream] = []
 
     def each(frame: Any, batch_id: int) -> None:
-        write_batch(frame, uri, stream, batch_id, mode=mode, storage_options=storage_options)
+        write_batch(frame, uri, stream, batch_id, mode=mode, storage_options=storage_options,
+                    sink=sink[0] if sink else None)
 
     # The query is configured (trigger arguments checked) before the table may be created.
     writer = df.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint_location)
@@ -96,4 +106,11 @@ def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "ap
     table = resolve(uri, df.schema, mode, Layout(partition_by, record_key, sort_by, properties),
                     storage_options)
     assert table is not None  # the stream modes never ignore an existing table
-    return writer.start()
+    if streaming_enabled(table.properties):
+        if mode != "append":
+            raise InvalidOptionError(f"a stream on a streaming table appends; got mode {mode!r}")
+        sink.append(Stream(table, stream))
+    query = writer.start()
+    if sink:
+        sink[0].feed_by(lambda: bool(query.isActive), query.stop)
+    return query

@@ -33,7 +33,7 @@ from timeline import (
     open_storage,
 )
 
-from .._commit import Change, Pending, Written
+from .._commit import Change, Pending, Progress, Written
 from .._context import Commit, TableContext, delete_compaction_threshold, target_file_bytes
 from .._files import (
     DataFileWriter,
@@ -47,7 +47,7 @@ from .._files import (
 )
 from .._rows import SHOWN, describe, index_keys
 from .._segments import after_load
-from .._write import State, commit_planned
+from .._write import State, already_committed, app_progress, commit_planned
 from ._native import write_files, writes_natively
 from ._tables import Layout, resolve, save_mode
 from ._types import conform
@@ -245,9 +245,14 @@ def _remove_unreported(table: TableContext, instant_time: str, files: set[str], 
 def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | None = None,
           record_key: str | list[str] | None = None, sort_by: list[str] | None = None,
           properties: dict[str, str] | None = None, storage_options: dict[str, Any] | None = None,
-          extra: dict[str, str] | None = None) -> Commit | None:
+          extra: dict[str, str] | None = None, app_id: str | None = None,
+          version: int | None = None, progress: Progress | None = None) -> Commit | None:
     """Write a Spark DataFrame into the table at ``uri`` in one commit, creating the table if
     there is none.
+
+    ``app_id`` and ``version``: an idempotent write, as for :meth:`txn.Table.append` (None when
+    ``app_id`` committed ``version`` or a later one). ``progress`` is the same for a stream's
+    batch (``txn.spark.write_stream``).
 
     ``mode``: ``"append"`` (a new segment), ``"overwrite"`` (replace the whole content),
     ``"upsert"`` (keyed tables: rows whose key exists replace it through delete deltas), and
@@ -264,6 +269,7 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     upsert of no rows, or ``"ignore"`` on an existing table).
     """
     mode = save_mode(mode)
+    progress = progress or app_progress(app_id, version)
     ensure_workers_run_metatxn(df.sparkSession)
     checked: list[tuple[pa.Schema, list[str]]] = []
 
@@ -281,7 +287,7 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     columns = table.record_key_columns
     if (table.schema, columns) not in checked:  # an existing table, or another writer's new one
         check(table.schema, columns)
-    if mode == "upsert" and df.isEmpty():
+    if already_committed(table, progress) or (mode == "upsert" and df.isEmpty()):
         return None
     operation = "append" if mode in ("error", "ignore") else mode
 
@@ -301,7 +307,7 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
 
     # A keyed DataFrame is pinned, so planning and writing it again (when a table service
     # overtook the write) writes the same rows against the new state.
-    commit = commit_planned(table, plan, extra, write=lambda change: functools.partial(
+    commit = commit_planned(table, plan, extra, progress=progress, write=lambda change: functools.partial(
         _write_phase, table, df, change.deleted, change.current))
     if operation == "append":
         after_load(table, commit)

@@ -19,7 +19,7 @@ ALLOWED = {
     "_external": {"_commit", "_context", "_files", "_rows", "_write"},
     "_streams": {"_commit", "_context", "_rows", "_segments", "_write"},
     "_cli": {"_context", "_table", "spark"},
-    "spark": {"_commit", "_context", "_files", "_read", "_rows", "_segments", "_write"},
+    "spark": {"_commit", "_context", "_files", "_read", "_rows", "_segments", "_streams", "_write"},
 }
 
 

@@ -1,0 +1,132 @@
+"""Streaming tables fed by Spark Structured Streaming: CarbonData's streaming walk-through (a
+socket source on 127.0.0.1 fed ``1,value1`` lines into a streaming sink, SHOW STREAMS while it
+runs, DROP STREAM, COMPACT 'CLOSE_STREAMING'), and exactly once across a restart."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import txn
+import txn.spark
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+class LineServer:
+    """What ``nc -lk 9099`` does in the walk-through: a server on 127.0.0.1 that sends lines to
+    the one client that connects, then keeps the connection open."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(1)
+        self.port = self._server.getsockname()[1]
+        self._lines = lines
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        connection, _ = self._server.accept()
+        with connection:
+            for line in self._lines:
+                connection.sendall(f"{line}\n".encode())
+                time.sleep(0.01)
+            self._done.wait(120)
+
+    def close(self) -> None:
+        self._done.set()
+        self._server.close()
+
+
+@pytest.fixture
+def line_server() -> Iterator[Callable[[list[str]], LineServer]]:
+    servers: list[LineServer] = []
+
+    def start(lines: list[str]) -> LineServer:
+        servers.append(LineServer(lines))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_the_socket_walkthrough(spark: Any, tmp_path: Path,
+                                line_server: Callable[[list[str]], LineServer]) -> None:
+    uri = str(tmp_path / "sink")
+    sink = txn.create_table(uri, SCHEMA, properties={"streaming": "true",
+                                                     "streaming.auto_handoff": "false"})
+    server = line_server([f"{i},value{i}" for i in range(1, 31)])
+    lines = (spark.readStream.format("socket").option("host", "127.0.0.1")
+             .option("port", server.port).load())
+    rows = lines.selectExpr("CAST(split(value, ',')[0] AS BIGINT) AS id",
+                            "split(value, ',')[1] AS name")
+    query = txn.spark.write_stream(rows, uri, checkpoint_location=str(tmp_path / "checkpoint"),
+                                   name="job1", trigger={"processingTime": "300 milliseconds"})
+    try:
+        wait_for(lambda: sink.snapshot().count() == 30, "the 30 lines to arrive")
+        shown = sink.streams()
+        assert [(i.name, i.status, i.kind) for i in shown] == [("job1", "Running", "stream")]
+        assert shown[0].rows == 30 and shown[0].segment is not None
+        assert {s.status for s in sink.segments()} == {"Streaming"}
+
+        sink.drop_stream("job1")  # DROP STREAM job1: the query stops first
+        assert not query.isActive
+    finally:
+        if query.isActive:
+            query.stop()
+    assert sink.streams() == []
+    assert [s.status for s in sink.segments()] == ["Streaming Finish"]
+
+    handed = sink.compact("close_streaming")  # ALTER TABLE sink COMPACT 'CLOSE_STREAMING'
+    assert handed is not None
+    statuses = {s.id: (s.status, s.merged_to) for s in sink.segments()}
+    assert sorted(status for status, _ in statuses.values()) == ["Compacted", "Success"]
+    read = txn.spark.read(spark, uri).collect()
+    assert sorted((r.id, r.name) for r in read) == [(i, f"value{i}") for i in range(1, 31)]
+    assert sink.validate().ok
+
+
+def test_a_restarted_query_writes_each_batch_once(spark: Any, tmp_path: Path) -> None:
+    """A file source read with availableNow, stopped and started again on the same checkpoint
+    and stream name: the stream's record skips what committed; SHOW STREAMS says Stopped."""
+    source = tmp_path / "in"
+    source.mkdir()
+    uri = str(tmp_path / "sink")
+    txn.create_table(uri, SCHEMA, properties={"streaming": "true"})
+    schema = "id BIGINT, name STRING"
+
+    def run() -> None:
+        frame = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
+        query = txn.spark.write_stream(frame, uri, checkpoint_location=str(tmp_path / "checkpoint"),
+                                       name="files", trigger={"availableNow": True})
+        query.awaitTermination(120)
+
+    for n in range(3):
+        (source / f"part-{n}.json").write_text(f'{{"id": {n}, "name": "n{n}"}}\n')
+    run()
+    (source / "part-3.json").write_text('{"id": 3, "name": "n3"}\n')
+    run()
+    table = txn.open_table(uri)
+    assert sorted(table.to_arrow()["id"].to_pylist()) == [0, 1, 2, 3]
+    (info,) = table.streams()
+    assert (info.name, info.status, info.last_batch_id, info.rows) == ("files", "Stopped", 3, 4)
