@@ -1,9 +1,9 @@
 """Corruption as a test suite: every kind of file a table keeps, damaged every way.
 
 For each kind of file (table.json, instant files, archives, lock and heartbeat records, the
-metadata table's blocks, bases, timeline and retention record, data files, delete deltas and
-markers) and each damage (truncated, garbage, empty, deleted), the outcome of reading, looking
-up keys, validating and writing must be one of:
+metadata table's blocks and bases (producers' stream records included), timeline and retention
+record, data files, delete deltas and markers) and each damage (truncated, garbage, empty,
+deleted), the outcome of reading, looking up keys, validating and writing must be one of:
 
 * harmless: the operation gives the same answer as on the undamaged table;
 * a ``txn.TxnError`` whose message names the damaged file;
@@ -63,12 +63,13 @@ class Template:
         self.root = root
         table = txn.create_table(str(root), SCHEMA, record_key="id", partition_by=["region"],
                                  properties=PROPERTIES)
-        for i in range(6):
-            table.append(_rows(range(i * 10, i * 10 + 5)))
+        for i in range(6):  # idempotent loads: the streams partition's records
+            table.append(_rows(range(i * 10, i * 10 + 5)), app_id="loads", version=i)
         table.upsert(_rows([1, 2, 100]))
         table.delete(keys=[11])
         table.append(_rows([200, 201]))  # the third metadata compaction
-        table.upsert(_rows([3, 202]))  # blocks of every partition after the newest bases
+        # blocks of every partition after the newest bases
+        table.upsert(_rows([3, 202]), app_id="fixes", version=1)
         self.before_last = _sorted(table.to_arrow())
         table.delete(keys=[21])
         self.rows = _sorted(table.to_arrow())
@@ -157,11 +158,13 @@ KINDS: dict[str, Callable[[Template], str]] = {
     "column-stats-log": _newest_block("column_stats"),
     "segments-log": _newest_block("segments"),
     "deletes-log": lambda t: _one(t.files, r"_metadata/deletes/\d{17}\.log\.arrow"),
+    "streams-log": _newest_block("streams"),
     "record-index-log": _newest_block("record_index"),
     "files-base": _newest_base("files"),
     "column-stats-base": _newest_base("column_stats"),
     "segments-base": _newest_base("segments"),
     "deletes-base": _newest_base("deletes"),
+    "streams-base": _newest_base("streams"),
     "record-index-base": _newest_base(r"record_index/\d{4}", "arrow"),
     "retention.json": lambda t: "_metadata/retention.json",
     "data-file": _live_data_file,

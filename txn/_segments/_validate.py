@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, live
+from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, STREAMS, live
 from indexes._layout import base_path, parse_listing, partition_folder
 from timeline import CorruptMetadataError, ObjectNotFoundError, TimelineView, TxnError
 
@@ -208,11 +208,13 @@ def _check_metadata_timeline(context: TableContext, completed: dict[str, str]) -
     compactions = [i for i in view.completed() if i.action == "compaction"]
     if compactions:
         newest = compactions[-1]
-        for partition in (FILES, SEGMENTS, COLUMN_STATS, DELETES):
+        for partition in (FILES, SEGMENTS, COLUMN_STATS, DELETES, STREAMS):
             folder = partition_folder(partition)
-            bases, _ = parse_listing(mdt.storage.list(folder))
+            bases, logs = parse_listing(mdt.storage.list(folder))
             if any(b.compaction_time == newest.time for b in bases):
                 continue
+            if partition == STREAMS and not (bases or logs):
+                continue  # tables from before the streams partition: no base until the next one
             if partition == COLUMN_STATS and not mdt.schemas[partition].field("columns").type.num_fields:
                 continue  # no column takes statistics: compactions write no base here
             horizon = (mdt.timeline.read_metadata(newest, dict) or {}).get("horizon", "<horizon>")
