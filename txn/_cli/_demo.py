@@ -25,12 +25,13 @@ import time
 from datetime import date, timedelta
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import SnapshotExpiredError
 
 from .._context import Segment
-from .._table import Table, open_table
+from .._table import Table, create_table, open_table
 from ._render import render, render_timeline
 
 if TYPE_CHECKING:
@@ -268,5 +269,39 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
 
     _step("validate")
     print(table.validate())
+    _streaming(spark, warehouse)
     print(f"\ndone in {time.perf_counter() - began:.1f} s")
     return table
+
+
+def _streaming(spark: SparkSession, warehouse: str) -> None:
+    """A streaming table fed by Spark's rate source: SHOW STREAMS while it runs, DROP STREAM,
+    and the hand-off of its streaming segment to a columnar one."""
+    from .. import spark as txn_spark
+
+    uri = os.path.join(warehouse, "events")
+    shutil.rmtree(uri, ignore_errors=True)
+    events = create_table(uri, pa.schema([("at", pa.timestamp("us", tz="UTC")), ("value", pa.int64())]),
+                          sort_by=["value"], properties={"streaming": "true"})
+    _step(f"streaming: Spark's rate source, 200 rows a second, into the streaming table {uri}")
+    rate = spark.readStream.format("rate").option("rowsPerSecond", 200).load()
+    query = txn_spark.write_stream(rate.selectExpr("timestamp AS at", "value"), uri,
+                                   checkpoint_location=os.path.join(warehouse, "events_checkpoint"),
+                                   name="rate_job", trigger={"processingTime": "500 milliseconds"})
+    try:
+        deadline = time.monotonic() + 60
+        while (not events.streams() or (events.streams()[0].last_batch_id or 0) < 4) \
+                and time.monotonic() < deadline:
+            time.sleep(0.25)
+        print("SHOW STREAMS, while the query runs:")
+        print(render(("stream", "status", "segment", "last_batch_id", "rows"),
+                     ((i.name, i.status, i.segment, i.last_batch_id, i.rows) for i in events.streams())))
+        print(_show_segments(events.segments()))
+    finally:
+        events.drop_stream("rate_job")  # DROP STREAM: the query stops first
+        if query.isActive:  # pragma: no cover - drop_stream stopped it
+            query.stop()
+    print(f"DROP STREAM rate_job: the query is {'running' if query.isActive else 'stopped'}; its "
+          "segment finished and was handed off to a columnar segment (streaming.auto_handoff):")
+    print(_show_segments(events.segments()))
+    print(f"{events.snapshot().count():,} rows, each batch exactly once; {events.validate()}")

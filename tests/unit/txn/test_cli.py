@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -81,6 +82,12 @@ def test_the_demo_loads_reads_time_travels_and_validates(
                  "== timeline", "== validate"):
         assert step in out
     assert "untouched by CLEAN FILES" in out
+    assert "== streaming" in out and "rate_job  Running" in out, "SHOW STREAMS while it runs"
+    assert "the query is stopped" in out and "each batch exactly once" in out
+    events = txn.open_table(os.path.join(str(tmp_path), "events"))
+    assert [(s.status, s.merged_to) for s in events.segments()] == [("Success", None),
+                                                                    ("Compacted", "0.1")]
+    assert events.streams() == [] and events.validate().ok
     assert "segments 0, 1, 2, 3 -> segment 0.1" in out
     assert "SnapshotExpiredError" in out and "oldest reachable" in out, "clean expired the last load"
     assert not table.clean().files, "nothing else to clean"
