@@ -133,6 +133,8 @@ class StreamStep:
     #: from, or its open one when it is dropped.
     finish: str | None = None
     drop: bool = False
+    #: A merge of the segment's files (a table service): its record does not change.
+    files_only: bool = False
 
 
 class AlreadyCommitted(Exception):
@@ -307,6 +309,8 @@ def _streaming_segments(context: TableContext, view: TimelineView, pending: Pend
     """Under the lock: the stream's open segment with this batch's rows added to its totals (the
     totals read here, so concurrent batches of other streams never lose each other's), and the
     segment the commit finishes."""
+    if step.files_only:
+        return []
     current = context.metadata_at(view, None, (SEGMENTS,)).segments or {}
     now = context.clock()
     entries = []

@@ -2,17 +2,19 @@
 and checking the metadata table against storage."""
 
 from ._clean import CleanResult, clean
-from ._compact import after_load, compact
+from ._compact import STREAM_FILES_FANOUT, after_load, compact, merge_stream_files
 from ._delete import delete_segments
 from ._show import partitions, segments
 from ._validate import validate
 
 __all__ = [
+    "STREAM_FILES_FANOUT",
     "CleanResult",
     "after_load",
     "clean",
     "compact",
     "delete_segments",
+    "merge_stream_files",
     "partitions",
     "segments",
     "validate",

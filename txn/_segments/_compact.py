@@ -29,10 +29,10 @@ from typing import Final
 
 import pyarrow as pa
 
-from indexes import STREAMING_FINISH, SUCCESS, SegmentEntry, segment_sort_key
+from indexes import STREAMING, STREAMING_FINISH, SUCCESS, SegmentEntry, segment_sort_key
 from timeline import CommitConflictError, InvalidOptionError, TimelineView
 
-from .._commit import Change, Merge, Pending, Written, commit_change
+from .._commit import Change, Merge, Pending, StreamStep, Written, commit_change
 from .._context import (
     COMPACT,
     LATEST_PARTITIONS,
@@ -91,6 +91,71 @@ def compact(context: TableContext, kind: str = "minor", *,
             continue
         if kind not in ("minor", "close_streaming"):
             return last
+
+
+#: A streaming segment's files are merged FANOUT at a time, by size tier (a tier is a factor of
+#: FANOUT in size): a stream of N batches keeps at most FANOUT - 1 files per tier, about
+#: (FANOUT - 1) log_FANOUT N files in all, each row rewritten about log_FANOUT N times.
+STREAM_FILES_FANOUT: Final = 8
+_SMALLEST_TIER_BYTES: Final = 4096
+
+
+def _tier(size: int) -> int:
+    tier = 0
+    while size >= _SMALLEST_TIER_BYTES * STREAM_FILES_FANOUT ** (tier + 1):
+        tier += 1
+    return tier
+
+
+def merge_stream_files(context: TableContext, segment: str) -> Commit | None:
+    """Merge the small files of streaming segment ``segment`` (a table service after a stream's
+    batch): FANOUT files of one size tier become one file of the same segment, so a long stream
+    keeps few files to read without a batch ever waiting for that work. Files with delete
+    deltas are left to the hand-off. Repeats while a tier is full; returns the last merge's
+    commit, None when no tier was full. A write that changed one of the
+    files meanwhile wins (``CommitConflictError``)."""
+    last: Commit | None = None
+    for _ in range(_STREAM_FILES_ROUNDS):  # a merge may fill the next tier up
+        change = latest(context, lambda state: _plan_stream_files(context, state, segment))
+        if change is None:
+            break
+        merge = change.merge
+        assert merge is not None
+        last = commit_change(context, change, {KIND_KEY: STREAM_FILES}, admit=_admit(context, merge))
+    return last
+
+
+#: Merges one call makes at most (each fills at most the next tier up).
+_STREAM_FILES_ROUNDS: Final = 6
+
+
+#: The compaction kind of a streaming segment's file merge (in its commit's ``extra``).
+STREAM_FILES: Final = "stream_files"
+
+
+def _plan_stream_files(context: TableContext, state: State, segment: str) -> Change | None:
+    entries = context.metadata_at(state.view, None, LATEST_PARTITIONS).segments or {}
+    entry = entries.get(segment)
+    if entry is None or entry.status not in (STREAMING, STREAMING_FINISH):
+        return None
+    live = state.live_files.filter(pa.compute.equal(state.live_files["segment"], segment))
+    tiers: dict[int, list[tuple[str, int, int, str]]] = {}
+    for path, size, rows, file_format in zip(live["path"].to_pylist(), live["size"].to_pylist(),
+                                             live["rows"].to_pylist(), live["format"].to_pylist(),
+                                             strict=True):
+        if not state.deltas.paths(path):
+            tiers.setdefault(_tier(size), []).append((path, size, rows, file_format))
+    full = sorted(t for t, files in tiers.items() if len(files) >= STREAM_FILES_FANOUT)
+    if not full:
+        return None
+    chosen = sorted(tiers[full[0]])[:STREAM_FILES_FANOUT]  # names carry their writer's time
+    files = [path for path, *_ in chosen]
+    formats = {path: file_format for path, _, _, file_format in chosen}
+    merge = Merge(kind=STREAM_FILES, target=segment, sources={}, files=files, deltas=[],
+                  rows=sum(rows for _, _, rows, _ in chosen),
+                  size=sum(size for _, size, _, _ in chosen), formats=formats)
+    return Change(COMPACT, _merged_rows(context, state, files, formats), state.read_at, state.deltas,
+                  merge=merge, stream=StreamStep(segment=segment, files_only=True))
 
 
 class _SourcesHeld(CommitConflictError):

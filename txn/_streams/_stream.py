@@ -21,7 +21,7 @@ import pyarrow as pa
 from indexes import DROPPED, SEGMENTS, STREAM, STREAMING, STREAMS, StreamRecord
 from timeline import DuplicateKeyError, InvalidOptionError
 
-from .._commit import Change, Progress, StreamStep
+from .._commit import Change, Progress, StreamStep, committed
 from .._context import (
     Commit,
     TableContext,
@@ -30,8 +30,8 @@ from .._context import (
     streaming_max_bytes,
 )
 from .._rows import batches, check_not_null, check_unique, describe, index_keys
-from .._segments import compact
-from .._write import State, already_committed, commit_planned, find_keys
+from .._segments import STREAM_FILES_FANOUT, compact, merge_stream_files
+from .._write import State, commit_planned, find_keys
 
 log = logging.getLogger("metatxn")
 
@@ -84,6 +84,8 @@ class Stream:
                 f"stream {name!r}: the table at {context.uri!r} is not a streaming table; expected "
                 "one created with properties={'streaming': 'true'}")
         self.closed = False
+        #: Batches this object committed (it looks for files to merge every FANOUT of them).
+        self._batches = 0
         #: Whether whatever feeds the stream still runs (a Spark query's ``isActive``), and how
         #: to stop it; set by ``txn.spark.write_stream``.
         self._alive: Callable[[], bool] = lambda: True
@@ -117,7 +119,7 @@ class Stream:
         context = self._context
         record = record_of(context, self.name)
         probe = Progress(STREAM, self.name, batch_id, _generation(record))
-        if already_committed(context, probe):
+        if committed(record, probe):  # checked again under the lock at begin and at commit
             return None
         rows = pa.Table.from_batches(list(batches(data, context.schema)), schema=context.schema)
         columns = context.record_key_columns
@@ -143,6 +145,12 @@ class Stream:
                                 progress=probe)
         if commit is not None and steps and steps[-1].finish is not None:
             hand_off(context, commit)
+        if commit is not None and commit.segment is not None:
+            # A size tier fills at most once per FANOUT new files: look that often, not at
+            # every batch (looking reads the timeline).
+            self._batches += 1
+            if self._batches % STREAM_FILES_FANOUT == 0:
+                _tidy(context, commit)
         return commit
 
     @property
@@ -186,6 +194,17 @@ def hand_off(context: TableContext, finished_by: Commit) -> None:
         log.warning("hand-off after %s %s failed; the commit stands, and compact('close_streaming') "
                     "converts the finished segment later", finished_by.operation, finished_by.instant,
                     exc_info=True)
+
+
+def _tidy(context: TableContext, batch: Commit) -> None:
+    """After a batch: merge the open segment's small files when a size tier is full (a table
+    service: after the batch's commit point, a failure is logged, never the batch's)."""
+    assert batch.segment is not None
+    try:
+        merge_stream_files(context, batch.segment)
+    except Exception:
+        log.warning("merging the files of streaming segment %s after %s failed; the batch stands",
+                    batch.segment, batch.instant, exc_info=True)
 
 
 def _generation(record: StreamRecord | None) -> int:

@@ -217,3 +217,23 @@ def test_auto_handoff_after_the_commit_that_finished_a_segment(memory_uri: str) 
     t.drop_stream("job1")
     assert {x.status for x in t.segments()} <= {"Compacted", "Success"}
     assert sorted(t.to_arrow()["id"].to_pylist()) == [0, 1, 2, 3]
+
+
+def test_a_long_stream_keeps_few_files(memory_uri: str) -> None:
+    """After batches, the open segment's small files are merged by size tier (a table service
+    of its own): the files to read stay few, the rows and their keys exactly as written."""
+    t = txn.create_table(memory_uri, SCHEMA, record_key="id", properties=STREAMING)
+    s = t.stream("job1")
+    for batch_id in range(96):
+        s.write(batch_id, batch(2 * batch_id, 2 * batch_id + 1))
+    files = t.snapshot().files()
+    assert len(files) < 16, f"{len(files)} files after 96 batches"
+    assert {f.segment for f in files} == {"0"} and statuses(t) == {"0": ("Streaming", 192)}
+    assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(192))
+    assert sorted(t.lookup([0, 191])["id"].to_pylist()) == [0, 191]
+    merges = [i for i in t.timeline() if i.action == "compaction"]
+    assert merges, "the merges are instants of their own"
+    t.delete(keys=[5])
+    s.write(96, batch(500))
+    assert t.snapshot().count() == 192
+    assert t.validate().ok
