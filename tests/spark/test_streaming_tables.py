@@ -130,3 +130,23 @@ def test_a_restarted_query_writes_each_batch_once(spark: Any, tmp_path: Path) ->
     assert sorted(table.to_arrow()["id"].to_pylist()) == [0, 1, 2, 3]
     (info,) = table.streams()
     assert (info.name, info.status, info.last_batch_id, info.rows) == ("files", "Stopped", 3, 4)
+
+
+def test_hand_off_on_spark_executors(spark: Any, tmp_path: Path) -> None:
+    """``txn.spark.compact(spark, uri, "close_streaming")``: the finished segment's rows are
+    rewritten by Spark's executors into a columnar segment, sorted."""
+    uri = str(tmp_path / "sink")
+    t = txn.create_table(uri, SCHEMA, sort_by=["id"], properties={
+        "streaming": "true", "streaming.segment.max_size": "1024", "streaming.auto_handoff": "false"})
+    s = t.stream("job1")
+    for batch_id in range(6):
+        s.write(batch_id, pa.table({"id": [50 - batch_id, batch_id], "name": ["a", "b"]}))
+    finished = [x.id for x in t.segments() if x.status == "Streaming Finish"]
+    assert finished
+    commit = txn.spark.compact(spark, uri, "close_streaming")
+    assert commit is not None and commit.extra == {"compaction": "close_streaming"}
+    after = {x.id: x for x in t.segments()}
+    assert all(after[f].status == "Compacted" for f in finished)
+    assert sorted(r.id for r in txn.spark.read(spark, uri).collect()) == sorted(
+        [50 - b for b in range(6)] + list(range(6)))
+    assert t.validate().ok
