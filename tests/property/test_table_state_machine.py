@@ -1,6 +1,7 @@
 """Model-based test of tables: appends, overwrites, keyed writes (upsert, delete, update), ADD
-SEGMENT of external Parquet folders, record lookups, time travel, the table services (compaction,
-DELETE SEGMENT, CLEAN FILES) and crashes at every storage call.
+SEGMENT of external Parquet folders, streams and idempotent writes, record lookups, time travel,
+the table services (compaction, hand-off, DELETE SEGMENT, CLEAN FILES) and crashes at every
+storage call.
 
 One writer (a :class:`txn.Table`) reaches storage through a :class:`FaultyStorage`, so any write
 can be scripted to fail its Nth storage call, before the call reaches the store or after it
@@ -39,6 +40,45 @@ The table is keyed (``record_key="k"``) in one pair of variants and unkeyed in t
   Sometimes a folder already added is added again (InvalidOptionError, nothing changes, whatever
   happened to its segments since), or the folder of an add that failed is retried (it commits,
   unless a key of it is live by now: DuplicateKeyError).
+* idempotent writes: about a third of the appends, overwrites, upserts, deletes and updates pass
+  ``app_id`` (``nightly`` or ``hourly``) and a ``version`` drawn from the model's last one for
+  that app: the next, one past a gap (both commit, and move the app's record), the same again or
+  an older one (a replay: it must return None, write nothing and create no instant, whatever it
+  would otherwise do: a duplicate key is not even reported).
+
+Streams, on a streaming table (``streaming=true``, two runs in three; the others must refuse
+every stream action: ``t.stream`` InvalidOptionError, DROP STREAM StreamNotFoundError, hand-off
+InvalidOptionError), with ``streaming.segment.max_size`` 2, 4 or 8 KB (a few batches fill a
+segment) or the default (never full), and ``streaming.auto_handoff`` on or off:
+
+* ``StreamWrite``: ``s.write(batch_id, rows)`` on stream ``s1`` or ``s2`` through a ``Stream``
+  the writer holds open (closed now and then: ``stop``), the batch id drawn from the model's
+  last one: the next, one past a gap, or a replay (the last or up to 2 before it: None, nothing
+  written, no instant). Rows are drawn like an append's (keyed: new keys, or on purpose one
+  already in the table or twice in the batch: DuplicateKeyError, nothing written), a few at a
+  time, and sometimes none (the batch id is still recorded, by a commit of no rows). An
+  acknowledged batch is one commit (``stream``, its extra naming the stream and the batch id)
+  whose rows join the stream's open segment (``Streaming``: its rows the sum of its batches',
+  its instant that of its first) or, when the stream has none or its open one is no longer
+  ``Streaming`` (an overwrite marked it for delete), a new one. When the open segment's data
+  size (read from SHOW SEGMENTS: Parquet's sizes are not the model's to predict) has reached the
+  limit, the same commit finishes it (``Streaming Finish``) and the rows go to a new segment
+  (none for an empty batch); with auto hand-off, one
+  compaction per ``Streaming Finish`` segment that no running write holds follows, oldest
+  first (the finished one ``Compacted`` with ``merged_to`` a new ``x.1`` ``Success`` segment of
+  its live rows), after the batch's commit point: a fault may cut the hand-off short while the
+  batch is acknowledged (the batch then returns its commit, not the fault);
+* ``DropStream``: ``t.drop_stream(name)``: StreamNotFoundError unless the stream has a record
+  and is not dropped (nothing changes); otherwise one commit (``drop_stream``) finishes its open
+  segment (if still ``Streaming``), then (auto) the same hand-off when it had one; the writer's
+  ``Stream`` of that name is closed, the name leaves SHOW STREAMS, and a later batch starts it
+  afresh (batch ids from 0, rows from 0, a new segment);
+* ``compact("close_streaming")`` (hand-off on demand): every ``Streaming Finish`` segment no
+  running write holds, one commit each, oldest first; none: None and no instant;
+* DELETE SEGMENT may also name a ``Streaming Finish`` segment (marked for delete, its rows
+  leave the table), and custom compaction and DELETE SEGMENT a ``Streaming`` one, refused
+  (InvalidOptionError). Overwrites, deletes, upserts and updates reach rows in streaming
+  segments as in any other.
 
 A delete, update or upsert that matches nothing must return None and create no instant, whatever
 fault was armed (a fault can then only hit its reads).
@@ -76,7 +116,9 @@ snapshot it produced (keyed: at most one row per key), and the segments of the l
 with its status, merged_to, SHOW SEGMENTS row count and the table rows it holds: deletes,
 upserts and updates take rows out of the segments that hold them; DELETE SEGMENT takes its
 segments' rows out of the table; a compaction moves its sources' rows, unchanged, to the new
-segment (its commit's snapshot holds the same rows as the one before). Whether a failed write
+segment (its commit's snapshot holds the same rows as the one before). The streams' records
+(last batch id, rows, the segment of the last batch, dropped or not) and the apps' (last
+version, rows) move with the acknowledged commits that carry them. Whether a failed write
 is nevertheless durable is decided the way a user would: by looking for its instant on the
 timeline (a fault on the commit point after it landed leaves a completed instant behind). Every
 write tags the rows it writes with a serial number in ``v`` (``serial * 1000 + drawn value``; an
@@ -121,7 +163,15 @@ Invariants (checked after every step, on the undisturbed inner store):
   the metadata table (record-index shards included) belongs to a compaction that completed or
   is still pending: recovery removes what an aborted compaction wrote;
 * after a write that began and saw no fault, the table lock is free and nothing is left pending
-  on the metadata timeline.
+  on the metadata timeline;
+* SHOW STREAMS (``t.streams()``), read by the long-lived table and by a freshly opened one,
+  lists the model's streams that are not dropped (``Running`` while the writer holds their
+  ``Stream`` open, else ``Stopped``; last batch id, rows, segment), then its apps (last version,
+  rows; started no later than updated); a ``Stream`` opened now reports the model's
+  ``last_batch_id``. The rows of every acknowledged batch (by their serial tag) are in the latest
+  snapshot exactly as the model has them: once, whole, less what later deletes, updates and
+  DELETE SEGMENT took out (a failure names the batches seen otherwise); no row of a replayed or
+  failed batch shows, and each stream's acknowledged batch ids rise within a generation.
 
 Around every CLEAN FILES: the files that the markers of live writers' instants (pending, heartbeat
 not expired) name are still there after it, whatever fault hit it; a dry run makes no write
@@ -147,7 +197,8 @@ compaction and clean properties above. ``retain_commits`` 1000, so every past sn
 resolve until a clean says otherwise (and, with retention fencing archival, the data timeline is
 never archived), or 3, so the data timeline is archived and metadata cleaned as the run goes:
 the snapshots of the last 3 commits must then resolve, older ones may instead raise
-SnapshotExpiredError, and none may ever return wrong rows.
+SnapshotExpiredError, and none may ever return wrong rows. A streaming table's streaming
+properties are drawn there too.
 
 Data files and delete deltas are written by pyarrow, not through the storage seam, so they are
 not fault points themselves; the marker put just before each one and the next call after it
@@ -182,7 +233,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import txn
-from indexes import COMPACTED, MARKED_FOR_DELETE, METADATA_FOLDER, SUCCESS, segment_sort_key
+from indexes import (
+    COMPACTED,
+    MARKED_FOR_DELETE,
+    METADATA_FOLDER,
+    STREAMING,
+    STREAMING_FINISH,
+    SUCCESS,
+    segment_sort_key,
+)
 from tests.conftest import FakeClock
 from tests.faults import WRITE_OPS, Call, FaultyStorage, InjectedFault, injected
 from timeline import (
@@ -225,7 +284,8 @@ MAINTENANCE_MODES = ("inline", "manual")
 def properties(retain_commits: int, *, shards: int | None, delta_threshold: int,
                level_threshold: tuple[int, int] = LEVEL_THRESHOLDS[0],
                clean_retain: int = CLEAN_RETENTIONS[0], trash_hours: int = TRASH_HOURS[0],
-               maintenance: str = MAINTENANCE_MODES[0]) -> dict[str, str]:
+               maintenance: str = MAINTENANCE_MODES[0], streaming: bool = False,
+               stream_max: int | None = None, auto_handoff: bool = True) -> dict[str, str]:
     chosen = {
         "maintenance.mode": maintenance,
         # Compact the metadata table every second commit; keep what time travel to the last
@@ -249,6 +309,11 @@ def properties(retain_commits: int, *, shards: int | None, delta_threshold: int,
     }
     if shards is not None:
         chosen["record_index.shards"] = str(shards)
+    if streaming:
+        chosen["streaming"] = "true"
+        chosen["streaming.auto_handoff"] = str(auto_handoff).lower()
+        if stream_max is not None:
+            chosen["streaming.segment.max_size"] = str(stream_max)
     return chosen
 
 
@@ -266,10 +331,11 @@ Row = tuple[int, "str | None", int]
 Mode = Literal["exception", "death"]
 Counted = Literal["all", "writes", "instants"]
 Operation = Literal["append", "overwrite", "upsert", "delete", "update", "delete_segments", "compact",
-                    "add_segment"]
+                    "add_segment", "stream", "drop_stream"]
 #: A segment id that cannot be compacted or deleted, drawn on purpose: a ``Compacted`` one, a
-#: ``Marked for Delete`` one, or one the table never had.
-BadId = Literal["compacted", "marked", "unknown"]
+#: ``Marked for Delete`` one, a ``Streaming`` one (still being written), or one the table never
+#: had.
+BadId = Literal["compacted", "marked", "unknown", "streaming"]
 
 GROUPS = st.sampled_from(["a", "b", "x/y", None])
 rows_strategy = st.lists(
@@ -281,6 +347,15 @@ rows_strategy = st.lists(
 #: back when it begins.
 EXPIRE_MS = HEARTBEAT_TIMEOUT_MS + LOCK_LEASE_MS + 1
 waits = st.sampled_from([5, 5, 5, 5, 5, 250, EXPIRE_MS])
+#: Streaming tables: the streams and the idempotent producers (app_id) the machine writes with.
+STREAM_NAMES = ("s1", "s2")
+APP_IDS = ("nightly", "hourly")
+#: streaming.segment.max_size: a batch of a few rows writes 1-3 KB (a file per partition value),
+#: so a segment rolls over every few batches; None: the default (1 GiB), never.
+STREAM_MAX_SIZES = (2048, 4096, 8192, None)
+#: Segment statuses whose segments hold table rows (a streaming segment's rows are readable
+#: from the commit of their batch on).
+HOLDS_ROWS = frozenset({SUCCESS, STREAMING, STREAMING_FINISH})
 
 
 @dataclass(frozen=True)
@@ -312,6 +387,19 @@ key_specs: st.SearchStrategy[KeySpec] = st.one_of(st.integers(-50, 50),
 
 
 @dataclass(frozen=True)
+class App:
+    """An idempotent write (``app_id=name, version=...``), its version drawn relative to the
+    last one the model has for ``name`` (none yet: 0, whatever the step): ``next`` (one past
+    it) and ``gap`` (``by`` past it) commit; ``replay`` (the same) and ``older`` (``by`` before
+    it, at least 0) must return None, write nothing and create no instant, whatever the write
+    would otherwise do (a duplicate key, a delete of nothing)."""
+
+    name: str
+    step: Literal["next", "gap", "replay", "older"]
+    by: int
+
+
+@dataclass(frozen=True)
 class Write:
     operation: Literal["append", "overwrite"]
     rows: list[Row]
@@ -323,6 +411,7 @@ class Write:
     #: the table; "batch": a key repeats in the data. Both must raise DuplicateKeyError and
     #: change nothing.
     clash: Literal["table", "batch"] | None = None
+    app: App | None = None
 
 
 @dataclass(frozen=True)
@@ -355,6 +444,7 @@ class Upsert:
     rows: list[tuple[KeySpec, str | None, int]]
     fault: FaultPlan | None
     wait_ms: int
+    app: App | None = None
 
 
 @dataclass(frozen=True)
@@ -364,6 +454,7 @@ class DeleteKeys:
     keys: list[KeySpec]
     fault: FaultPlan | None
     wait_ms: int
+    app: App | None = None
 
 
 @dataclass(frozen=True)
@@ -388,6 +479,7 @@ class DeleteWhere:
     where: Where
     fault: FaultPlan | None
     wait_ms: int
+    app: App | None = None
 
 
 @dataclass(frozen=True)
@@ -400,6 +492,7 @@ class Update:
     v: int
     fault: FaultPlan | None
     wait_ms: int
+    app: App | None = None
 
 
 @dataclass(frozen=True)
@@ -441,9 +534,11 @@ class ReadWithFault:
 @dataclass(frozen=True)
 class Compact:
     """``compact(kind)``; custom: the live segments ``picks`` per mille into the model's, and
-    sometimes a ``bad`` id too (then refused: InvalidOptionError or SegmentNotFoundError)."""
+    sometimes a ``bad`` id too (then refused: InvalidOptionError or SegmentNotFoundError);
+    close_streaming (hand-off): every ``Streaming Finish`` segment no running write holds, one
+    round each, oldest first (InvalidOptionError on a table without ``streaming=true``)."""
 
-    kind: Literal["minor", "major", "custom"]
+    kind: Literal["minor", "major", "custom", "close_streaming"]
     picks: list[int]
     bad: BadId | None
     fault: FaultPlan | None
@@ -483,13 +578,50 @@ class Maintain:
     wait_ms: int
 
 
-Mutation = Write | AddSegment | Upsert | DeleteKeys | DeleteWhere | Update | DeleteSegments
+@dataclass(frozen=True)
+class StreamWrite:
+    """``t.stream(name).write(batch_id, rows)``: the batch id drawn relative to the last one the
+    model has for the stream (none yet, or dropped: 0): ``next`` (one past it), ``gap`` (``by``
+    past it; ids need not be consecutive) or ``replay`` (``by - 1`` before it: at or below the
+    last, so it must return None and write nothing). ``rows`` are drawn like an append's
+    (keyed: made new unless ``clash``: DuplicateKeyError, nothing written); they may be empty (the
+    batch id is still recorded, in a commit of no rows). ``stop``: close the ``Stream`` after
+    the write (SHOW STREAMS: ``Stopped``). On a table without ``streaming=true``,
+    InvalidOptionError."""
+
+    name: str
+    batch: Literal["next", "gap", "replay"]
+    by: int
+    rows: list[Row]
+    fault: FaultPlan | None
+    wait_ms: int
+    clash: Literal["table", "batch"] | None = None
+    stop: bool = False
+
+
+@dataclass(frozen=True)
+class DropStream:
+    """DROP STREAM ``name`` (``t.drop_stream``): StreamNotFoundError unless the stream has a
+    record and is not dropped."""
+
+    name: str
+    fault: FaultPlan | None
+    wait_ms: int
+
+
+Mutation = (Write | AddSegment | Upsert | DeleteKeys | DeleteWhere | Update | DeleteSegments
+            | StreamWrite | DropStream)
 Action = Mutation | Compact | Clean | Maintain | Lookup | ReadLatest | ReadPast | ReadWithFault
 
 fault_plans = st.one_of(st.none(), st.builds(
     FaultPlan, when=st.sampled_from(["before", "after"]),
     mode=st.sampled_from(["exception", "death"]),
     counted=st.sampled_from(["all", "writes", "instants"]), position=st.integers(0, 999)))
+#: An idempotent write about a third of the time, mostly a version that commits.
+app_specs = st.sampled_from([st.none(), st.none(), st.builds(
+    App, name=st.sampled_from(APP_IDS),
+    step=st.sampled_from(["next", "next", "gap", "replay", "older"]),
+    by=st.integers(1, 3))]).flatmap(lambda chosen: chosen)
 writes = st.builds(
     Write,
     operation=st.sampled_from(["append", "append", "overwrite"]),
@@ -497,6 +629,7 @@ writes = st.builds(
     fault=fault_plans,
     wait_ms=waits,
     clash=st.sampled_from([None, None, None, None, None, None, "table", "batch"]),
+    app=app_specs,
 )
 add_segments = st.builds(
     AddSegment, rows=rows_strategy, fault=fault_plans, wait_ms=waits,
@@ -505,17 +638,18 @@ add_segments = st.builds(
     again=st.sampled_from([None] * 6 + ["added", "failed"]), position=st.integers(0, 999))
 upserts = st.builds(
     Upsert, rows=st.lists(st.tuples(key_specs, GROUPS, st.integers(0, 999)), max_size=20),
-    fault=fault_plans, wait_ms=waits)
+    fault=fault_plans, wait_ms=waits, app=app_specs)
 delete_keys = st.builds(DeleteKeys, keys=st.lists(key_specs, max_size=12), fault=fault_plans,
-                        wait_ms=waits)
+                        wait_ms=waits, app=app_specs)
 wheres = st.builds(
     Where, kind=st.sampled_from(["keys", "keys", "keys", "group", "value", "value", "either", "all"]),
     low=st.integers(-55, 50), span=st.integers(0, 30), position=st.integers(0, 999), group=GROUPS)
-delete_wheres = st.builds(DeleteWhere, where=wheres, fault=fault_plans, wait_ms=waits)
+delete_wheres = st.builds(DeleteWhere, where=wheres, fault=fault_plans, wait_ms=waits,
+                          app=app_specs)
 updates = st.builds(Update, where=wheres, sets=st.sampled_from(["v", "g", "both"]), g=GROUPS,
-                    v=st.integers(0, 999), fault=fault_plans, wait_ms=waits)
+                    v=st.integers(0, 999), fault=fault_plans, wait_ms=waits, app=app_specs)
 lookups = st.builds(Lookup, keys=st.lists(key_specs, min_size=1, max_size=12))
-bad_ids = st.sampled_from([None] * 9 + ["compacted", "marked", "unknown"])
+bad_ids = st.sampled_from([None] * 9 + ["compacted", "marked", "unknown", "streaming"])
 compactions = st.builds(
     Compact, kind=st.sampled_from(["minor", "minor", "major", "custom", "custom"]),
     picks=st.lists(st.integers(0, 999), min_size=1, max_size=4), bad=bad_ids, fault=fault_plans,
@@ -523,6 +657,21 @@ compactions = st.builds(
 segment_deletes = st.builds(
     DeleteSegments, picks=st.lists(st.integers(0, 999), min_size=1, max_size=2), bad=bad_ids,
     fault=fault_plans, wait_ms=waits)
+#: A batch of a few rows (so that segments roll over every few batches), now and then none.
+_some_rows = st.lists(st.tuples(st.integers(-50, 50), GROUPS, st.integers(0, 999)), min_size=1,
+                      max_size=6)
+batch_rows = st.sampled_from([_some_rows, _some_rows, _some_rows, st.just([])]).flatmap(
+    lambda chosen: chosen)
+stream_writes = st.builds(
+    StreamWrite, name=st.sampled_from(STREAM_NAMES),
+    batch=st.sampled_from(["next", "next", "next", "next", "gap", "replay"]), by=st.integers(1, 3),
+    rows=batch_rows, fault=fault_plans, wait_ms=waits,
+    clash=st.sampled_from([None] * 8 + ["table", "batch"]),
+    stop=st.sampled_from([False] * 7 + [True]))
+drop_streams = st.builds(DropStream, name=st.sampled_from(STREAM_NAMES), fault=fault_plans,
+                         wait_ms=waits)
+close_streamings = st.builds(Compact, kind=st.just("close_streaming"), picks=st.just([0]),
+                             bad=st.none(), fault=fault_plans, wait_ms=waits)
 
 #: A clean waits past every heartbeat more often than a write: a writer that failed without
 #: rolling back (or died) holds back what the retained clean may remove while it counts as alive,
@@ -545,18 +694,21 @@ reads: list[st.SearchStrategy[Action]] = [
     st.builds(ReadPast, position=st.integers(0, 999),
               form=st.sampled_from(["instant", "completed_at", "datetime"])),
 ]
-#: Writes first (what an action shrinks to; ADD SEGMENT among them), about half of the time; table
-#: services (compaction, CLEAN FILES, DELETE SEGMENT) a quarter.
+#: Writes first (what an action shrinks to; ADD SEGMENT and stream batches among them), about half
+#: of the time; table services (compaction, hand-off, CLEAN FILES, DELETE SEGMENT) a quarter.
+#: Stream actions on a table without ``streaming=true`` (a third of the runs) are refused.
 keyed_actions: st.SearchStrategy[Action] = weighted(
-    writes, writes, add_segments, add_segments, upserts, upserts, delete_keys, delete_wheres,
-    updates, updates, compactions, compactions, cleans, segment_deletes, maintenance, maintenance,
-    lookups, *reads,
+    writes, writes, add_segments, add_segments, stream_writes, stream_writes, stream_writes,
+    drop_streams, upserts, upserts, delete_keys, delete_wheres, updates, updates, compactions,
+    compactions, close_streamings, cleans, segment_deletes, maintenance, maintenance, lookups,
+    *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
               past=st.booleans(), lookup=st.booleans()),
 )
 unkeyed_actions: st.SearchStrategy[Action] = weighted(
-    writes, writes, writes, add_segments, add_segments, delete_wheres, updates, compactions,
-    compactions, cleans, segment_deletes, maintenance, maintenance, *reads,
+    writes, writes, writes, add_segments, add_segments, stream_writes, stream_writes,
+    stream_writes, drop_streams, delete_wheres, updates, compactions, compactions,
+    close_streamings, cleans, segment_deletes, maintenance, maintenance, *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
               past=st.booleans()),
 )
@@ -672,6 +824,8 @@ class Expected:
     refused: type[Exception] | None = None
     #: It matches nothing: it must return None, create no instant and change nothing.
     noop: bool = False
+    #: A noop because its producer committed it already (an app's version, a stream's batch).
+    replay: bool = False
     #: What it is, for statistics (the operation and its form).
     label: str = ""
     #: The rows its new segment holds (with ``segment``).
@@ -684,6 +838,43 @@ class Expected:
     marks: frozenset[str] = frozenset()
     #: ADD SEGMENT: the folder, whose partition folders become segments.
     folder: Folder | None = None
+    #: A stream's batch or DROP STREAM: what it does to the stream's segments.
+    stream: BatchPlan | None = None
+    #: An idempotent write: its app_id and version (recorded if it commits).
+    app: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """A stream's batch (``batch_id``) or its DROP STREAM (``batch_id`` None), as the model
+    predicts it before it runs."""
+
+    name: str
+    batch_id: int | None
+    #: The segment the stream's record names (its open segment), if any.
+    open: str | None
+    #: ``open`` is ``Streaming`` and its data size reached ``streaming.segment.max_size``: the
+    #: batch's commit finishes it (``Streaming Finish``) and puts its rows in a new segment.
+    full: bool = False
+    #: Auto hand-off runs after the commit (if it commits): every ``Streaming Finish`` segment
+    #: not in ``busy`` is compacted, one round each, oldest first.
+    hands_off: bool = False
+    busy: frozenset[str] = frozenset()
+
+
+@dataclass
+class StreamModel:
+    """A stream's record as the model has it (SHOW STREAMS must agree)."""
+
+    #: The last committed batch id of this generation (None: none yet).
+    last: int | None = None
+    #: Rows its batches of this generation committed.
+    rows: int = 0
+    #: The segment of its last batch (None: none, or an empty batch without an open segment).
+    segment: str | None = None
+    dropped: bool = False
+    #: DROP STREAMs committed: a stream started again after one is a new generation.
+    generation: int = 0
 
 
 def sorted_rows(table: pa.Table) -> tuple[Row, ...]:
@@ -857,6 +1048,16 @@ class TableMachine(RuleBasedStateMachine):
         self.folders: list[Folder] = []
         self.external_files: dict[str, bytes] = {}
         self.external_rows: dict[str, list[Row]] = {}
+        #: Streaming tables (set by create()): the streams' records, the ``Stream`` objects the
+        #: writer holds open (SHOW STREAMS's ``Running``), the apps' records (app_id -> last
+        #: version, rows) and every acknowledged batch (stream, batch id, serial, rows).
+        self.streaming = False
+        self.stream_max: int | None = None
+        self.auto_handoff = True
+        self.stream_model: dict[str, StreamModel] = {}
+        self.open_streams: dict[str, txn.Stream] = {}
+        self.app_model: dict[str, tuple[int, int]] = {}
+        self.batches: list[tuple[str, int, int, tuple[Row, ...]]] = []
         self.steps = 0
 
     @initialize(retain_commits=st.sampled_from(RETENTIONS), shards=st.sampled_from(SHARDS),
@@ -864,10 +1065,16 @@ class TableMachine(RuleBasedStateMachine):
                 level_threshold=st.sampled_from(LEVEL_THRESHOLDS),
                 clean_retain=st.sampled_from(CLEAN_RETENTIONS),
                 trash_hours=st.sampled_from(TRASH_HOURS),
-                maintenance=st.sampled_from(MAINTENANCE_MODES))
+                maintenance=st.sampled_from(MAINTENANCE_MODES),
+                streaming=st.sampled_from([True, True, False]),
+                stream_max=st.sampled_from(STREAM_MAX_SIZES), auto_handoff=st.booleans())
     def create(self, retain_commits: int, shards: int, delta_threshold: int,
                level_threshold: tuple[int, int], clean_retain: int, trash_hours: int,
-               maintenance: str) -> None:
+               maintenance: str, streaming: bool, stream_max: int | None,
+               auto_handoff: bool) -> None:
+        self.streaming = streaming
+        self.stream_max = stream_max
+        self.auto_handoff = auto_handoff
         self.retain_commits = retain_commits
         self.shards = shards if self.keyed else None
         self.delta_threshold = delta_threshold
@@ -879,7 +1086,8 @@ class TableMachine(RuleBasedStateMachine):
                                                delta_threshold=delta_threshold,
                                                level_threshold=level_threshold,
                                                clean_retain=clean_retain, trash_hours=trash_hours,
-                                               maintenance=maintenance),
+                                               maintenance=maintenance, streaming=streaming,
+                                               stream_max=stream_max, auto_handoff=auto_handoff),
                          clock=self.clock, ids=self._new_id)
         self.config = decode_config(self.inner.read(TABLE_CONFIG_PATH))
         self.reader = self._open(self.inner)  # long-lived: exercises the incremental cache
@@ -904,6 +1112,12 @@ class TableMachine(RuleBasedStateMachine):
         external = sorted({s.status for s in self.segment_model.values() if s.external})
         if external:
             event(f"external segments at the end: {', '.join(external)}")
+        if self.streaming:
+            event(f"streaming table: max_size={self.stream_max}, auto_handoff={self.auto_handoff}, "
+                  f"{len(self.batches)} batches acknowledged")
+        if self.app_model:
+            event("idempotent writes committed")
+        self._close_streams()
         self._cleanup()
         root = memory_path(self.external_root)
         filesystem = fsspec.filesystem("memory")
@@ -982,6 +1196,36 @@ class TableMachine(RuleBasedStateMachine):
 
     def _expect(self, action: Mutation, serial: int) -> Expected:
         """The write ``action`` stands for, and what it must do to the model."""
+        if isinstance(action, StreamWrite):
+            return self._expect_batch(action, serial)
+        if isinstance(action, DropStream):
+            return self._expect_drop(action)
+        app = getattr(action, "app", None)
+        if app is None:
+            return self._expect_mutation(action, serial, {})
+        held = self.app_model.get(app.name)
+        last = held[0] if held is not None else None
+        if last is None:
+            version = 0
+        elif app.step == "next":
+            version = last + 1
+        elif app.step == "gap":
+            version = last + app.by
+        elif app.step == "replay":
+            version = last
+        else:
+            version = max(0, last - app.by)
+        note(f"app_id={app.name!r}, version={version} (last committed: {last})")
+        expected = self._expect_mutation(action, serial, {"app_id": app.name, "version": version})
+        if last is not None and version <= last:
+            # Checked before anything else: not even a duplicate key is reported.
+            return dataclasses.replace(expected, refused=None, noop=True, replay=True, app=None,
+                                       label=f"{expected.operation} of an app version committed "
+                                             f"before ({app.step})")
+        return dataclasses.replace(expected, app=(app.name, version))
+
+    def _expect_mutation(self, action: Mutation, serial: int, kw: dict[str, object]) -> Expected:
+        """``_expect`` of the table's writes (``kw``: app_id and version, if any)."""
         before = self.expected
         tag = serial * 1000
         if isinstance(action, AddSegment):
@@ -997,10 +1241,10 @@ class TableMachine(RuleBasedStateMachine):
             self.seen_keys.update(r[0] for r in rows)
             data = _arrow(rows)
             if action.operation == "append":
-                return Expected("append", lambda t: t.append(data), _sort([*before, *rows]),
+                return Expected("append", lambda t: t.append(data, **kw), _sort([*before, *rows]),
                                 added=len(rows), deleted=0, segment=True, refused=refused,
                                 written=_sort(rows))
-            return Expected("overwrite", lambda t: t.overwrite(data), _sort(rows), added=len(rows),
+            return Expected("overwrite", lambda t: t.overwrite(data, **kw), _sort(rows), added=len(rows),
                             deleted=len(before), segment=True, refused=refused,
                             written=_sort(rows), replaces=True)
         if isinstance(action, Upsert):
@@ -1012,7 +1256,7 @@ class TableMachine(RuleBasedStateMachine):
             replaced = len(last.keys() & live.keys())
             form = ("replacing and inserting" if 0 < replaced < len(last) else
                     "replacing only" if replaced else "inserting only")
-            return Expected("upsert", lambda t: t.upsert(data), _sort(list({**live, **last}.values())),
+            return Expected("upsert", lambda t: t.upsert(data, **kw), _sort(list({**live, **last}.values())),
                             added=len(last), deleted=replaced, segment=True, noop=not rows,
                             label=f"upsert {form}{', a key repeated' if len(last) < len(rows) else ''}",
                             written=_sort(list(last.values())), removes=lambda row: row[0] in last)
@@ -1021,7 +1265,7 @@ class TableMachine(RuleBasedStateMachine):
             self.seen_keys.update(keys)
             live = self._live()
             hit = set(keys) & live.keys()
-            return Expected("delete", lambda t: t.delete(keys=keys),
+            return Expected("delete", lambda t: t.delete(keys=keys, **kw),
                             _sort([row for k, row in live.items() if k not in hit]),
                             added=0, deleted=len(hit), segment=False, noop=not hit,
                             label=f"delete(keys) of {'only' if hit == set(keys) else 'some'} live keys",
@@ -1034,7 +1278,7 @@ class TableMachine(RuleBasedStateMachine):
         kept = [row for row in before if not matches(row)]
         if isinstance(action, DeleteWhere):
             condition = pc.scalar(True) if expression is None else expression
-            return Expected("delete", lambda t: t.delete(where=condition), _sort(kept), added=0,
+            return Expected("delete", lambda t: t.delete(where=condition, **kw), _sort(kept), added=0,
                             deleted=len(matched), segment=False, noop=not matched,
                             label=f"delete(where {action.where.kind})", removes=matches)
         sets_v, sets_g = action.sets in ("v", "both"), action.sets in ("g", "both")
@@ -1045,7 +1289,7 @@ class TableMachine(RuleBasedStateMachine):
             values["g"] = action.g
         changed = [(k, action.g if sets_g else g, tag + action.v if sets_v else v)
                    for k, g, v in matched]
-        return Expected("update", lambda t: t.update(expression, values), _sort([*kept, *changed]),
+        return Expected("update", lambda t: t.update(expression, values, **kw), _sort([*kept, *changed]),
                         added=len(matched), deleted=len(matched), segment=True, noop=not matched,
                         label=f"update(where {action.where.kind}) of {action.sets}",
                         written=_sort(changed), removes=matches)
@@ -1141,6 +1385,177 @@ class TableMachine(RuleBasedStateMachine):
         if rows is not None:
             self.external_rows[path] = list(rows)
 
+    # -- streams ---------------------------------------------------------------------------------
+
+    def _stream_of(self, table: txn.Table, name: str) -> txn.Stream:
+        """The writer's open ``Stream`` of ``name``; a new one if it has none (or it was closed:
+        by DROP STREAM, a ``stop``, or a writer that died)."""
+        held = self.open_streams.get(name)
+        if held is None or held.closed or held._context is not table._context:
+            held = table.stream(name)
+            self.open_streams[name] = held
+        return held
+
+    def _close_streams(self) -> None:
+        """The writer died: its streams stop with it."""
+        for stream in self.open_streams.values():
+            stream.close()
+        self.open_streams.clear()
+
+    def _active_stream(self, name: str) -> StreamModel | None:
+        """The model's record of stream ``name``, unless it has none or was dropped."""
+        model = self.stream_model.get(name)
+        return None if model is None or model.dropped else model
+
+    def _busy(self) -> frozenset[str]:
+        """Segments running writes (alive) hold: a hand-off skips them."""
+        return frozenset(s for p in self._pending_plans(alive_only=True).values() for s in p.sources)
+
+    def _expect_batch(self, action: StreamWrite, serial: int) -> Expected:
+        """A stream's batch: refused on a table without ``streaming=true``; a replay (an id at or
+        below the stream's last) returns None; otherwise its rows go to the stream's open
+        segment, or to a new one when it has none, its open one is no longer ``Streaming`` (an
+        overwrite marked it for delete) or is full (then this commit finishes it)."""
+        name = action.name
+        model = self._active_stream(name)
+        last = model.last if model is not None else None
+        if last is None:
+            batch_id = action.by if action.batch == "gap" else 0
+        elif action.batch == "next":
+            batch_id = last + 1
+        elif action.batch == "gap":
+            batch_id = last + 1 + action.by
+        else:
+            batch_id = max(0, last - action.by + 1)
+        rows, refused = self._new_rows(action.rows, action.clash if action.rows else None,
+                                       serial * 1000)
+        self.seen_keys.update(r[0] for r in rows)
+        data = _arrow(rows)
+        note(f"stream {name!r} batch {batch_id} of {len(rows)} row(s) (last committed: {last})")
+
+        def call(table: txn.Table) -> object:
+            return self._stream_of(table, name).write(batch_id, data)
+
+        if not self.streaming:
+            return Expected("stream", call, self.expected, added=0, deleted=0, segment=False,
+                            refused=txn.InvalidOptionError,
+                            label="stream on a table without streaming=true")
+        if last is not None and batch_id <= last:
+            return Expected("stream", call, self.expected, added=0, deleted=0, segment=False,
+                            noop=True, replay=True,
+                            label=f"replayed stream batch ({last - batch_id} back)")
+        open_segment = model.segment if model is not None else None
+        entry = self.segment_model.get(open_segment) if open_segment is not None else None
+        full = False
+        if entry is not None and entry.status == STREAMING:
+            # Data sizes are Parquet's, not the model's to predict: read them from the table.
+            size = next(s.data_size for s in self.reader.segments() if s.id == open_segment)
+            full = size >= (self.stream_max or 1024 ** 3)
+        form = ("first after a DROP STREAM" if model is None and name in self.stream_model else
+                "first" if model is None else "after a gap" if action.batch == "gap" else "next")
+        stale = entry is not None and entry.status != STREAMING
+        label = (f"stream batch ({form}{', empty' if not rows else ''}"
+                 f"{', rolling over' if full else ''}"
+                 f"{', its open segment no longer Streaming' if stale else ''})")
+        return Expected("stream", call, _sort([*self.expected, *rows]), added=len(rows), deleted=0,
+                        segment=False, refused=refused, label=label, written=_sort(rows),
+                        stream=BatchPlan(name, batch_id, open_segment, full=full,
+                                         hands_off=full and self.auto_handoff, busy=self._busy()))
+
+    def _expect_drop(self, action: DropStream) -> Expected:
+        """DROP STREAM: StreamNotFoundError unless the stream has a record and is not dropped;
+        else one commit finishes its open segment (if still ``Streaming``), and a hand-off
+        follows when it had one (whatever its status) and auto hand-off is on."""
+        name = action.name
+        model = self._active_stream(name)
+
+        def call(table: txn.Table) -> object:
+            return table.drop_stream(name)
+
+        if model is None:
+            what = "a dropped" if name in self.stream_model else "an unknown"
+            return Expected("drop_stream", call, self.expected, added=0, deleted=0, segment=False,
+                            refused=txn.StreamNotFoundError, label=f"DROP STREAM of {what} stream")
+        plan = BatchPlan(name, None, model.segment, hands_off=self.auto_handoff and model.segment is not None,
+                         busy=self._busy())
+        return Expected("drop_stream", call, self.expected, added=0, deleted=0, segment=False,
+                        label=f"DROP STREAM{' of a stream with an open segment' if model.segment else ''}",
+                        stream=plan)
+
+    def _stream_segments(self, expected: Expected, plan: BatchPlan, instant: str,
+                         metadata: CommitMetadata, after: dict[str, SegmentModel]) -> None:
+        """``after`` once the batch (or drop) ``plan`` committed as ``instant``."""
+        before = self.segment_model
+        entry = before.get(plan.open) if plan.open is not None else None
+        streaming = entry is not None and entry.status == STREAMING
+        if plan.open is not None and streaming and (plan.batch_id is None or plan.full):
+            after[plan.open] = dataclasses.replace(after[plan.open], status=STREAMING_FINISH)
+        # The segment the batch's rows go to (None: a new one, or none at all for no rows).
+        target = plan.open if streaming and plan.batch_id is not None and not plan.full else None
+        if plan.batch_id is None or not expected.written:
+            assert metadata.segment == target, (
+                f"{expected.operation} named segment {metadata.segment!r}; the model says {target!r}")
+            return
+        if target is None:
+            new = metadata.segment
+            assert new is not None and re.fullmatch(r"\d+", new) and new not in before, (
+                f"stream batch opened segment {new!r}; the table has {sorted(before)}")
+            after[new] = SegmentModel(id=new, instant=instant, status=STREAMING,
+                                      rows=len(expected.written), live=expected.written)
+            event("stream batch opened a segment")
+            return
+        assert metadata.segment == target, (
+            f"stream batch went to segment {metadata.segment!r}, not the open {target!r}")
+        held = after[target]
+        after[target] = dataclasses.replace(held, rows=held.rows + len(expected.written),
+                                            live=_sort([*held.live, *expected.written]))
+
+    def _progressed(self, expected: Expected, metadata: CommitMetadata, serial: int) -> None:
+        """The producers' records once ``expected`` committed: its app's version, or its
+        stream's batch (or drop)."""
+        if expected.app is not None:
+            name, version = expected.app
+            _, rows = self.app_model.get(name, (-1, 0))
+            self.app_model[name] = (version, rows + expected.added)
+        plan = expected.stream
+        if plan is None:
+            return
+        model = self.stream_model.get(plan.name)
+        want = {"stream": plan.name} if plan.batch_id is None else {
+            "stream": plan.name, "batch_id": str(plan.batch_id)}
+        assert metadata.extra == want, f"{expected.operation} recorded extra {metadata.extra}"
+        if plan.batch_id is None:
+            assert model is not None and not model.dropped
+            model.dropped, model.segment = True, None
+            return
+        if model is None or model.dropped:
+            model = self.stream_model[plan.name] = StreamModel(
+                generation=0 if model is None else model.generation + 1)
+        assert model.last is None or plan.batch_id > model.last, (plan, model)
+        model.last, model.segment = plan.batch_id, metadata.segment
+        model.rows += len(expected.written)
+        self.batches.append((plan.name, plan.batch_id, serial, expected.written))
+
+    def _hand_offs(self, plan: BatchPlan, acknowledged: bool, handoffs: list[Instant],
+                   fault: Fault | None, fired: InjectedFault | None, calls: list[Call],
+                   serial: int) -> None:
+        """The compactions a batch or DROP STREAM ran after its commit (auto hand-off): none
+        unless it committed and the model expects a hand-off; then a prefix of the rounds the
+        model predicts (all of them without a fault), each judged like a compaction's. A failed
+        hand-off never fails the batch (``_write`` checked what the caller saw)."""
+        if not (acknowledged and plan.hands_off):
+            assert not handoffs, f"unexpected compactions after the write: {handoffs}"
+            return
+        rounds = [[s.id] for s in sorted(self.segment_model.values(),
+                                         key=lambda s: segment_sort_key(s.id))
+                  if s.status == STREAMING_FINISH and s.id not in plan.busy]
+        note(f"hand-off: expected rounds {rounds}")
+        done = self._rounds("hand-off", "close_streaming", handoffs, rounds, fault, fired, calls,
+                            None, serial)
+        if fired is None:
+            assert len(done) == len(rounds), f"hand-off did {len(done)} of rounds {rounds}"
+        event("auto hand-off " + ("complete" if len(done) == len(rounds) else "cut short by a fault"))
+
     # -- segments --------------------------------------------------------------------------------
 
     def _live_segments(self, segments: dict[str, SegmentModel] | None = None) -> list[str]:
@@ -1149,12 +1564,18 @@ class TableMachine(RuleBasedStateMachine):
         return sorted((s.id for s in segments.values() if s.status == SUCCESS),
                       key=segment_sort_key)
 
-    def _drawn_ids(self, picks: list[int], bad: BadId | None) -> list[str]:
-        """Live segments ``picks`` per mille into the model's, then the ``bad`` id, if any."""
+    def _drawn_ids(self, picks: list[int], bad: BadId | None, *,
+                   finished: bool = False) -> list[str]:
+        """Live segments ``picks`` per mille into the model's (``finished``: ``Streaming Finish``
+        ones too), then the ``bad`` id, if any."""
         live = self._live_segments()
+        if finished:
+            live = sorted([*live, *(s.id for s in self.segment_model.values()
+                                    if s.status == STREAMING_FINISH)], key=segment_sort_key)
         ids = list(dict.fromkeys(live[p * len(live) // 1000] for p in picks)) if live else []
         if bad is not None:
-            status = {"compacted": COMPACTED, "marked": MARKED_FOR_DELETE}.get(bad)
+            status = {"compacted": COMPACTED, "marked": MARKED_FOR_DELETE,
+                      "streaming": STREAMING}.get(bad)
             have = sorted((s.id for s in self.segment_model.values() if s.status == status),
                           key=segment_sort_key)
             # A status the model has none of yet: an id the table never had instead.
@@ -1170,7 +1591,7 @@ class TableMachine(RuleBasedStateMachine):
                 if i.action in DATA_ACTIONS and i.time not in dead}
 
     def _expect_segment_delete(self, action: DeleteSegments) -> Expected:
-        ids = self._drawn_ids(action.picks, action.bad)
+        ids = self._drawn_ids(action.picks, action.bad, finished=True)
         model = self.segment_model
         alive = self._pending_plans(alive_only=True)
         # Loads still running show as Insert In Progress entries: the table is not empty.
@@ -1181,16 +1602,18 @@ class TableMachine(RuleBasedStateMachine):
             refused = txn.InvalidOptionError
         elif any(i not in model or model[i].status == MARKED_FOR_DELETE for i in ids):
             refused = txn.SegmentNotFoundError if model or running else txn.InvalidOptionError
-        elif any(model[i].status != SUCCESS for i in ids):
-            refused = txn.InvalidOptionError
+        elif any(model[i].status not in (SUCCESS, STREAMING_FINISH) for i in ids):
+            refused = txn.InvalidOptionError  # Compacted, or Streaming (still being written)
         elif busy & set(ids):
             refused = txn.CommitConflictError  # a running compaction reads one of them
         targets = frozenset(ids)
         gone = [row for i in ids if i in model for row in model[i].live]
-        after = _sort([row for s in model.values() if s.status == SUCCESS and s.id not in targets
+        after = _sort([row for s in model.values() if s.status in HOLDS_ROWS and s.id not in targets
                        for row in s.live])
         label = ("DELETE SEGMENT" if refused is None else
                  f"DELETE SEGMENT of {action.bad or 'no'} id(s)")
+        if refused is None and any(model[i].status == STREAMING_FINISH for i in ids):
+            label += " of a Streaming Finish segment"
         return Expected("delete_segments", lambda t: t.delete_segments(ids), after, added=0,
                         deleted=len(gone), segment=False, refused=refused, label=label,
                         marks=targets)
@@ -1199,14 +1622,14 @@ class TableMachine(RuleBasedStateMachine):
                         metadata: CommitMetadata) -> dict[str, SegmentModel]:
         """The model's segments once the write ``expected`` committed as ``instant``."""
         before = self.segment_model
-        live = [s.id for s in before.values() if s.status == SUCCESS]
+        live = [s.id for s in before.values() if s.status in HOLDS_ROWS]
         if expected.replaces:
             assert sorted(metadata.segments_removed) == sorted(live), metadata
         if expected.marks:
             assert sorted(metadata.segments_removed) == sorted(expected.marks), metadata
         after: dict[str, SegmentModel] = {}
         for segment in before.values():
-            if segment.status == SUCCESS:
+            if segment.status in HOLDS_ROWS:
                 if expected.replaces or segment.id in expected.marks:
                     segment = dataclasses.replace(segment, status=MARKED_FOR_DELETE, live=())
                 else:
@@ -1227,6 +1650,8 @@ class TableMachine(RuleBasedStateMachine):
                 after[segment_id] = SegmentModel(
                     id=segment_id, instant=instant, status=SUCCESS, rows=len(held), live=held,
                     external=True, path=folder.url, partition=partition)
+        elif expected.stream is not None:
+            self._stream_segments(expected, expected.stream, instant, metadata, after)
         elif expected.segment:
             new = metadata.segment
             assert new is not None and re.fullmatch(r"\d+", new) and new not in before, (
@@ -1239,7 +1664,7 @@ class TableMachine(RuleBasedStateMachine):
 
     def _record(self, commit: Acked, segments: dict[str, SegmentModel]) -> None:
         """Acknowledge ``commit``; the model's segments then hold exactly its rows."""
-        held = _sort([row for s in segments.values() if s.status == SUCCESS for row in s.live])
+        held = _sort([row for s in segments.values() if s.status in HOLDS_ROWS for row in s.live])
         assert held == commit.rows, "the model's segments disagree with its rows"
         self.acked.append(commit)
         self.segment_model = segments
@@ -1273,6 +1698,7 @@ class TableMachine(RuleBasedStateMachine):
         outcome, fired, calls = self._armed(self.store, fault, lambda: call(self.writer))
         if fault is not None and fault.mode == "death" and fired is not None:
             self.dead = True
+            self._close_streams()
         return outcome, fired, calls, started_ms
 
     @staticmethod
@@ -1364,7 +1790,9 @@ class TableMachine(RuleBasedStateMachine):
         fault = self._resolve(action.fault, operation)
         owed = {i.time for i in self.observer_timeline.expired()}
         outcome, fired, calls, started_ms = self._run(fault, expected.call)
-        requested = self._instants_of(calls)[:1]
+        # The write's instant; after a stream's batch or drop, the hand-off's compactions.
+        made = self._instants_of(calls)
+        requested = made[:1]
         instant = requested[0].time if requested else None
 
         folder = expected.folder
@@ -1401,7 +1829,10 @@ class TableMachine(RuleBasedStateMachine):
             self._record(Acked(instant=found.time, completed_at=found.completed_at,
                                operation=operation, serial=serial, rows=expected.after),
                          self._segments_after(expected, found.time, metadata))
+            self._progressed(expected, metadata, serial)
             event(f"committed: {expected.label or operation}")
+            if expected.app is not None:
+                event(f"committed: an idempotent {operation}")
             if fired is not None:
                 event(f"{operation} durable despite the fault")
             if folder is not None:
@@ -1415,6 +1846,9 @@ class TableMachine(RuleBasedStateMachine):
                 folder.state = "failed"
             if requested:
                 self._failed(requested[0], found, fault, fired, calls, outcome)
+        if expected.stream is not None:
+            self._hand_offs(expected.stream, found is not None and found.is_completed, made[1:],
+                            fault, fired, calls, serial)
         if requested:
             self._check_owed(owed, calls, requested[0], fired)
 
@@ -1437,6 +1871,63 @@ class TableMachine(RuleBasedStateMachine):
             if len(lists[level]) == wanted[level]:
                 return lists[level]
         return []
+
+    def _rounds(self, operation: str, kind: str, requested: list[Instant], rounds: list[list[str]],
+                fault: Fault | None, fired: InjectedFault | None, calls: list[Call],
+                outcome: object, serial: int) -> list[tuple[Instant, CommitMetadata]]:
+        """The compaction instants ``requested`` (in order) against the ``rounds`` the model
+        predicts: each completed one merged the next round's sources into the segment the model
+        names (acknowledged); only the last may have failed. ``outcome``: what the compaction
+        returned or raised (None: an auto hand-off, whose errors are only logged)."""
+        history = {i.time: i for i in self.observer_timeline.history()}
+        done: list[tuple[Instant, CommitMetadata]] = []
+        for n, instant in enumerate(requested):
+            found = history.get(instant.time)
+            assert instant.action == "compaction", instant
+            if found is not None:
+                self._check_commit_point(fired, instant, found)
+            if found is None or not found.is_completed:
+                assert n == len(requested) - 1, f"round {n + 1} of {operation} failed, yet more began"
+                self._failed(instant, found, fault, fired, calls,
+                             outcome if outcome is not None else self._round_error(fired, instant))
+                continue
+            assert found.completed_at is not None
+            metadata = self.observer_timeline.read_metadata(found, CommitMetadata)
+            sources = sorted(metadata.segments_merged, key=segment_sort_key)
+            assert n < len(rounds) and sources == rounds[n], (
+                f"{operation} round {n + 1} merged {sources}; the model says "
+                f"{rounds[n] if n < len(rounds) else 'nothing'}")
+            before = self.segment_model
+            status = STREAMING_FINISH if kind == "close_streaming" else SUCCESS
+            assert metadata.extra.get("compaction") == kind, metadata.extra
+            assert all(before[i].status == status for i in sources), (
+                f"{operation} merged {[str(before.get(i)) for i in sources]}")
+            target = _merged_name(sources, before)
+            assert metadata.segment == target, (
+                f"{operation} of {sources} made segment {metadata.segment}, not {target}")
+            merged = _merged(before, sources, found.time, major=kind == "major")
+            moved = merged[target].rows
+            assert metadata.operation == "compact" and (metadata.rows_added, metadata.rows_deleted) == (
+                moved, moved), f"{operation}: {metadata}; the model moves {moved} rows"
+            # The same rows: a compaction's snapshot reads what the one before it read.
+            self._record(Acked(instant=found.time, completed_at=found.completed_at,
+                               operation="compact", serial=serial, rows=self.expected), merged)
+            done.append((found, metadata))
+            event(f"committed: {operation}" + (" merging an emptied segment" if any(
+                not before[i].live for i in sources) else ""))
+            if any(before[i].external for i in sources):
+                event(f"committed: {operation} converting external segment(s)")
+        return done
+
+    @staticmethod
+    def _round_error(fired: InjectedFault | None, instant: Instant) -> Exception:
+        """What a failed hand-off round raised (it is only logged): CommitStateUnknownError when
+        the fault hit the put of its completed file, else the fault."""
+        if fired is not None and fired.call.path.startswith("_timeline/"):
+            written = parse_file_name(fired.call.path.rpartition("/")[2])
+            if written is not None and written.is_completed and written.time == instant.time:
+                return CommitStateUnknownError(f"completing {instant.time} failed")
+        return RuntimeError("hand-off failed")
 
     def _compact(self, action: Compact) -> None:
         """A compaction: one round (custom, major) or as many as find something (minor), each a
@@ -1464,6 +1955,12 @@ class TableMachine(RuleBasedStateMachine):
             elif busy & set(segments):
                 refused = txn.CommitConflictError
             rounds = [sorted(segments, key=segment_sort_key)]
+        elif kind == "close_streaming":
+            # Hand-off: every Streaming Finish segment no running write holds, one round each.
+            if not self.streaming:
+                refused = txn.InvalidOptionError
+            rounds = [[s.id] for s in sorted(model.values(), key=lambda s: segment_sort_key(s.id))
+                      if s.status == STREAMING_FINISH and s.id not in busy]
         elif kind == "major":
             # Every live segment the table wrote itself (never an external one).
             free = [i for i in self._live_segments() if i not in busy and not model[i].external]
@@ -1486,41 +1983,7 @@ class TableMachine(RuleBasedStateMachine):
                                   outcome, fired, requested[0].time if requested else None)
             return
         self._check_outcome(operation, outcome, fired, fault, calls, started_ms)
-        history = {i.time: i for i in self.observer_timeline.history()}
-        done: list[tuple[Instant, CommitMetadata]] = []
-        for n, instant in enumerate(requested):
-            found = history.get(instant.time)
-            assert instant.action == "compaction", instant
-            if found is not None:
-                self._check_commit_point(fired, instant, found)
-            if found is None or not found.is_completed:
-                assert n == len(requested) - 1, f"round {n + 1} of {operation} failed, yet more began"
-                self._failed(instant, found, fault, fired, calls, outcome)
-                continue
-            assert found.completed_at is not None
-            metadata = self.observer_timeline.read_metadata(found, CommitMetadata)
-            sources = sorted(metadata.segments_merged, key=segment_sort_key)
-            assert n < len(rounds) and sources == rounds[n], (
-                f"{operation} round {n + 1} merged {sources}; the model says "
-                f"{rounds[n] if n < len(rounds) else 'nothing'}")
-            before = self.segment_model
-            assert all(before[i].status == SUCCESS for i in sources), (
-                f"{operation} merged {[str(before.get(i)) for i in sources]}")
-            target = _merged_name(sources, before)
-            assert metadata.segment == target, (
-                f"{operation} of {sources} made segment {metadata.segment}, not {target}")
-            merged = _merged(before, sources, found.time, major=kind == "major")
-            moved = merged[target].rows
-            assert metadata.operation == "compact" and (metadata.rows_added, metadata.rows_deleted) == (
-                moved, moved), f"{operation}: {metadata}; the model moves {moved} rows"
-            # The same rows: a compaction's snapshot reads what the one before it read.
-            self._record(Acked(instant=found.time, completed_at=found.completed_at,
-                               operation="compact", serial=serial, rows=self.expected), merged)
-            done.append((found, metadata))
-            event(f"committed: {operation}" + (" merging an emptied segment" if any(
-                not before[i].live for i in sources) else ""))
-            if any(before[i].external for i in sources):
-                event(f"committed: {operation} converting external segment(s)")
+        done = self._rounds(operation, kind, requested, rounds, fault, fired, calls, outcome, serial)
         if fired is None:
             assert len(done) == len(rounds), f"{operation} did {len(done)} of rounds {rounds}"
         if len(done) > 1:
@@ -1544,7 +2007,8 @@ class TableMachine(RuleBasedStateMachine):
                                     and (f := parse_file_name(c.path.rpartition("/")[2])) is not None
                                     and f.time == done[-1][0].time and f.is_completed)
                 assert isinstance(outcome, CommitStateUnknownError) or (
-                    kind == "minor" and fired is not None and fired.call.index > commit_point), (
+                    kind in ("minor", "close_streaming") and fired is not None
+                    and fired.call.index > commit_point), (
                     f"{operation} committed {done[-1][0].time} but raised {outcome!r}")
         if requested:
             self._check_owed(owed, calls, requested[0], fired)
@@ -1735,7 +2199,7 @@ class TableMachine(RuleBasedStateMachine):
         invariants check the table is still the model's latest state)."""
         operation = expected.operation
         what = f"{operation} refused with {expected.refused.__name__}" if expected.refused else (
-            f"{operation} that matches nothing")
+            expected.label if expected.replay else f"{operation} that matches nothing")
         assert instant is None, f"{what} created instant {instant}"
         if fired is None:
             if expected.refused is not None:
@@ -1822,12 +2286,25 @@ class TableMachine(RuleBasedStateMachine):
             self._wait(action.wait_ms)
             self._maintain(action)
         elif isinstance(action, (Write, AddSegment, Upsert, DeleteKeys, DeleteWhere, Update,
-                                 DeleteSegments)):
+                                 DeleteSegments, StreamWrite, DropStream)):
             self._revive_if_dead()
             self._wait(action.wait_ms)
-            if isinstance(action, DeleteSegments):
-                self._settle()
+            if isinstance(action, (DeleteSegments, StreamWrite, DropStream)):
+                self._settle()  # a hand-off skips segments running writes hold
+            name = getattr(action, "name", "")
+            was_active = self._active_stream(name) is not None
             self._write(action)
+            held = self.open_streams.get(name)
+            if isinstance(action, DropStream) and held is not None:
+                # DROP STREAM closes the stream's writers in this process before it commits.
+                if was_active and self._active_stream(name) is None:
+                    assert held.closed, "DROP STREAM committed; the stream's writer is still open"
+                if held.closed:
+                    del self.open_streams[name]
+            elif isinstance(action, StreamWrite) and action.stop and held is not None:
+                held.close()
+                del self.open_streams[name]
+                event("stream stopped")
         elif isinstance(action, Compact):
             self._revive_if_dead()
             self._wait(action.wait_ms)
@@ -1949,7 +2426,8 @@ class TableMachine(RuleBasedStateMachine):
         for table in (self._open(self.inner), self.reader):
             snapshot = table.snapshot()
             rows = sorted_rows(snapshot.to_arrow())
-            assert rows == self.expected, f"{table}: {len(rows)} rows, model {len(self.expected)}"
+            assert rows == self.expected, (f"{table}: {len(rows)} rows, model {len(self.expected)}"
+                                           f"{self._batch_report(rows)}")
             assert snapshot.count() == len(self.expected)
             # The snapshot names the last completed instant of any action (a later rollback
             # instant, say), so only its data content is pinned to the last commit.
@@ -1957,6 +2435,47 @@ class TableMachine(RuleBasedStateMachine):
             assert last is None or (snapshot.completed_at or "") >= last.completed_at
         visible = {v // 1000 for _, _, v in self.expected}
         assert not visible & self.failed_serials, f"rows of failed writes {visible & self.failed_serials}"
+
+    def _batch_report(self, rows: tuple[Row, ...]) -> str:
+        """For a failure message: the acknowledged stream batches whose rows (by their serial
+        tag) the table does not show as the model has them (half visible, twice, or not at all)."""
+        wrong = []
+        for name, batch_id, serial, _ in self.batches:
+            seen = [r for r in rows if r[2] // 1000 == serial]
+            want = [r for r in self.expected if r[2] // 1000 == serial]
+            if sorted(seen, key=_row_key) != want:
+                wrong.append(f"{name} batch {batch_id}: {len(seen)} row(s) visible, model {len(want)}")
+        return "; stream batches: " + ", ".join(wrong) if wrong else ""
+
+    @invariant()
+    def streams_equal_the_model(self) -> None:
+        """SHOW STREAMS (``t.streams()``), through the long-lived reader and a table opened now,
+        lists the model's streams that are not dropped, by name (``Running`` while the writer
+        holds the ``Stream`` open, else ``Stopped``; the last batch id, the rows of this
+        generation, the segment of the last batch), then the apps (their last version, the rows
+        their writes added); a ``Stream`` opened now has the model's ``last_batch_id`` (None
+        before the first batch and once dropped)."""
+        want = [(name, "stream", "Running" if name in self.open_streams
+                 and not self.open_streams[name].closed else "Stopped", m.segment, m.last, m.rows)
+                for name, m in sorted(self.stream_model.items()) if not m.dropped]
+        want += [(name, "app", "Stopped", None, version, rows)
+                 for name, (version, rows) in sorted(self.app_model.items())]
+        for table in (self.reader, self._open(self.inner)):
+            shown = table.streams()
+            got = [(i.name, i.kind, i.status, i.segment, i.last_batch_id, i.rows) for i in shown]
+            assert got == want, f"SHOW STREAMS {got}; the model says {want}"
+            assert all(i.started is not None and i.updated is not None and i.started <= i.updated
+                       for i in shown), shown
+        if not self.streaming:
+            return
+        for name in STREAM_NAMES:
+            probe = self.reader.stream(name)
+            try:
+                model = self._active_stream(name)
+                assert probe.last_batch_id == (model.last if model is not None else None), (
+                    f"stream {name}: last_batch_id {probe.last_batch_id}, the model has {model}")
+            finally:
+                probe.close()
 
     @invariant()
     def record_index_equals_the_model(self) -> None:
@@ -2114,6 +2633,19 @@ class TableMachine(RuleBasedStateMachine):
                 f"model says {want_source}")
         missing = model.keys() - set(ids)
         assert not missing, f"segments missing from SHOW SEGMENTS: {sorted(missing)}"
+        # A streaming segment's totals are added up batch by batch, under the lock: they must be
+        # those of its files (the roll-over is decided by its data size).
+        streaming = {s.id: s for s in shown if s.status in (STREAMING, STREAMING_FINISH)}
+        if streaming:
+            files: dict[str, list[int]] = {i: [0, 0] for i in streaming}
+            for data_file in self.reader.snapshot().files():
+                if data_file.segment in files:
+                    files[data_file.segment][0] += data_file.rows
+                    files[data_file.segment][1] += data_file.size
+            for segment_id, segment in streaming.items():
+                assert [segment.rows, segment.data_size] == files[segment_id], (
+                    f"streaming segment {segment_id}: rows and data size {segment.rows}, "
+                    f"{segment.data_size}; its files hold {files[segment_id]}")
 
 
 # -- variants ------------------------------------------------------------------------------------

@@ -105,8 +105,8 @@ class Stream:
         """Commit ``data`` as batch ``batch_id`` of this stream, once.
 
         Returns None, writing nothing, when the stream committed ``batch_id`` or a later batch
-        already (a replay), or when ``data`` holds no rows (the batch id is then still recorded,
-        so a replay of it is skipped too).
+        already (a replay). A batch of no rows still commits (its id is recorded, so a replay of
+        it is skipped too), writing no data file.
 
         Raises:
             InvalidOptionError: ``batch_id`` is not an int >= 0, or the stream was closed.
