@@ -117,19 +117,21 @@ class Stream:
         if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
             raise InvalidOptionError(f"batch_id must be an int >= 0; got {batch_id!r}")
         context = self._context
-        record = record_of(context, self.name)
-        probe = Progress(STREAM, self.name, batch_id, _generation(record))
-        if committed(record, probe):  # checked again under the lock at begin and at commit
-            return None
         rows = pa.Table.from_batches(list(batches(data, context.schema)), schema=context.schema)
         columns = context.record_key_columns
         if columns:
             check_not_null(rows, columns)
             check_unique(rows, columns)
-
         steps: list[StreamStep] = []
 
-        def plan(state: State) -> Change:
+        def plan(state: State) -> Change | None:
+            # The replay check reads the state the write reads anyway (one look at the table);
+            # it is made again under the lock at begin and at commit.
+            streams = context.metadata_at(state.view, None, (STREAMS,)).streams or {}
+            record = streams.get((STREAM, self.name))
+            progress = Progress(STREAM, self.name, batch_id, _generation(record))
+            if committed(record, progress):
+                return None
             if columns and rows.num_rows:
                 existing = find_keys(context, state, index_keys(rows, columns))
                 if existing.num_rows:
@@ -139,10 +141,9 @@ class Stream:
                         "written\nHelp: a stream appends; deduplicate the batch against the table")
             steps.append(_step(context, state, record))
             return Change("stream", rows.to_batches() if rows.num_rows else None, state.read_at,
-                          state.deltas, stream=steps[-1], rows_bytes=rows.nbytes)
+                          state.deltas, stream=steps[-1], rows_bytes=rows.nbytes, progress=progress)
 
-        commit = commit_planned(context, plan, {"stream": self.name, "batch_id": str(batch_id)},
-                                progress=probe)
+        commit = commit_planned(context, plan, {"stream": self.name, "batch_id": str(batch_id)})
         if commit is not None and steps and steps[-1].finish is not None:
             hand_off(context, commit)
         if commit is not None and commit.segment is not None:

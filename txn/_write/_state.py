@@ -117,7 +117,8 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
             change = latest(context, remembered, attempts=attempts)
             if change is None:
                 return None
-            change.progress = progress
+            if progress is not None:
+                change.progress = progress
             return commit_once(context, change, extra, retries=retries, admit=admit,
                                write=write(change) if write is not None else None)
         except CompactedMeanwhileError:
