@@ -237,3 +237,39 @@ def test_a_long_stream_keeps_few_files(memory_uri: str) -> None:
     s.write(96, batch(500))
     assert t.snapshot().count() == 192
     assert t.validate().ok
+
+
+def test_a_hand_off_racing_batches_of_the_same_stream_loses_and_duplicates_nothing(
+        memory_uri: str) -> None:
+    """Batches roll the stream over every few commits while another handle hands finished
+    segments off: every batch's rows exactly once, whichever commits first."""
+    t = txn.create_table(memory_uri, SCHEMA, properties={
+        **STREAMING, "streaming.segment.max_size": "1024", "streaming.auto_handoff": "false"})
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def hand_off() -> None:
+        other = txn.open_table(memory_uri)
+        while not done.is_set():
+            try:
+                other.compact("close_streaming")
+            except txn.CommitConflictError:
+                continue  # a batch changed what it read: the next round hands it off
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+                return
+
+    worker = threading.Thread(target=hand_off)
+    worker.start()
+    s = t.stream("job1")
+    try:
+        for batch_id in range(40):
+            s.write(batch_id, batch(batch_id))
+    finally:
+        done.set()
+        worker.join()
+    assert not errors, errors
+    t.compact("close_streaming")
+    assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(40))
+    assert "Streaming Finish" not in {x.status for x in t.segments()}
+    assert t.validate().ok
