@@ -12,6 +12,8 @@ from ._change import (
     commit_begun,
     commit_change,
     committed,
+    generation_of,
+    producer_record,
     to_commit,
 )
 from ._conflicts import CompactedMeanwhileError
@@ -36,7 +38,9 @@ __all__ = [
     "commit_begun",
     "commit_change",
     "committed",
+    "generation_of",
     "maintain",
+    "producer_record",
     "protocol_of",
     "to_commit",
     "wait_for_background_maintenance",

@@ -141,6 +141,21 @@ class AlreadyCommitted(Exception):
     """The producer committed this batch (or a later one) already: the write does nothing."""
 
 
+def producer_record(context: TableContext, view: TimelineView, kind: str,
+                    name: str) -> StreamRecord | None:
+    """The producer's record in the snapshot of ``view`` (None: it never committed)."""
+    streams = context.metadata_at(view, None, (STREAMS,)).streams or {}
+    return streams.get((kind, name))
+
+
+def generation_of(record: StreamRecord | None) -> int:
+    """The generation a producer's next batch belongs to: a dropped stream's name starts again
+    one generation later, from no batch."""
+    if record is None:
+        return 0
+    return record.generation + 1 if record.status == DROPPED else record.generation
+
+
 def committed(record: StreamRecord | None, progress: Progress) -> bool:
     """Whether ``record`` (the producer's, from the latest snapshot) covers ``progress``'s batch."""
     return (record is not None and record.generation == progress.generation
@@ -402,8 +417,7 @@ def _progressed(context: TableContext, view: TimelineView, change: Change, pendi
     progress = change.progress
     if progress is None:
         return []
-    streams = context.metadata_at(view, None, (STREAMS,)).streams or {}
-    held = streams.get((progress.kind, progress.name))
+    held = producer_record(context, view, progress.kind, progress.name)
     dropping = change.stream is not None and change.stream.drop
     if dropping and (held is None or held.status == DROPPED or held.generation != progress.generation):
         raise AlreadyCommitted(f"stream {progress.name!r} was dropped meanwhile")
@@ -428,8 +442,7 @@ def admit_progress(context: TableContext, change: Change) -> Admission | None:
         return None
 
     def admit(view: TimelineView) -> None:
-        streams = context.metadata_at(view, None, (STREAMS,)).streams or {}
-        if committed(streams.get((progress.kind, progress.name)), progress):
+        if committed(producer_record(context, view, progress.kind, progress.name), progress):
             raise AlreadyCommitted(f"{progress.kind} {progress.name!r} committed batch {progress.batch}")
 
     return admit

@@ -18,10 +18,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from indexes import DROPPED, SEGMENTS, STREAM, STREAMING, STREAMS, StreamRecord
+from indexes import DROPPED, SEGMENTS, STREAM, STREAMING, StreamRecord
 from timeline import DuplicateKeyError, InvalidOptionError
 
-from .._commit import Change, Progress, StreamStep, committed
+from .._commit import Change, Progress, StreamStep, committed, generation_of, producer_record
 from .._context import (
     Commit,
     TableContext,
@@ -64,9 +64,7 @@ def _check_name(name: object) -> str:
 
 def record_of(context: TableContext, name: str) -> StreamRecord | None:
     """The stream's record in the latest snapshot (None: never started)."""
-    view = context.timeline.load()
-    streams = context.metadata_at(view, None, (STREAMS,)).streams or {}
-    return streams.get((STREAM, name))
+    return producer_record(context, context.timeline.load(), STREAM, name)
 
 
 class Stream:
@@ -127,9 +125,8 @@ class Stream:
         def plan(state: State) -> Change | None:
             # The replay check reads the state the write reads anyway (one look at the table);
             # it is made again under the lock at begin and at commit.
-            streams = context.metadata_at(state.view, None, (STREAMS,)).streams or {}
-            record = streams.get((STREAM, self.name))
-            progress = Progress(STREAM, self.name, batch_id, _generation(record))
+            record = producer_record(context, state.view, STREAM, self.name)
+            progress = Progress(STREAM, self.name, batch_id, generation_of(record))
             if committed(record, progress):
                 return None
             if columns and rows.num_rows:
@@ -206,13 +203,6 @@ def _tidy(context: TableContext, batch: Commit) -> None:
     except Exception:
         log.warning("merging the files of streaming segment %s after %s failed; the batch stands",
                     batch.segment, batch.instant, exc_info=True)
-
-
-def _generation(record: StreamRecord | None) -> int:
-    """A dropped stream's name starts again one generation later, from no batch."""
-    if record is None:
-        return 0
-    return record.generation + 1 if record.status == DROPPED else record.generation
 
 
 def _step(context: TableContext, state: State, record: StreamRecord | None) -> StreamStep:

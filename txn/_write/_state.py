@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import APP, DELETES, FILES, STREAMS, MetadataSnapshot, SnapshotExpiredError, live
+from indexes import APP, DELETES, FILES, MetadataSnapshot, SnapshotExpiredError, live
 from timeline import InvalidOptionError, ObjectNotFoundError, TimelineView
 
 from .._commit import (
@@ -23,6 +23,7 @@ from .._commit import (
     Written,
     commit_change,
     committed,
+    producer_record,
 )
 from .._context import CLEAN_ACTION, Commit, TableContext
 from .._files import LiveDeltas
@@ -150,9 +151,8 @@ def already_committed(context: TableContext, progress: Progress | None) -> bool:
     the commit checks again under the lock)."""
     if progress is None:
         return False
-    view = context.timeline.load()
-    streams = context.metadata_at(view, None, (STREAMS,)).streams or {}
-    return committed(streams.get((progress.kind, progress.name)), progress)
+    record = producer_record(context, context.timeline.load(), progress.kind, progress.name)
+    return committed(record, progress)
 
 
 def commit_once(context: TableContext, change: Change, extra: dict[str, str] | None,

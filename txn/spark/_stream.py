@@ -28,7 +28,7 @@ from typing import Any
 from indexes import DROPPED, STREAM
 from timeline import InvalidOptionError, ObjectExistsError, open_storage
 
-from .._commit import Progress
+from .._commit import Progress, generation_of
 from .._context import Commit, TableContext, open_context, streaming_enabled
 from .._streams import Stream, record_of
 from ._tables import Layout, resolve
@@ -64,9 +64,7 @@ def write_batch(frame: Any, uri: str, stream: str, batch_id: int, *, mode: str =
     if sink is not None:  # a streaming table: the batch goes to the stream's open segment
         return sink.write(batch_id, frame.toArrow())
     table = open_context(uri, storage_options)
-    record = record_of(table, stream)
-    generation = 0 if record is None else record.generation + (record.status == DROPPED)
-    progress = Progress(STREAM, stream, batch_id, generation)
+    progress = Progress(STREAM, stream, batch_id, generation_of(record_of(table, stream)))
     return write(frame, uri, mode, storage_options=storage_options, progress=progress,
                  extra={"stream": stream, "batch": str(batch_id)})
 
