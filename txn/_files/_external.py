@@ -176,12 +176,13 @@ class ExternalReader:
         else:
             with self.open(url) as handle:
                 table = read_format(handle, file_format, stored, from_file)
-        for name in wanted:
-            if name in self.partition_by:
-                value = partition_values(url, self.schema, self.partition_by)[name]
-                table = table.append_column(self.schema.field(name),
-                                            pa.repeat(pa.scalar(value, self.schema.field(name).type),
-                                                      table.num_rows))
+        folders = partition_values(url, self.schema, self.partition_by) if \
+            any(name in self.partition_by for name in wanted) else {}
+        for name, value in folders.items():
+            if name in wanted:
+                field = self.schema.field(name)
+                table = table.append_column(field, pa.repeat(pa.scalar(value, field.type),
+                                                             table.num_rows))
         if not wanted:
             return pa.table({"rows": pa.nulls(table.num_rows)}).drop_columns(["rows"])
         fields = [self.schema.field(name) for name in wanted]
