@@ -273,3 +273,56 @@ def test_a_hand_off_racing_batches_of_the_same_stream_loses_and_duplicates_nothi
     assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(40))
     assert "Streaming Finish" not in {x.status for x in t.segments()}
     assert t.validate().ok
+
+
+def _hand_off_in_child(uri: str, ready: Any, done: Any, results: Any) -> None:
+    """A second process handing finished segments off until told to stop; reports its count."""
+    try:
+        other = txn.open_table(uri)
+        ready.set()
+        handed = 0
+        while not done.is_set():
+            try:
+                handed += other.compact("close_streaming") is not None
+            except txn.CommitConflictError:
+                continue  # a batch changed what it read: the next round hands it off
+        results.put(handed)
+    except BaseException as exc:  # reported to the parent, which fails the test
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_a_hand_off_in_another_process_racing_batches_loses_and_duplicates_nothing(
+        tmp_path: Any) -> None:
+    """As above, across processes on local disk: the hand-off's commits and the stream's batches
+    are ordered by the table lock and the timeline alone (no in-process state is shared)."""
+    import multiprocessing
+    import queue
+
+    uri = str(tmp_path / "sink")
+    t = txn.create_table(uri, SCHEMA, properties={
+        **STREAMING, "streaming.segment.max_size": "1024", "streaming.auto_handoff": "false"})
+    context = multiprocessing.get_context("spawn")
+    ready, done, results = context.Event(), context.Event(), context.Queue()
+    child = context.Process(target=_hand_off_in_child, args=(uri, ready, done, results))
+    child.start()
+    try:
+        assert ready.wait(timeout=120), "the hand-off process did not start"
+        s = t.stream("job1")
+        for batch_id in range(60):
+            s.write(batch_id, batch(batch_id))
+        done.set()
+        try:
+            report = results.get(timeout=120)
+        except queue.Empty:
+            pytest.fail("the hand-off process did not report")
+    finally:
+        done.set()
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+    assert not isinstance(report, str), report
+    assert child.exitcode == 0
+    t.compact("close_streaming")
+    assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(60))
+    assert "Streaming Finish" not in {x.status for x in t.segments()}
+    assert t.validate().ok
