@@ -1,6 +1,7 @@
 """Streaming batch commits (issue 14, item 2): ``s.write(batch_id, rows)`` on a streaming table
 against deltalake appends of the same batches, and a full read of the streamed table against one
-Parquet file of the same rows, in one run on local disk.
+Parquet file of the same rows, in one run on local disk; and (item 1) a replay check on a long
+stream against a short one.
 
 What is measured:
 
@@ -35,9 +36,22 @@ What is measured:
    ``to_arrow`` takes beyond their sum is metatxn's own per-file work around the scan. With
    ``--profile FILE`` one more read of each table runs under cProfile (untimed for the figures):
    the stats go to ``FILE`` (``FILE.10``, ``FILE.100`` per size) and the top functions to stderr.
+3. **Replay checks** (``measure_replay``, ``--phases replay``; not in the default run): issue 14
+   wants a stream's progress read in constant time whatever the table's history, "a stream that
+   has committed 100,000 batches checks a replay as fast as one that has committed 10". Two
+   streaming tables, built untimed for the figures: a "long" one whose stream commits
+   ``--replay-batches`` batches of 1 row, and a "short" one whose stream commits 10 (the build's
+   time and median ms per batch are reported). Then, ``--replay-repeats`` times each, the tables
+   taking turns: (a) ``s.write(0, batch)`` on the stream object that did the writes (a replay:
+   must return None), (b) the same on a fresh handle, ``txn.open_table(uri).stream(name)
+   .write(0, batch)`` (the time includes opening the table), (c) ``s.last_batch_id`` on the held
+   stream (must be the last batch id). Medians for long and short and the ratio long/short of
+   each; the target is the ratio of (a).
 
 Every result is checked untimed: each write returned a commit, the stream's last batch id and the
-tables' row counts after the writes, and every read's ids (exactly ``0 .. rows - 1``, once each).
+tables' row counts after the writes, and every read's ids (exactly ``0 .. rows - 1``, once each);
+every replay check returned None, every ``last_batch_id`` the last batch, and the replayed tables
+kept their rows.
 A wrong result is printed as WRONG RESULTS and makes the exit status 1; otherwise it is 0 whatever
 the figures (the targets are informational).
 
@@ -45,6 +59,8 @@ Run from the repository root::
 
     .venv/bin/python -m bench.bench_streaming --out bench/out/streaming.json   # 30,000 batches, ~20-30 min
     .venv/bin/python -m bench.bench_streaming --quick                          # 2,000 batches, ~1.5 min
+    .venv/bin/python -m bench.bench_streaming --phases replay --out bench/out/streaming_replay.json
+    .venv/bin/python -m bench.bench_streaming --quick --phases replay          # 2,000-batch long stream
 """
 
 from __future__ import annotations
@@ -84,6 +100,10 @@ DEVICES = 500
 TS_START_US, TS_STEP_US = 1_793_491_200_000_000, 10_000
 #: Issue 14's targets.
 MEDIAN_BOUND_MS, FLAT_BOUND, READ_BOUND = 5.0, 1.3, 2.0
+#: Issue 14, item 1: a replay check on the long stream "as fast as" on the short one.
+REPLAY_BOUND = 1.3
+#: The short stream's batches (issue 14's "one that has committed 10").
+SHORT_BATCHES = 10
 T = TypeVar("T")
 
 
@@ -96,10 +116,14 @@ class Preset:
     delta_batches: int
     delta_budget_s: float
     read_repeats: int
+    replay_batches: int
+    replay_repeats: int
 
 
-FULL = Preset(batches=30_000, window=1_000, delta_batches=3_000, delta_budget_s=900.0, read_repeats=3)
-QUICK = Preset(batches=2_000, window=1_000, delta_batches=600, delta_budget_s=60.0, read_repeats=3)
+FULL = Preset(batches=30_000, window=1_000, delta_batches=3_000, delta_budget_s=900.0, read_repeats=3,
+              replay_batches=100_000, replay_repeats=200)
+QUICK = Preset(batches=2_000, window=1_000, delta_batches=600, delta_budget_s=60.0, read_repeats=3,
+               replay_batches=2_000, replay_repeats=50)
 
 
 @dataclass(frozen=True)
@@ -111,6 +135,8 @@ class Config:
     delta_batches: int
     delta_budget_s: float
     read_repeats: int
+    replay_batches: int
+    replay_repeats: int
     phases: list[str]
     profile: str | None
     workdir: str
@@ -234,6 +260,42 @@ class Read:
         return _ratio(self.median("metatxn"), self.median("parquet"))
 
 
+#: The replay phase's checks: (a) held, (b) fresh, (c) last (see the module docstring).
+REPLAY_CHECKS = ("held", "fresh", "last")
+
+
+@dataclass
+class Replay:
+    """Replay checks on a long stream against a short one: one sample (ms) per check."""
+
+    long_batches: int
+    short_batches: int
+    build_ms: dict[str, list[float]] = field(default_factory=dict)  # "long"/"short" -> ms per batch
+    facts: dict[str, dict[str, object]] = field(default_factory=dict)  # "long"/"short" -> the table
+    held_long_ms: list[float] = field(default_factory=list)  # s.write(0, batch) -> None
+    held_short_ms: list[float] = field(default_factory=list)
+    fresh_long_ms: list[float] = field(default_factory=list)  # open_table(uri).stream(name).write(0, ...)
+    fresh_short_ms: list[float] = field(default_factory=list)
+    last_long_ms: list[float] = field(default_factory=list)  # s.last_batch_id
+    last_short_ms: list[float] = field(default_factory=list)
+    wrong: str | None = None
+
+    def median(self, check: str, length: str) -> float | None:
+        samples: list[float] = getattr(self, f"{check}_{length}_ms")
+        return statistics.median(samples) if samples else None
+
+    def ratio(self, check: str) -> float | None:
+        """Median on the long stream over the median on the short one."""
+        return _ratio(self.median(check, "long"), self.median(check, "short"))
+
+    def build_median_ms(self, length: str) -> float | None:
+        samples = self.build_ms.get(length)
+        return statistics.median(samples) if samples else None
+
+    def build_s(self, length: str) -> float:
+        return sum(self.build_ms.get(length, [])) / 1e3
+
+
 @dataclass
 class Report:
     machine: Machine
@@ -244,6 +306,7 @@ class Report:
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     profile: dict[int, list[str]] = field(default_factory=dict)  # batch rows -> top functions
+    replay: Replay | None = None
 
     def get(self, system: str, rows: int) -> Series | None:
         return self.series.get(f"{system} {rows}-row")
@@ -496,23 +559,126 @@ def profile_read(report: Report, uri: str, rows: int, path: Path) -> None:
                             f"cumulative, {nc:,} calls" for (f, line, name), (_, nc, tt, ct, _) in top]
 
 
+def _table_facts(uri: str) -> dict[str, object]:
+    import txn
+
+    handle = txn.open_table(uri)
+    on_disk = sum(1 for path in Path(uri).rglob("*.parquet") if "_metadata" not in path.parts)
+    return {"rows": int(handle.snapshot().count()), "data_files": len(handle.snapshot().files()),
+            "parquet_files_on_disk": on_disk, "segments": len(handle.segments()),
+            "timeline_instants": len(handle.timeline())}
+
+
+def build_stream(replay: Replay, length: str, uri: str, batches: int) -> Any:
+    """A streaming table whose stream commits ``batches`` batches of one row (untimed for the
+    figures; each batch's ms kept for the build's figures); the stream that wrote them."""
+    import txn
+
+    data = stream_rows(batches, seed=batches)
+    stream = txn.create_table(uri, SCHEMA, properties={"streaming": "true"}).stream(STREAM)
+    samples = replay.build_ms.setdefault(length, [])
+    log(f"== replay: building the {length} stream, {batches:,} batches of 1 row")
+    began = time.monotonic()
+    for batch_id in range(batches):
+        ms, commit = _timed(stream.write, batch_id, data.slice(batch_id, 1))
+        samples.append(ms)
+        if commit is None:
+            replay.wrong = f"building the {length} stream: s.write({batch_id}, ...) returned None"
+            return stream
+        if (batch_id + 1) % 10_000 == 0:
+            log(f"  {batch_id + 1:,} batches, {time.monotonic() - began:.0f} s, median of the last 10,000: "
+                f"{statistics.median(samples[-10_000:]):.2f} ms")
+    log(f"  {length}: {batches:,} batches in {replay.build_s(length):.1f} s of writes "
+        f"({time.monotonic() - began:.1f} s in all), median {_fmt(replay.build_median_ms(length), 2)} ms "
+        "per batch")
+    return stream
+
+
+def measure_replay(report: Report, root: Path) -> None:
+    """Replay checks on a long stream against a short one, the streams taking turns: a replayed
+    batch on the held stream, the same on a fresh handle, and ``s.last_batch_id``."""
+    import txn
+
+    config = report.config
+    replay = Replay(long_batches=config.replay_batches, short_batches=SHORT_BATCHES)
+    report.replay = replay
+    lengths = {"long": config.replay_batches, "short": SHORT_BATCHES}
+    uris = {length: str(root / f"replay_{length}") for length in lengths}
+    streams = {length: build_stream(replay, length, uris[length], batches)
+               for length, batches in lengths.items()}
+    if replay.wrong:
+        log(f"  !!! WRONG RESULT: replay: {replay.wrong}")
+        return
+    batch = stream_rows(1, seed=0)
+
+    def held(length: str) -> Any:
+        return streams[length].write(0, batch)
+
+    def fresh(length: str) -> Any:
+        return txn.open_table(uris[length]).stream(STREAM).write(0, batch)
+
+    def last(length: str) -> Any:
+        return streams[length].last_batch_id
+
+    def check(kind: str, length: str, found: Any) -> None:
+        expected = None if kind != "last" else lengths[length] - 1
+        if found != expected and replay.wrong is None:
+            replay.wrong = (f"{kind} check on the {length} stream returned {found!r}; expected {expected!r}"
+                            + (" (a replay was committed)" if kind != "last" else ""))
+
+    checks: dict[str, Callable[[str], Any]] = {"held": held, "fresh": fresh, "last": last}
+    for length in lengths:  # the code paths' first use, untimed
+        for kind, action in checks.items():
+            check(kind, length, action(length))
+    log(f"== replay: {config.replay_repeats} checks of each kind on each stream, taking turns")
+    order = list(lengths)
+    for repeat in range(config.replay_repeats):
+        for length in order[repeat % 2:] + order[:repeat % 2]:  # no stream always first
+            for kind, action in checks.items():
+                ms, found = _timed(action, length)
+                getattr(replay, f"{kind}_{length}_ms").append(ms)
+                check(kind, length, found)
+    for length, batches in lengths.items():  # nothing written by the replays
+        replay.facts[length] = _table_facts(uris[length])
+        found = replay.facts[length]["rows"]
+        if found != batches and replay.wrong is None:
+            replay.wrong = f"the {length} table holds {found} rows after the replays; expected {batches:,}"
+    if replay.wrong:
+        log(f"  !!! WRONG RESULT: replay: {replay.wrong}")
+    log("  " + "; ".join(f"{kind}: long {_fmt(replay.median(kind, 'long'), 2)} ms, short "
+                         f"{_fmt(replay.median(kind, 'short'), 2)} ms ({_fmt(replay.ratio(kind), 2)}x)"
+                         for kind in REPLAY_CHECKS))
+
+
+def _runs_commits(config: Config) -> bool:
+    """The commit phase runs when asked for, and for the read (which reads its tables)."""
+    return "commit" in config.phases or "read" in config.phases
+
+
 def run_all(config: Config) -> Report:
     report = Report(machine=machine_facts(LIBRARIES), config=config)
     root = Path(config.workdir)
-    log(f"generating {config.batches:,} batches of {', '.join(map(str, config.sizes))} rows")
-    data = {rows: stream_rows(config.batches * rows, seed=rows) for rows in config.sizes}
-    uris: dict[int, str] = {}
-    try:
-        uris = measure_commits(report, root, data)
-    except Exception:
-        traceback.print_exc()
-        report.notes.append(f"commits stopped: {sys.exc_info()[1]!r}")
-    if "read" in config.phases:
+    if _runs_commits(config):
+        log(f"generating {config.batches:,} batches of {', '.join(map(str, config.sizes))} rows")
+        data = {rows: stream_rows(config.batches * rows, seed=rows) for rows in config.sizes}
+        uris: dict[int, str] = {}
         try:
-            measure_reads(report, root, uris, data)
+            uris = measure_commits(report, root, data)
         except Exception:
             traceback.print_exc()
-            report.notes.append(f"reads stopped: {sys.exc_info()[1]!r}")
+            report.notes.append(f"commits stopped: {sys.exc_info()[1]!r}")
+        if "read" in config.phases:
+            try:
+                measure_reads(report, root, uris, data)
+            except Exception:
+                traceback.print_exc()
+                report.notes.append(f"reads stopped: {sys.exc_info()[1]!r}")
+    if "replay" in config.phases:
+        try:
+            measure_replay(report, root)
+        except Exception:
+            traceback.print_exc()
+            report.notes.append(f"replay checks stopped: {sys.exc_info()[1]!r}")
     report.machine = dataclasses.replace(report.machine, load_at_end=load_average())
     return report
 
@@ -548,7 +714,7 @@ def _status(ok: bool | None) -> str:
 def targets(report: Report) -> list[Target]:
     """Issue 14's targets. Informational only: they never fail the run."""
     found = []
-    for rows in report.config.sizes:
+    for rows in report.config.sizes if _runs_commits(report.config) else []:
         series = report.get(SUBJECT, rows)
         valid = series is not None and series.wrong is None and series.median_ms is not None
         median = series.median_ms if valid and series else None
@@ -571,10 +737,21 @@ def targets(report: Report) -> list[Target]:
                             f"{READ_BOUND:g}x one Parquet file",
                             f"{_fmt(read.median('metatxn'))} vs {_fmt(read.median('parquet'))} ms",
                             _fmt(ratio, 2, "x"), _status(None if ratio is None else ratio <= READ_BOUND)))
+    replay = report.replay
+    if replay is not None:
+        ratio = None if replay.wrong else replay.ratio("held")
+        found.append(Target(f"replay check (`s.write(0, batch)` on the held stream) after "
+                            f"{replay.long_batches:,} batches within {REPLAY_BOUND:g}x of after "
+                            f"{replay.short_batches:,}",
+                            f"{_fmt(replay.median('held', 'long'), 2)} vs "
+                            f"{_fmt(replay.median('held', 'short'), 2)} ms",
+                            _fmt(ratio, 2, "x"), _status(None if ratio is None else ratio <= REPLAY_BOUND)))
     return found
 
 
 def _commit_section(report: Report) -> str:
+    if not report.series:
+        return ""
     rows = []
     for series in report.series.values():
         ours = report.get(SUBJECT, series.rows)
@@ -650,6 +827,36 @@ def _read_section(report: Report) -> str:
          "rest of to_arrow", "to_arrow"], parts)])
 
 
+def _replay_section(report: Report) -> str:
+    replay = report.replay
+    if replay is None:
+        return ""
+    calls = {"held": "(a) `s.write(0, batch)` on the held stream (a replay: None)",
+             "fresh": "(b) `txn.open_table(uri).stream(name).write(0, batch)` (a fresh handle, open "
+                      "included)",
+             "last": "(c) `s.last_batch_id` on the held stream"}
+    rows = [[calls[kind], *(["WRONG"] * 2 if replay.wrong else
+                            [_fmt(replay.median(kind, "long"), 2), _fmt(replay.median(kind, "short"), 2)]),
+             _fmt(None if replay.wrong else replay.ratio(kind), 2)] for kind in REPLAY_CHECKS]
+    title = (f"#### Replay checks: a stream of {replay.long_batches:,} batches against one of "
+             f"{replay.short_batches:,} (ms, medians of {report.config.replay_repeats}, the streams taking "
+             "turns)")
+    tables = []
+    for length, batches in (("long", replay.long_batches), ("short", replay.short_batches)):
+        facts = replay.facts.get(length, {})
+        tables.append([length, f"{batches:,}", f"{replay.build_s(length):,.1f}",
+                       _fmt(replay.build_median_ms(length), 2),
+                       *(f"{facts[k]:,}" if isinstance(facts.get(k), int) else "-"
+                         for k in ("rows", "data_files", "parquet_files_on_disk", "segments",
+                                   "timeline_instants"))])
+    return "\n\n".join([title, _markdown_table(
+        ["check", f"long ({replay.long_batches:,} batches)", f"short ({replay.short_batches:,} batches)",
+         "long/short"], rows),
+        "#### The replay tables (built untimed for the checks; 1-row batches)", _markdown_table(
+        ["stream", "batches", "build s (writes)", "build median ms per batch", "rows", "live data files",
+         "Parquet files on disk", "segments", "timeline instants"], tables)])
+
+
 def _layout_section(report: Report) -> str:
     rows = [[name, ", ".join(f"{k}={v}" for k, v in facts.items())] for name, facts in report.layouts.items()]
     return "\n\n".join(["#### The tables after the writes", _markdown_table(["writer", "layout"], rows)]) \
@@ -663,21 +870,28 @@ def _targets_section(report: Report) -> str:
 
 
 def _calls_section(report: Report) -> str:
-    return "\n".join([
-        "#### Calls", "",
-        '- metatxn: `t = txn.create_table(uri, schema, properties={"streaming": "true"})`, '
-        '`s = t.stream("bench")`, then `s.write(batch_id, batch)` per batch (one commit each)',
-        '- deltalake: `dt = DeltaTable.create(uri, schema)`, then '
-        '`write_deltalake(dt, batch, mode="append")` per batch, default config (a checkpoint every 100 '
-        "commits)",
-        "- read: `txn.open_table(uri).to_arrow()` (a fresh handle each time) against "
-        "`pq.read_table(path)` of a file written by `pq.write_table(rows, path)` (pyarrow's defaults)",
-    ])
+    lines = ['- metatxn: `t = txn.create_table(uri, schema, properties={"streaming": "true"})`, '
+             '`s = t.stream("bench")`, then `s.write(batch_id, batch)` per batch (one commit each)']
+    if _runs_commits(report.config):
+        lines += ['- deltalake: `dt = DeltaTable.create(uri, schema)`, then '
+                  '`write_deltalake(dt, batch, mode="append")` per batch, default config (a checkpoint every '
+                  "100 commits)"]
+    if "read" in report.config.phases:
+        lines += ["- read: `txn.open_table(uri).to_arrow()` (a fresh handle each time) against "
+                  "`pq.read_table(path)` of a file written by `pq.write_table(rows, path)` (pyarrow's "
+                  "defaults)"]
+    if report.replay is not None:
+        lines += ["- replay: after the batches, `s.write(0, batch)` on the same `s` (returns None), "
+                  '`txn.open_table(uri).stream("bench").write(0, batch)` (returns None), and '
+                  "`s.last_batch_id`"]
+    return "\n".join(["#### Calls", "", *lines])
 
 
 def wrong_results(report: Report) -> list[str]:
     found = [f"{s.name}: {s.wrong}" for s in report.series.values() if s.wrong]
     found += [f"read of the {r.rows}-row table: {r.wrong}" for r in report.reads if r.wrong]
+    if report.replay is not None and report.replay.wrong:
+        found.append(f"replay checks: {report.replay.wrong}")
     return found
 
 
@@ -713,8 +927,8 @@ def render_markdown(report: Report) -> str:
                                    *(f"- {w}" for w in wrong)]))
     sections.append(machine_section(report.machine, report.config.workdir).replace("### ", "#### ", 1))
     sections += [_commit_section(report), _window_section(report), _read_section(report),
-                 _layout_section(report), _targets_section(report), _calls_section(report),
-                 _notes_section(report)]
+                 _replay_section(report), _layout_section(report), _targets_section(report),
+                 _calls_section(report), _notes_section(report)]
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
@@ -723,6 +937,8 @@ def write_json(report: Report, path: Path) -> None:
     document = {**dataclasses.asdict(report), "targets": [dataclasses.asdict(t) for t in targets(report)],
                 "flatness": {s.name: s.flatness for s in report.series.values()},
                 "read_ratio": {r.rows: r.ratio for r in report.reads},
+                "replay_ratio": ({kind: report.replay.ratio(kind) for kind in REPLAY_CHECKS}
+                                 if report.replay is not None else None),
                 "wrong_results": wrong_results(report), "argv": sys.argv[1:]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, default=str) + "\n")
@@ -730,7 +946,9 @@ def write_json(report: Report, path: Path) -> None:
 
 # -- command line ----------------------------------------------------------------------------
 
-PHASES = ("commit", "read")
+PHASES = ("commit", "read", "replay")
+#: The default run: the replay phase is asked for by name (it builds a 100,000-batch stream).
+DEFAULT_PHASES = ("commit", "read")
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -782,13 +1000,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help=f"... or after this many seconds of appends per size ({FULL.delta_budget_s:g})")
     parser.add_argument("--read-repeats", type=_at_least(1),
                         help=f"timed reads of each kind ({FULL.read_repeats})")
-    parser.add_argument("--phases", type=_names(PHASES), default=list(PHASES),
-                        help="commit,read (default: both; the read needs the commits' tables)")
+    parser.add_argument("--phases", type=_names(PHASES), default=list(DEFAULT_PHASES),
+                        help="from commit,read,replay (default: commit,read; the read needs the commits' "
+                        "tables, so it runs them too; replay runs only when named)")
+    parser.add_argument("--replay-batches", type=_at_least(1),
+                        help=f"batches of the replay phase's long stream ({FULL.replay_batches:,})")
+    parser.add_argument("--replay-repeats", type=_at_least(1),
+                        help=f"timed replay checks of each kind on each stream ({FULL.replay_repeats})")
     parser.add_argument("--profile", metavar="FILE",
                         help="also profile one read of each table with cProfile: stats to FILE.<rows>")
     parser.add_argument("--quick", action="store_true", help=(
         f"{QUICK.batches:,} batches per size, deltalake capped at {QUICK.delta_batches:,} batches or "
-        f"{QUICK.delta_budget_s:g} s; explicit flags win"))
+        f"{QUICK.delta_budget_s:g} s, a {QUICK.replay_batches:,}-batch replay stream checked "
+        f"{QUICK.replay_repeats} times; explicit flags win"))
     parser.add_argument("--workdir", type=Path,
                         help="make the run's temporary folder inside this one (default: the system temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the tables instead of removing them")
@@ -813,7 +1037,9 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
                   window=pick(args.window, preset.window), systems=args.systems,
                   delta_batches=pick(args.delta_batches, preset.delta_batches),
                   delta_budget_s=pick(args.delta_budget, preset.delta_budget_s),
-                  read_repeats=pick(args.read_repeats, preset.read_repeats), phases=args.phases,
+                  read_repeats=pick(args.read_repeats, preset.read_repeats),
+                  replay_batches=pick(args.replay_batches, preset.replay_batches),
+                  replay_repeats=pick(args.replay_repeats, preset.replay_repeats), phases=args.phases,
                   profile=args.profile, workdir=str(workdir))
 
 
