@@ -13,7 +13,8 @@ and aggregates it in Spark, and reads the same week as of the last load (time tr
 compacted segments' files are still there). CLEAN FILES then frees the compacted segments'
 files (the table keeps a short retention, two commits, so that the demo has something to clean)
 and the same time travel is refused with its reason. Last: SHOW SEGMENTS, the timeline and a
-validation report.
+validation report. Its tables (SHOW SEGMENTS among them) are printed by the command line's renderer
+(``_render``), as ``metatxn segments`` prints them.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ import pyarrow.compute as pc
 
 from indexes import SnapshotExpiredError
 
-from .._context import Segment
 from .._table import Table, create_table, open_table
-from ._render import render, render_timeline
+from . import _render
+from ._render import segments_table, show, streams_table, timeline_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from rich.table import Table as Grid
 
 #: The columns of the orders the demo generates (their types are Spark's: the first write
 #: creates the table from the DataFrame's schema).
@@ -71,15 +73,6 @@ def orders_frame(spark: SparkSession, first_key: int, count: int, start: date, d
 RETENTION = {"clean.retain_commits": "2", "clean.retain_hours": "0"}
 
 
-def _show_segments(segments: list[Segment]) -> str:
-    return render(
-        ("segment", "status", "format", "merged_to", "rows", "data_size", "partitions", "load_end"),
-        ((s.id, s.status, s.format + (" (external)" if s.external else ""), s.merged_to or "",
-          s.rows, s.data_size, ",".join(s.partitions),
-          s.load_end.strftime("%H:%M:%S") if s.load_end else "") for s in segments),
-    )
-
-
 def _folder_bytes(folder: str) -> dict[str, int]:
     """Every file below ``folder`` and its size."""
     return {os.path.join(root, name): os.path.getsize(os.path.join(root, name))
@@ -90,10 +83,10 @@ def _show_created(table: Table) -> None:
     print(f"created by this write: table {table.table_id}, partitioned by {table.partition_by}, "
           f"keyed by {table.record_key} (a record index of {table.record_index_shards} shards), "
           f"sorted by {table.sort_by}; its schema, from the DataFrame's:")
-    print(render(("column", "type"), ((f.name, f.type) for f in table.schema)))
+    show(_render.table(("column", "type"), ((f.name, f.type) for f in table.schema)))
 
 
-def _by_priority(frame: DataFrame) -> str:
+def _by_priority(frame: DataFrame) -> Grid:
     """Orders, revenue and average price per priority, computed by Spark."""
     from pyspark.sql import functions as F
 
@@ -101,9 +94,9 @@ def _by_priority(frame: DataFrame) -> str:
             .agg(F.count("*").alias("orders"), F.sum("o_totalprice").alias("revenue"),
                  F.avg("o_totalprice").cast("decimal(15,2)").alias("avg_price"))
             .orderBy("o_orderpriority").collect())
-    return render(("o_orderpriority", "orders", "revenue", "avg_price"),
-                  ((r["o_orderpriority"], r["orders"], f"{r['revenue']:,}", f"{r['avg_price']:,}")
-                   for r in rows))
+    return _render.table(("o_orderpriority", "orders", "revenue", "avg_price"),
+                         ((r["o_orderpriority"], r["orders"], f"{r['revenue']:,}", f"{r['avg_price']:,}")
+                          for r in rows), numeric=("orders", "revenue", "avg_price"))
 
 
 def _step(title: str) -> float:
@@ -176,7 +169,7 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     print(f"compaction {compacted.instant}: segments {', '.join(compacted.segments_merged)} -> "
           f"segment {compacted.segment}: {compacted.rows_added:,} rows in {compacted.files_added} "
           f"files sorted by o_orderdate, record index rewritten in the same commit ({_ms(started)})")
-    print(_show_segments(table.segments()))
+    show(segments_table(table.segments()))
 
     _step(f"upsert: the urgent orders of {WEEK[0]} repriced +10%, and new orders of May, by o_orderkey")
     urgent = txn_spark.read(spark, uri, filter=f"o_orderdate = DATE '{WEEK[0]}' AND "
@@ -236,13 +229,13 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     every, matching = snapshot.files(), snapshot.files(to_expression(week, table.schema))
     print(f"{len(matching)} of {len(every)} files can match; {len(every) - len(matching)} skipped "
           "without being opened (column ranges in the metadata table)")
-    print(_by_priority(txn_spark.read(spark, uri, filter=week)))
+    show(_by_priority(txn_spark.read(spark, uri, filter=week)))
     print(f"({_ms(started)})")
 
     last_load = commits[-1].instant
     _step(f"time travel: the same week as of instant {last_load} (the last load)")
     started = time.perf_counter()
-    print(_by_priority(txn_spark.read(spark, uri, filter=week, as_of=last_load)))
+    show(_by_priority(txn_spark.read(spark, uri, filter=week, as_of=last_load)))
     print(f"then: {table.snapshot(as_of=last_load).count():,} rows; now: {snapshot.count():,} rows "
           f"({_ms(started)})")
 
@@ -259,13 +252,13 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
         raise AssertionError("the clean should have expired the snapshot of the last load")
 
     _step("SHOW SEGMENTS")
-    print(_show_segments(table.segments()))
+    show(segments_table(table.segments()))
     intact = _folder_bytes(legacy) == legacy_bytes
     print(f"the added folder {legacy} is {'untouched' if intact else 'CHANGED'} by CLEAN FILES")
     assert intact
 
     _step("timeline")
-    print(render_timeline(table.timeline()))
+    show(timeline_table(table.timeline()))
 
     _step("validate")
     print(table.validate())
@@ -294,14 +287,13 @@ def _streaming(spark: SparkSession, warehouse: str) -> None:
                 and time.monotonic() < deadline:
             time.sleep(0.25)
         print("SHOW STREAMS, while the query runs:")
-        print(render(("stream", "status", "segment", "last_batch_id", "rows"),
-                     ((i.name, i.status, i.segment, i.last_batch_id, i.rows) for i in events.streams())))
-        print(_show_segments(events.segments()))
+        show(streams_table(events.streams()))
+        show(segments_table(events.segments()))
     finally:
         events.drop_stream("rate_job")  # DROP STREAM: the query stops first
         if query.isActive:  # pragma: no cover - drop_stream stopped it
             query.stop()
     print(f"DROP STREAM rate_job: the query is {'running' if query.isActive else 'stopped'}; its "
           "segment finished and was handed off to a columnar segment (streaming.auto_handoff):")
-    print(_show_segments(events.segments()))
+    show(segments_table(events.segments()))
     print(f"{events.snapshot().count():,} rows, each batch exactly once; {events.validate()}")

@@ -1,69 +1,97 @@
-"""The ``metatxn`` command line."""
+"""The ``metatxn`` command: its parser, and how failures reach the user.
+
+Exit status: 0 on success; 1 when the table refuses the request (a :class:`txn.TxnError`: no
+table at the URI, an unknown segment, stream or compaction kind, a bad option value), printed as
+one ``metatxn: error: ...`` line and one ``metatxn: help: ...`` line on stderr, never a
+traceback; 1 as well from ``validate`` when it finds problems; 2 for a command line argparse
+cannot parse (its usual usage message); 130 when interrupted. Shell completion is not offered:
+argparse has none of its own.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import re
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
-from timeline import TxnError
+from txn import TxnError
 
-from .._table import open_table
-from ._render import render, render_timeline
+from . import _inspect, _maintain
 
-
-def _timeline(args: argparse.Namespace) -> None:
-    print(render_timeline(open_table(args.uri).timeline()))
-
-
-def _describe(args: argparse.Namespace) -> None:
-    table = open_table(args.uri)
-    print(f"table     {table.uri}")
-    print(f"id        {table.table_id} (created {table.created_at})")
-    print(f"partition {table.partition_by or '-'}")
-    print(f"key       {table.record_key or '-'}")
-    print(f"sort      {table.sort_by or '-'}")
-    print(f"props     {table.properties or '-'}")
-    print()
-    print(render(("column", "type", "nullable"),
-                 ((f.name, f.type, f.nullable) for f in table.schema)))
+#: Where an error's message ends and its advice begins (``...\nHelp: retry later``).
+_HELP = re.compile(r"\s*\bHelp:\s*")
 
 
-def _demo(args: argparse.Namespace) -> None:
+def _demo(args: argparse.Namespace) -> int:
     from ._demo import run
 
     run(args.warehouse)
+    return 0
+
+
+def _version() -> str:
+    try:
+        return version("metatxn")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree never installed
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="metatxn",
-        description="Inspect and maintain metatxn tables (a timeline of instants over Parquet).",
+        description="Inspect and maintain metatxn tables: CarbonData-style segments on a "
+                    "Hudi-style timeline. Every command but demo takes the table's URI first.",
+        epilog="Run 'metatxn COMMAND --help' for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"metatxn {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    timeline = commands.add_parser("timeline", help="list every instant of a table")
-    timeline.add_argument("uri", help="table location: a path, file://, memory:// or s3:// URL")
-    timeline.set_defaults(run=_timeline)
-
-    describe = commands.add_parser("describe", help="show a table's schema, layout and properties")
-    describe.add_argument("uri", help="table location")
-    describe.set_defaults(run=_describe)
-
-    demo = commands.add_parser("demo", help="run the demonstration job on a local warehouse")
-    demo.add_argument("--warehouse", default="warehouse", help="folder for the demo tables")
+    _inspect.register(commands)
+    _maintain.register(commands)
+    demo = commands.add_parser("demo", help="run the demonstration pipeline on local Spark",
+                               description="Run the demonstration pipeline on local Spark: loads, "
+                                           "compaction, upsert, delete, ADD SEGMENT, time travel, "
+                                           "CLEAN FILES and a streaming table.")
+    demo.add_argument("--warehouse", default="warehouse",
+                      help="folder for the demo's tables, recreated (default: %(default)s)")
     demo.set_defaults(run=_demo)
     return parser
+
+
+def error_lines(error: TxnError, command: str) -> tuple[str, str]:
+    """The ``metatxn: error:`` and ``metatxn: help:`` lines for ``error``.
+
+    The message's own lines are joined into one; the advice is the error's ``Help:`` part when
+    it has one, else a pointer to the command's help.
+    """
+    message, *advice = _HELP.split(str(error), maxsplit=1)
+    message = " ".join(message.split()) or type(error).__name__
+    hint = " ".join(advice[0].split()) if advice else f"run 'metatxn {command} --help'"
+    return f"metatxn: error: {message}", f"metatxn: help: {hint}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.run(args)
-    except TxnError as exc:
-        print(f"metatxn: error: {exc}", file=sys.stderr)
+        status: int = args.run(args)
+    except TxnError as error:
+        sys.stdout.flush()
+        print(*error_lines(error, args.command), sep="\n", file=sys.stderr)
         return 1
-    return 0
+    except KeyboardInterrupt:
+        print("metatxn: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (``metatxn segments URI | head``): not an error of
+        # ours. Point stdout at devnull so that the interpreter's final flush stays quiet
+        # (https://docs.python.org/3/library/signal.html#note-on-sigpipe).
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

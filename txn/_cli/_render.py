@@ -1,21 +1,209 @@
-"""Plain-text tables for the command line and the demo."""
+"""Tables for the command line and the demo: styled on a terminal, plain text otherwise.
+
+Every table is a :class:`rich.table.Table` built here and printed with :func:`show`. On a
+terminal it gets rich's box, colours and the terminal's width; when stdout is not a terminal
+(a pipe, a file, a test's capture) it is printed as plain text with no ANSI escape codes: a
+header line, a line of dashes, then one line per row, columns separated by at least two spaces,
+no trailing spaces and no wrapping, so that ``grep`` and ``awk`` see stable lines. The plain
+layout is part of the command line's interface; the terminal layout is not.
+
+SHOW SEGMENTS is rendered as CarbonData shows it (ID, Status, Load Start Time, Load Time Taken,
+Partition, Data Size, Index Size, File Format) followed by what metatxn adds (Merged To, Rows,
+Path). Times are shown in the local time zone, as CarbonData shows them in the driver's.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import copy
+import io
+import sys
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
+
+from rich import get_console
+from rich.box import ROUNDED, Box
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 from timeline import Instant
+from txn import Segment, StreamInfo
+
+#: CarbonData's placeholder for a value that is not known (no end time, no partition, ...).
+NA = "NA"
+
+#: The plain layout: no edges, a dashed line under the header, one space between columns
+#: (plus each cell's right padding: two in all).
+_PLAIN_BOX = Box("    \n    \n -  \n    \n    \n -  \n    \n    \n", ascii=True)
+#: Wide enough that no cell of a plain table is ever wrapped: its lines are as long as its rows.
+_PLAIN_WIDTH = 1_000_000
+
+_STATUS_STYLES = {
+    "Success": "green",
+    "Compacted": "dim",
+    "Marked for Delete": "red",
+    "Insert In Progress": "yellow",
+    "Streaming": "cyan",
+    "Streaming Finish": "blue",
+    "Running": "green",
+    "Stopped": "dim",
+    "completed": "green",
+    "inflight": "yellow",
+    "requested": "yellow",
+    "rolledback": "red",
+}
 
 
-def render(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """Align ``rows`` under ``headers`` in columns separated by two spaces."""
-    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+def terminal() -> bool:
+    """Whether stdout is a terminal (styled tables, progress) rather than a pipe or a file."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
 
 
-def render_timeline(instants: Iterable[Instant]) -> str:
-    return render(("instant", "action", "state", "completed_at"),
-                  ((i.time, i.action, i.state, i.completed_at) for i in instants))
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *,
+          numeric: Collection[str] = (), title: str | None = None) -> Table:
+    """A table of ``rows`` under ``headers``; the ``numeric`` columns are right-aligned.
+
+    Cells are shown as ``str(value)`` (None as empty), never read as rich markup: a value such
+    as ``['day']`` or ``[bold]`` is printed as it is.
+    """
+    grid = Table(box=ROUNDED, header_style="bold", title=title, title_justify="left",
+                 title_style="bold")
+    for header in headers:
+        grid.add_column(Text(header), justify="right" if header in numeric else "left")
+    for row in rows:
+        grid.add_row(*(_cell(value) for value in row))
+    return grid
+
+
+def _cell(value: object) -> Text:
+    if isinstance(value, Text):
+        return value
+    text = "" if value is None else str(value)
+    return Text(text, style=_STATUS_STYLES.get(text, ""))
+
+
+def plain(renderable: RenderableType) -> str:
+    """``renderable`` as plain text (the layout used when stdout is not a terminal)."""
+    if isinstance(renderable, Table):
+        renderable = _plain_table(renderable)
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=_PLAIN_WIDTH, color_system=None, force_terminal=False,
+                      force_jupyter=False, force_interactive=False, no_color=True,
+                      highlight=False, markup=False, emoji=False)
+    console.print(renderable)
+    # rich pads every cell to its column's width; the padding of the last column is noise.
+    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+
+
+def _plain_table(grid: Table) -> Table:
+    flat = copy.copy(grid)
+    flat.box = _PLAIN_BOX
+    flat.show_edge = False
+    flat.pad_edge = False
+    flat.padding = (0, 1, 0, 0)
+    return flat
+
+
+def show(*renderables: RenderableType) -> None:
+    """Print each of ``renderables`` on stdout: styled on a terminal, plain text otherwise.
+
+    A ``str`` is printed as it is, never read as rich markup.
+    """
+    renderables = tuple(Text(r) if isinstance(r, str) else r for r in renderables)
+    if terminal():
+        console = get_console()
+        for renderable in renderables:
+            console.print(renderable)
+        return
+    for renderable in renderables:
+        sys.stdout.write(plain(renderable))
+    sys.stdout.flush()
+
+
+# -- values --------------------------------------------------------------------------------------
+
+def size(num_bytes: int | None) -> str:
+    """A size as CarbonData's SHOW SEGMENTS shows it: ``912.0B``, ``1.23KB``, ``4.50MB``, ...;
+    ``NA`` when unknown (None or negative)."""
+    if num_bytes is None or num_bytes < 0:
+        return NA
+    for unit, scale in (("TB", 1024**4), ("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.2f}{unit}"
+    return f"{float(num_bytes):.1f}B"
+
+
+def duration(start: datetime | None, end: datetime | None) -> str:
+    """``end - start`` as CarbonData's Load Time Taken: an ISO-8601 duration without ``PT``
+    (``7.026S``, ``1M3.2S``, ``2H5M``); ``NA`` without an end."""
+    if start is None or end is None:
+        return NA
+    millis = max(0, round((end - start).total_seconds() * 1000))
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    seconds, millis = divmod(millis, 1000)
+    text = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
+    if seconds or millis or not text:  # as java.time.Duration: 0S alone, never 1M0S
+        fraction = f".{millis:03d}".rstrip("0") if millis else ""
+        text += f"{seconds}{fraction}S"
+    return text
+
+
+def moment(at: datetime | None) -> str:
+    """A time in the local time zone to the millisecond (``2026-01-31 17:59:40.819``), or ``NA``."""
+    if at is None:
+        return NA
+    return at.astimezone().strftime("%Y-%m-%d %H:%M:%S.") + f"{at.microsecond // 1000:03d}"
+
+
+def partition_cell(partitions: Sequence[str]) -> str:
+    """CarbonData's Partition column: the first partition as ``{day=1,hour=2}``, with ``, ...``
+    when the segment has more; ``NA`` for an unpartitioned segment."""
+    if not partitions:
+        return NA
+    first = "{" + partitions[0].replace("/", ",") + "}"
+    return first + (", ..." if len(partitions) > 1 else "")
+
+
+# -- the SHOW commands ---------------------------------------------------------------------------
+
+SEGMENT_HEADERS = ("ID", "Status", "Load Start Time", "Load Time Taken", "Partition", "Data Size",
+                   "Index Size", "File Format", "Merged To", "Rows", "Path")
+
+
+def segments_table(segments: Iterable[Segment]) -> Table:
+    """SHOW SEGMENTS, newest first as ``Table.segments()`` lists them.
+
+    External segments (ADD SEGMENT) have no index of their own: Index Size is ``NA``, and Path
+    is where their files are read in place (``NA`` for the table's own segments).
+    """
+    return table(SEGMENT_HEADERS, (
+        (s.id, s.status, moment(s.load_start), duration(s.load_start, s.load_end),
+         partition_cell(s.partitions), size(s.data_size), NA if s.external else size(s.index_size),
+         s.format, s.merged_to or NA, f"{s.rows:,}", s.path or NA)
+        for s in segments), numeric=("Data Size", "Index Size", "Rows"))
+
+
+def timeline_table(instants: Iterable[Instant]) -> Table:
+    """Every instant: its (requested) time, action, state and completion time."""
+    return table(("Instant", "Action", "State", "Completed At"),
+                 ((i.time, i.action, i.state, i.completed_at or NA) for i in instants))
+
+
+def partitions_table(partitions: Iterable[dict[str, object]]) -> Table:
+    """SHOW PARTITIONS as Hive and CarbonData show it: one ``col=value/col=value`` per row."""
+    return table(("Partition",),
+                 (("/".join(f"{c}={v}" for c, v in p.items()),) for p in partitions))
+
+
+def streams_table(streams: Iterable[StreamInfo]) -> Table:
+    """SHOW STREAMS: every stream not dropped, then every idempotent producer (kind ``app``)."""
+    return table(("Stream Name", "Kind", "Status", "Segment", "Last Batch Id", "Rows", "Start Time",
+                  "Last Update"),
+                 ((i.name, i.kind, i.status, i.segment or NA,
+                   NA if i.last_batch_id is None else i.last_batch_id, f"{i.rows:,}",
+                   moment(i.started), moment(i.updated)) for i in streams),
+                 numeric=("Last Batch Id", "Rows"))

@@ -309,7 +309,8 @@ class _progress:
         self._bar: Any = None
 
     def __enter__(self) -> Callable[[int], None]:
-        if self.total < PROGRESS_BYTES or not sys.stderr.isatty():
+        # rich draws on its console, which writes to stdout: ask whether that is a terminal.
+        if self.total < PROGRESS_BYTES or not sys.stdout.isatty():
             return lambda done: None
         from rich.progress import Progress
 

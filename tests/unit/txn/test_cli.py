@@ -1,65 +1,359 @@
-"""The metatxn command line."""
+"""The ``metatxn`` command line, run as users run it: the installed executable in a subprocess.
+
+Tables are built with the Python API in ``tmp_path``; each command's output and exit status are
+checked, and what a command changed is checked through the Python API afterwards.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import timeline
 import txn
-from txn._cli import main
+from tests.unit.txn.helpers import SCHEMA, data_files_on_storage, rows
 from txn._cli._demo import run
+from txn._cli._render import duration, partition_cell, plain, size, table
+
+EXECUTABLE = shutil.which("metatxn") or str(Path(sys.executable).parent / "metatxn")
+#: Any ANSI escape sequence (colour, cursor movement).
+ANSI = re.compile(r"\x1b\[")
+#: What would make rich colour its output if the command line let rich decide by itself.
+FORCING_COLOUR = {"FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "TERM": "xterm-256color"}
+#: Keep time travel short, so that CLEAN FILES has something to remove right after a compaction.
+SHORT_RETENTION = {"clean.retain_commits": "1", "clean.retain_hours": "0"}
 
 
-def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["--help"])
-    assert info.value.code == 0
-    out = capsys.readouterr().out
-    for command in ("timeline", "describe", "demo"):
-        assert command in out
+def metatxn(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EXECUTABLE, *args], capture_output=True, text=True, check=False,
+                          env={**os.environ, **(env or {})}, timeout=120)
 
 
-def test_timeline_prints_every_instant_with_its_state(
-    local_uri: str, capsys: pytest.CaptureFixture[str]
+def ok(*args: str) -> str:
+    """The stdout of a command that must succeed with nothing on stderr."""
+    result = metatxn(*args)
+    assert (result.returncode, result.stderr) == (0, ""), result
+    return result.stdout
+
+
+def ok_json(*args: str) -> object:
+    return json.loads(ok(*args, "--json"))
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], message: str) -> None:
+    """Exit 1, nothing on stdout, and on stderr exactly the error line and its help line."""
+    assert result.returncode == 1, result
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith("metatxn: error: ") and message in lines[0], lines[0]
+    assert lines[1].startswith("metatxn: help: "), lines[1]
+    assert "Traceback" not in result.stderr
+
+
+def body(output: str) -> list[list[str]]:
+    """The rows of a plain table (below its header and dashes), cells split on 2+ spaces."""
+    lines = output.splitlines()
+    dashes = next(i for i, line in enumerate(lines) if line.startswith("--"))
+    return [re.split(r"\s{2,}", line.strip()) for line in lines[dashes + 1:] if line.strip()]
+
+
+@pytest.fixture
+def loaded(tmp_path: Path) -> txn.Table:
+    """Four loads of ten rows, partitioned by region (eu, us, eu, us)."""
+    t = txn.create_table(str(tmp_path / "orders"), SCHEMA, partition_by=["region"], record_key="id",
+                         properties=SHORT_RETENTION)
+    for load in range(4):
+        t.append(rows(range(load * 10, load * 10 + 10), region=("eu", "us")[load % 2]))
+    return t
+
+
+def test_the_executable_is_installed_and_its_help_lists_every_command() -> None:
+    result = metatxn("--help", env={"COLUMNS": "80"})
+    assert result.returncode == 0
+    # argparse puts a name longer than its column (delete-segment) on a line of its own
+    listed = dict(re.findall(r"^    (\S+)(?: +|\n {18})(\S.*)$", result.stdout, re.MULTILINE))
+    assert set(listed) == {"describe", "segments", "timeline", "partitions", "streams", "compact",
+                           "clean", "validate", "add-segment", "delete-segment", "drop-stream", "demo"}
+    assert all(listed.values()), "each command has a one-line help"
+    unknown = metatxn("frobnicate", "x")
+    assert unknown.returncode == 2 and "invalid choice" in unknown.stderr, "argparse's usage error"
+
+
+def test_segments_shows_carbondata_columns_in_plain_text_when_not_a_terminal(
+    loaded: txn.Table,
 ) -> None:
-    txn.create_table(local_uri, pa.schema([("id", pa.int64())]))
-    tl = timeline.Timeline(timeline.open_storage(local_uri))
-    done = tl.start(tl.request("commit"))
-    with tl.lock() as lease:
-        done = tl.complete(done, lease=lease)
-    pending = tl.request("commit")
-    assert main(["timeline", local_uri]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["instant", "action", "state", "completed_at"]
-    assert lines[2].split() == [done.time, "commit", "completed", done.completed_at]
-    assert lines[3].split() == [pending.time, "commit", "requested"]
+    loaded.compact("minor")
+    result = metatxn("segments", loaded.uri, env=FORCING_COLOUR)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert not ANSI.search(result.stdout), "no escape codes in a pipe, even with FORCE_COLOR"
+    header = re.split(r"\s{2,}", result.stdout.splitlines()[0])
+    assert header == ["ID", "Status", "Load Start Time", "Load Time Taken", "Partition", "Data Size",
+                      "Index Size", "File Format", "Merged To", "Rows", "Path"]
+    table_rows = body(result.stdout)
+    assert [(r[0], r[1], r[8]) for r in table_rows] == [
+        ("3", "Compacted", "0.1"), ("2", "Compacted", "0.1"), ("1", "Compacted", "0.1"),
+        ("0.1", "Success", "NA"), ("0", "Compacted", "0.1")]
+    segment_3 = table_rows[0]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", segment_3[2])
+    assert re.fullmatch(r"(\d+H)?(\d+M)?(\d+(\.\d+)?S)?", segment_3[3])
+    assert segment_3[4] == "{region=us}" and segment_3[7] == "parquet" and segment_3[9] == "10"
+    assert re.fullmatch(r"\d+\.\d\dKB|\d+\.0B", segment_3[5]), "human-readable like CarbonData"
+    assert all(line == line.rstrip() for line in result.stdout.splitlines()), "no trailing spaces"
+
+    listed = ok_json("segments", loaded.uri)
+    assert isinstance(listed, list)
+    assert [(s["id"], s["status"], s["merged_to"]) for s in listed] == [
+        (s.id, s.status, s.merged_to) for s in loaded.segments()]
+    first = listed[0]
+    assert isinstance(first["data_size"], int) and first["data_size"] == loaded.segments()[0].data_size
+    assert datetime.fromisoformat(first["load_start"]) == loaded.segments()[0].load_start
+    assert first["partitions"] == ["region=us"] and first["external"] is False
 
 
-def test_describe_shows_layout_and_columns(local_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
-    txn.create_table(local_uri, pa.schema([("id", pa.int64()), ("day", pa.date32())]),
-                     partition_by=["day"], record_key="id")
-    assert main(["describe", local_uri]) == 0
-    out = capsys.readouterr().out
-    assert "['day']" in out and "key       id" in out and "date32[day]" in out
+def test_timeline_lists_every_instant_and_its_state(loaded: txn.Table) -> None:
+    tl = timeline.Timeline(timeline.open_storage(loaded.uri))
+    pending = tl.request("commit")  # a write that has not completed (yet)
+    instants = loaded.timeline()
+    assert instants[-1].time == pending.time
+    out = ok("timeline", loaded.uri)
+    assert re.split(r"\s{2,}", out.splitlines()[0]) == ["Instant", "Action", "State", "Completed At"]
+    assert body(out) == [[i.time, i.action, i.state, i.completed_at or "NA"] for i in instants]
+    assert body(out)[-1] == [pending.time, "commit", "requested", "NA"]
+    listed = ok_json("timeline", loaded.uri)
+    assert listed == [
+        {"time": i.time, "action": i.action, "state": i.state, "completed_at": i.completed_at}
+        for i in instants]
+    assert isinstance(listed, list) and listed[-1]["completed_at"] is None
 
 
-def test_a_missing_table_is_a_one_line_error_not_a_traceback(
-    tmp_path, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+def test_describe_shows_layout_properties_and_columns(loaded: txn.Table) -> None:
+    out = ok("describe", loaded.uri)
+    assert re.search(r"^Partitioned By\s+region$", out, re.MULTILINE)
+    assert re.search(r"^Record Key\s+id$", out, re.MULTILINE)
+    assert re.search(r"^clean\.retain_commits\s+1$", out, re.MULTILINE)
+    assert re.search(r"^day\s+date32\[day\]\s+True$", out, re.MULTILINE), "brackets printed as they are"
+    described = ok_json("describe", loaded.uri)
+    assert isinstance(described, dict)
+    assert (described["partition_by"], described["record_key"], described["properties"]) == (
+        ["region"], "id", SHORT_RETENTION)
+    assert described["schema"][0] == {"name": "id", "type": "int64", "nullable": False}
+
+
+def test_partitions_lists_the_partition_values_that_hold_live_data(tmp_path: Path) -> None:
+    t = txn.create_table(str(tmp_path / "daily"), SCHEMA, partition_by=["region", "day"])
+    t.append(rows(range(3), region="us", day=date(2026, 1, 2)))
+    t.append(pa.concat_tables([rows(range(3, 5), region="eu", day=date(2026, 1, 1)),
+                               rows(range(5, 7), region="us", day=date(2026, 1, 2))]))
+    assert body(ok("partitions", t.uri)) == [["region=eu/day=2026-01-01"], ["region=us/day=2026-01-02"]]
+    assert ok_json("partitions", t.uri) == [{"region": "eu", "day": "2026-01-01"},
+                                            {"region": "us", "day": "2026-01-02"}]
+    # SHOW SEGMENTS's Partition column: the first partition, CarbonData-style, and ", ..." for more
+    assert [r[4] for r in body(ok("segments", t.uri))] == ["{region=eu,day=2026-01-01}, ...",
+                                                           "{region=us,day=2026-01-02}"]
+
+
+def test_streams_lists_and_drop_stream_finishes_the_open_segment(tmp_path: Path) -> None:
+    t = txn.create_table(str(tmp_path / "events"), pa.schema([("v", pa.int64())]),
+                         properties={"streaming": "true", "streaming.auto_handoff": "false"})
+    t.stream("job1").write(0, pa.table({"v": [1, 2, 3]}))
+    (listed,) = body(ok("streams", t.uri))
+    assert listed[:6] == ["job1", "stream", "Stopped", "0", "0", "3"], "not running in that process"
+    infos = ok_json("streams", t.uri)
+    assert isinstance(infos, list) and len(infos) == 1
+    info = infos[0]
+    assert (info["name"], info["segment"], info["last_batch_id"], info["rows"]) == ("job1", "0", 0, 3)
+    assert datetime.fromisoformat(info["started"]).tzinfo is not None
+
+    out = ok("drop-stream", t.uri, "job1")
+    assert "DROP STREAM job1" in out and re.search(r"^0\s+Streaming Finish", out, re.MULTILINE)
+    assert t.streams() == [] and [s.status for s in t.segments()] == ["Streaming Finish"]
+
+    handed_off = ok_json("compact", t.uri, "--kind", "close_streaming")
+    assert isinstance(handed_off, dict) and handed_off["segments_merged"] == ["0"]
+    assert [(s.id, s.status) for s in t.segments()] == [("0.1", "Success"), ("0", "Compacted")]
+
+
+def test_compact_merges_segments_and_reports_the_commit(loaded: txn.Table) -> None:
+    out = ok("compact", loaded.uri, "--kind", "custom", "--segments", "1,3")
+    assert "segments 1, 3 -> segment 1.1" in out
+    assert re.search(r"^1\.1\s+Success", out, re.MULTILINE), "the new segment, as SHOW SEGMENTS"
+    assert {s.id: s.status for s in loaded.segments()} == {
+        "0": "Success", "1": "Compacted", "1.1": "Success", "2": "Success", "3": "Compacted"}
+
+    # MINOR needs four segments of one level (compaction.level_threshold "4,3"): 0 and 2 only
+    assert ok_json("compact", loaded.uri) is None
+    assert ok("compact", loaded.uri) == "nothing to compact: no segments qualify for a minor compaction\n"
+    commit = ok_json("compact", loaded.uri, "--kind", "MAJOR")  # CarbonData's spelling works too
+    assert isinstance(commit, dict)
+    assert (commit["operation"], commit["segment"], commit["segments_merged"], commit["rows_added"]) == (
+        "compact", "0.1", ["0", "1.1", "2"], 40)
+    assert datetime.strptime(commit["instant"], "%Y%m%d%H%M%S%f")
+    assert [s.status for s in loaded.segments()].count("Success") == 1
+    assert loaded.snapshot().count() == 40 and loaded.validate().ok
+
+
+def test_clean_lists_in_a_dry_run_then_removes_with_the_bytes_freed(loaded: txn.Table) -> None:
+    loaded.compact("minor")
+    before = data_files_on_storage(loaded.uri)
+    out = ok("clean", loaded.uri, "--dry-run")
+    files, summary, note = out.split("\n\n")
+    listed = [r[0] for r in body(files)]
+    would_free = loaded.clean(dry_run=True)
+    assert set(would_free.files) <= set(listed) and len(would_free.files) == 4
+    assert body(summary) == [[size(would_free.bytes), "4", "compacted: 4"]]
+    assert note == "dry run: nothing was removed\n"
+    assert data_files_on_storage(loaded.uri) == before, "a dry run changes nothing"
+
+    cleaned = ok_json("clean", loaded.uri)
+    assert isinstance(cleaned, dict)
+    assert (cleaned["dry_run"], cleaned["bytes"], cleaned["reasons"]) == (
+        False, would_free.bytes, {"compacted": 4})
+    assert sorted(cleaned["files"]) == sorted(would_free.files)
+    assert len(data_files_on_storage(loaded.uri)) == len(before) - 4
+    assert body(ok("clean", loaded.uri)) == [["0.0B", "0", "-", "-"]], "nothing left to free"
+
+
+def test_add_segment_registers_a_folder_in_place(loaded: txn.Table, tmp_path: Path) -> None:
+    folder = tmp_path / "legacy"
+    for region in ("eu", "apac"):
+        (folder / f"region={region}").mkdir(parents=True)
+        pq.write_table(rows(range(1000 + len(region), 1002 + len(region)), region=None)
+                       .drop_columns(["region"]), folder / f"region={region}" / "part-0.parquet")
+    out = ok("add-segment", loaded.uri, str(folder), "--format", "parquet",
+             "--partition", "region:string", "--storage-option", "auto_mkdir=false")
+    assert "ADD SEGMENT" in out and "4 rows" in out
+    external = [s for s in loaded.segments() if s.external]
+    assert sorted(p for s in external for p in s.partitions) == ["region=apac", "region=eu"]
+    assert {s.id for s in external} <= {r[0] for r in body(out)}, "the new segments are shown"
+    assert loaded.snapshot().count() == 44
+
+    refused = metatxn("add-segment", loaded.uri, str(folder), "--format", "parquet")
+    assert_one_line_error(refused, "partition")
+    assert loaded.snapshot().count() == 44
+
+
+def test_delete_segment_by_ids_and_before_a_time(loaded: txn.Table) -> None:
+    commit = ok_json("delete-segment", loaded.uri, "0,1", "2")
+    assert isinstance(commit, dict) and commit["segments_removed"] == ["0", "1", "2"]
+    # without an offset, local time: the time zone SHOW SEGMENTS shows Load Start Time in
+    in_an_hour = (datetime.now() + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S")
+    out = ok("delete-segment", loaded.uri, "--before", in_an_hour)
+    assert "3 marked for delete" in out and re.search(r"^3\s+Marked for Delete", out, re.MULTILINE)
+    assert [s.status for s in loaded.segments()] == ["Marked for Delete"] * 4
+    assert loaded.snapshot().count() == 0
+
+
+def test_validate_exits_1_and_names_each_problem_of_a_damaged_table(loaded: txn.Table) -> None:
+    assert ok("validate", loaded.uri).startswith("ok: 4 files agree")
+    lost = data_files_on_storage(loaded.uri)[0]
+    os.remove(os.path.join(loaded.uri, lost))
+    result = metatxn("validate", loaded.uri)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert any(lost in cells for cells in body(result.stdout)), result.stdout
+    assert "1 problem" in result.stdout
+    as_json = metatxn("validate", loaded.uri, "--json")
+    report = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and report["ok"] is False
+    assert [p["path"] for p in report["problems"]] == [lost]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("compact", "{uri}", "--kind", "sideways"), "compaction kind 'sideways'"),
+    (("compact", "{uri}", "--kind", "custom", "--segments", "1,,2"), "--segments: '1,,2'"),
+    (("compact", "{uri}", "--kind", "custom", "--segments", "99"), "no segment 99"),
+    (("delete-segment", "{uri}", "42"), "Invalid segment id: 42"),
+    (("delete-segment", "{uri}", "--before", "last tuesday"), "--before: 'last tuesday' is not a date"),
+    (("delete-segment", "{uri}"), "needs either segment ids or --before, got neither"),
+    (("drop-stream", "{uri}", "nope"), "no stream 'nope'"),
+    (("add-segment", "{uri}", "{uri}", "--storage-option", "anon"), "--storage-option: 'anon' is not"),
+    (("add-segment", "{uri}", "/no/such/folder", "--partition", "region:string"), "/no/such/folder"),
+    (("segments", "{uri}/absent"), "no metatxn table at"),
+    (("timeline", "nope://bucket/t"), "unsupported table location 'nope://bucket/t'"),
+])
+def test_a_user_mistake_is_one_error_line_and_a_help_line_and_changes_nothing(
+    loaded: txn.Table, args: tuple[str, ...], message: str,
 ) -> None:
-    assert main(["timeline", str(tmp_path / "absent")]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("metatxn: error: no metatxn table at")
-    assert "Traceback" not in err
+    before = loaded.timeline()
+    assert_one_line_error(metatxn(*(a.format(uri=loaded.uri) for a in args)), message)
+    assert loaded.timeline() == before
+
+
+def test_the_help_line_is_the_hint_the_error_carries_or_the_commands_help(loaded: txn.Table) -> None:
+    missing = metatxn("streams", loaded.uri + "-absent").stderr.splitlines()
+    assert missing[1] == "metatxn: help: create it with txn.create_table(uri, schema)"
+    unknown = metatxn("drop-stream", loaded.uri, "nope").stderr.splitlines()
+    assert unknown[1] == "metatxn: help: run 'metatxn drop-stream --help'"
+
+
+def on_a_terminal(*args: str) -> tuple[int, str]:
+    """Run ``metatxn args`` with stdout and stderr on a pseudo-terminal; its status and output."""
+    import pty
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "200"}
+    env.pop("NO_COLOR", None)
+    process = subprocess.Popen([EXECUTABLE, *args], stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    return process.wait(timeout=60), output.decode()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pseudo-terminal")
+def test_on_a_terminal_tables_are_drawn_with_rich_and_long_work_shows_progress(
+    loaded: txn.Table,
+) -> None:
+    status, text = on_a_terminal("segments", loaded.uri)
+    assert status == 0
+    assert ANSI.search(text) and "╭" in text, "rich's box and styles"
+    assert "Success" in text and "Load Start Time" in text
+    status, text = on_a_terminal("validate", loaded.uri)
+    assert status == 0
+    assert "validating" in text, "the progress bar, erased when the work is done"
+    assert text.rstrip().endswith("ok: 4 files agree with the metadata table")
+
+
+def test_values_are_shown_as_carbondata_shows_them() -> None:
+    assert [size(n) for n in (912, 1260, 4_718_592, -1, None)] == [
+        "912.0B", "1.23KB", "4.50MB", "NA", "NA"]
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert [duration(start, start + timedelta(milliseconds=ms)) for ms in (7026, 63_200, 0, 7_200_000)
+            ] == ["7.026S", "1M3.2S", "0S", "2H"]
+    assert duration(start, None) == "NA"
+    assert [partition_cell(p) for p in ([], ["a=1/b=x"], ["a=1/b=x", "a=2/b=y"])] == [
+        "NA", "{a=1,b=x}", "{a=1,b=x}, ..."]
+    text = plain(table(("name", "n"), [("[bold]x[/bold]", 1)], numeric=("n",)))
+    assert text.splitlines() == ["name            n", "--------------- -", "[bold]x[/bold]  1"]
+
+
+def test_the_module_entry_point_runs() -> None:
+    result = subprocess.run([sys.executable, "-m", "txn", "--help"], capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 0 and "segments" in result.stdout
 
 
 @pytest.mark.spark
 def test_the_demo_loads_reads_time_travels_and_validates(
-    tmp_path, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import txn.spark
 
@@ -82,7 +376,12 @@ def test_the_demo_loads_reads_time_travels_and_validates(
                  "== timeline", "== validate"):
         assert step in out
     assert "untouched by CLEAN FILES" in out
-    assert "== streaming" in out and "rate_job  Running" in out, "SHOW STREAMS while it runs"
+    # SHOW SEGMENTS through the command line's renderer: CarbonData's columns, then ours
+    assert re.search(r"^ID\s+Status\s+Load Start Time\s+Load Time Taken\s+Partition\s+Data Size\s+"
+                     r"Index Size\s+File Format\s+Merged To\s+Rows\s+Path$", out, re.MULTILINE)
+    assert re.search(r"^0\.1\s+Success\s", out, re.MULTILINE)
+    assert "== streaming" in out and re.search(r"^rate_job\s+stream\s+Running", out, re.MULTILINE), (
+        "SHOW STREAMS while it runs")
     assert "the query is stopped" in out and "each batch exactly once" in out
     events = txn.open_table(os.path.join(str(tmp_path), "events"))
     assert [(s.status, s.merged_to) for s in events.segments()] == [("Success", None),
@@ -97,15 +396,10 @@ def test_the_demo_loads_reads_time_travels_and_validates(
     assert "rows replaced through delete deltas" in out and "record index: order" in out
     assert "skipped without being opened" in out and "ok: " in out
     assert "then: 8,000 rows" in out, "time travel before the clean"
-    rows = table.snapshot().count()
-    assert txn.spark.read(spark, table.uri).count() == rows
+    assert not ANSI.search(out)
+    rows_now = table.snapshot().count()
+    assert txn.spark.read(spark, table.uri).count() == rows_now
     assert table.validate().ok
     again = run(str(tmp_path), rows_per_load=2_000, spark=spark)
-    assert again.snapshot().count() == rows, "the demo reruns from scratch"
-    assert table.snapshot().count() == rows, "a stale Table object does not mix in the old table"
-
-
-def test_the_console_script_entry_point_runs() -> None:
-    result = subprocess.run([sys.executable, "-m", "txn", "--help"], capture_output=True,
-                            text=True, check=False)
-    assert result.returncode == 0 and "timeline" in result.stdout
+    assert again.snapshot().count() == rows_now, "the demo reruns from scratch"
+    assert table.snapshot().count() == rows_now, "a stale Table object does not mix in the old table"

@@ -1,0 +1,116 @@
+"""The commands that look at a table and change nothing: describe, segments, timeline,
+partitions, streams and validate."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+
+from rich.table import Table as Grid
+
+from timeline import parse_time
+from txn import Table, open_table
+
+from . import _json
+from ._progress import working
+from ._render import moment, partitions_table, segments_table, show, streams_table, table, timeline_table
+from ._shared import Commands, add_command
+
+
+def _open(args: argparse.Namespace) -> Table:
+    return open_table(args.uri)
+
+
+def describe(args: argparse.Namespace) -> int:
+    t = _open(args)
+    if args.json:
+        _json.emit(_json.description(t))
+        return 0
+    show(_layout(t), "",
+         table(("Property", "Value"), sorted(t.properties.items()), title="Table properties"), "",
+         table(("Column", "Type", "Nullable"), ((f.name, f.type, f.nullable) for f in t.schema),
+               title="Columns"))
+    return 0
+
+
+def _layout(t: Table) -> Grid:
+    created = datetime.fromtimestamp(parse_time(t.created_at) / 1000, tz=timezone.utc)
+    key = t.record_key if isinstance(t.record_key, str) or t.record_key is None else ", ".join(t.record_key)
+    return table(("Table", t.uri), (
+        ("Table Id", t.table_id),
+        ("Created", f"{moment(created)} (instant {t.created_at})"),
+        ("Partitioned By", ", ".join(t.partition_by) or "-"),
+        ("Record Key", key or "-"),
+        ("Record Index Shards", t.record_index_shards or "-"),
+        ("Sort Columns", ", ".join(t.sort_by) or "-"),
+    ))
+
+
+def segments(args: argparse.Namespace) -> int:
+    found = _open(args).segments()
+    if args.json:
+        _json.emit([_json.segment(s) for s in found])
+    else:
+        show(segments_table(found))
+    return 0
+
+
+def timeline(args: argparse.Namespace) -> int:
+    instants = _open(args).timeline()
+    if args.json:
+        _json.emit([_json.instant(i) for i in instants])
+    else:
+        show(timeline_table(instants))
+    return 0
+
+
+def partitions(args: argparse.Namespace) -> int:
+    found = _open(args).partitions()
+    if args.json:
+        _json.emit(found)
+    else:
+        show(partitions_table(found))
+    return 0
+
+
+def streams(args: argparse.Namespace) -> int:
+    found = _open(args).streams()
+    if args.json:
+        _json.emit([_json.stream(i) for i in found])
+    else:
+        show(streams_table(found))
+    return 0
+
+
+def validate(args: argparse.Namespace) -> int:
+    """Exit 0 when the metadata table agrees with storage, 1 (each problem listed) otherwise."""
+    t = _open(args)
+    with working(f"validating {t.uri}"):
+        report = t.validate()
+    if args.json:
+        _json.emit(_json.validation(report))
+    elif report.ok:
+        show(f"ok: {report.files_checked:,} files agree with the metadata table")
+    else:
+        count = len(report.problems)
+        show(table(("Problem", "Path", "Detail"), ((p.kind, p.path, p.detail) for p in report.problems)),
+             f"{count} problem{'s' if count != 1 else ''}: the metadata table disagrees with storage "
+             f"({report.files_checked:,} files checked)")
+    return 0 if report.ok else 1
+
+
+def register(commands: Commands) -> None:
+    add_command(commands, "describe", describe, "show a table's schema, layout and properties")
+    add_command(commands, "segments", segments, "SHOW SEGMENTS: each segment's status and sizes",
+                description="SHOW SEGMENTS: every segment, newest first, with CarbonData's columns "
+                            "(ID, Status, Load Start Time, Load Time Taken, Partition, Data Size, "
+                            "Index Size, File Format), then Merged To, Rows and Path (external "
+                            "segments).")
+    add_command(commands, "timeline", timeline, "list every instant of a table and its state")
+    add_command(commands, "partitions", partitions, "SHOW PARTITIONS: partitions holding live data")
+    add_command(commands, "streams", streams, "SHOW STREAMS: the table's streams and producers",
+                description="SHOW STREAMS: every stream not dropped, then every idempotent producer "
+                            "(app_id). Running means open in the process that shows it.")
+    add_command(commands, "validate", validate, "compare metadata with storage; exit 1 on problems",
+                description="Compare the metadata table with what is on storage: exit 0 when they "
+                            "agree, 1 with every problem listed when they do not.")

@@ -1,0 +1,79 @@
+"""``--json``: what each command prints for machines.
+
+The output is one JSON document on stdout, indented, with keys in a fixed order. Times are
+ISO-8601 strings with their UTC offset; instant times stay the timeline's 17-digit strings (they
+are identities, accepted back wherever an instant is); sizes and counts are integers in bytes and
+rows. Fields are only ever added, never renamed or removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from datetime import date, datetime, time
+from decimal import Decimal
+from typing import Any
+
+from timeline import Instant
+from txn import CleanResult, Commit, Segment, StreamInfo, Table, ValidationReport
+
+
+def emit(document: object) -> None:
+    """Print ``document`` on stdout as JSON."""
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=_scalar) + "\n")
+    sys.stdout.flush()
+
+
+def _scalar(value: object) -> object:
+    """The JSON form of values ``json`` does not know (partition values, times)."""
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)  # exact: a float would round it
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, tuple | set | frozenset):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def segment(s: Segment) -> dict[str, Any]:
+    return dataclasses.asdict(s)
+
+
+def instant(i: Instant) -> dict[str, Any]:
+    return {"time": i.time, "action": i.action, "state": i.state, "completed_at": i.completed_at}
+
+
+def stream(i: StreamInfo) -> dict[str, Any]:
+    return dataclasses.asdict(i)
+
+
+def commit(c: Commit | None) -> dict[str, Any] | None:
+    """A commit, with its tuples as lists; None (JSON ``null``) when nothing was committed."""
+    return None if c is None else dataclasses.asdict(c)
+
+
+def clean(result: CleanResult) -> dict[str, Any]:
+    return dataclasses.asdict(result)
+
+
+def validation(report: ValidationReport) -> dict[str, Any]:
+    return {"ok": report.ok, "files_checked": report.files_checked,
+            "problems": [dataclasses.asdict(p) for p in report.problems]}
+
+
+def description(t: Table) -> dict[str, Any]:
+    """What ``metatxn describe`` shows: identity, layout, properties and columns."""
+    return {
+        "uri": t.uri,
+        "table_id": t.table_id,
+        "created_at": t.created_at,
+        "partition_by": t.partition_by,
+        "record_key": t.record_key,
+        "sort_by": t.sort_by,
+        "record_index_shards": t.record_index_shards,
+        "properties": t.properties,
+        "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in t.schema],
+    }

@@ -1,0 +1,81 @@
+"""What every table command shares: its URI argument, ``--json``, and the parsing of option
+values whose mistakes are the user's (reported as :class:`txn.InvalidOptionError`, exit 1, like
+the library's own checks, rather than as argparse's usage errors)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeAlias
+
+from txn import InvalidOptionError
+
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+#: A command: parsed arguments in, exit status out.
+Run: TypeAlias = Callable[[argparse.Namespace], int]
+
+URI_HELP = "the table: a local path, or a file:// or s3:// URL"
+
+
+def add_command(commands: Commands, name: str, run: Run, summary: str, *,
+                description: str | None = None,
+                json_help: str = "print JSON instead of a table") -> argparse.ArgumentParser:
+    """Add command ``name`` taking the table's URI first, and ``--json``.
+
+    ``summary`` is its line in ``metatxn --help`` (keep it within 50 characters: one line at 80
+    columns); ``description`` heads its own ``--help`` (default: the summary).
+    """
+    parser = commands.add_parser(name, help=summary,
+                                 description=description or summary[:1].upper() + summary[1:] + ".")
+    parser.add_argument("uri", metavar="URI", help=URI_HELP)
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def segment_ids(values: Sequence[str], option: str) -> list[str]:
+    """Segment ids given as separate words or comma-separated (``1,2 0.1``), in order."""
+    ids = []
+    for value in values:
+        parts = [part.strip() for part in value.split(",")]
+        if not all(parts):
+            raise InvalidOptionError(
+                f"{option}: {value!r} holds an empty segment id; expected ids separated by commas or "
+                "spaces, such as 1,2 or 0.1 3")
+        ids.extend(parts)
+    return ids
+
+
+def moment(text: str, option: str) -> datetime:
+    """An ISO-8601 date or date-time (``2026-01-31``, ``2026-01-31 12:00``, ``...T12:00:00Z``).
+
+    Without a UTC offset it is local time: the time zone SHOW SEGMENTS shows its times in, so a
+    Load Start Time copied from its output means what it says.
+    """
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidOptionError(
+            f"{option}: {text!r} is not a date-time; expected ISO-8601 such as 2026-01-31, "
+            "'2026-01-31 17:59:40' (local time) or 2026-01-31T17:59:40+00:00") from None
+    return parsed if parsed.tzinfo is not None else parsed.astimezone()
+
+
+def storage_options(pairs: Sequence[str], option: str) -> dict[str, Any] | None:
+    """``KEY=VALUE`` pairs as fsspec storage options; a VALUE that is JSON (``true``, ``5``,
+    ``{"a": 1}``) is passed decoded, any other as the string it is."""
+    if not pairs:
+        return None
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InvalidOptionError(f"{option}: {pair!r} is not KEY=VALUE; expected for example "
+                                     "anon=true or endpoint_url=http://127.0.0.1:9000")
+        try:
+            options[key.strip()] = json.loads(value)
+        except ValueError:
+            options[key.strip()] = value
+    return options
