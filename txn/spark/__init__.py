@@ -16,6 +16,7 @@ from ._compact import compact  # noqa: E402
 from ._read import count, create_view, read  # noqa: E402
 from ._session import local_session  # noqa: E402
 from ._source import MetatxnDataSource, register  # noqa: E402
+from ._sql import sql  # noqa: E402
 from ._stream import write_stream  # noqa: E402
 from ._tables import MODES  # noqa: E402
 from ._write import write  # noqa: E402
@@ -29,6 +30,7 @@ __all__ = [
     "local_session",
     "read",
     "register",
+    "sql",
     "write",
     "write_stream",
 ]

@@ -46,6 +46,7 @@ from .._files import DataStore, ExternalReader, LiveDeltas, read_positions, scan
 from .._read import snapshot as read_snapshot
 from .._rows import describe, repeated
 from .._write import State, find_keys, latest
+from ._sql._catalog import set_warehouse
 from ._tables import Layout, layout_of_options, resolve
 from ._types import spark_schema
 from ._workers import ensure_workers_run_metatxn
@@ -223,10 +224,14 @@ def _missing(instant_time: str) -> Any:
         "after its heartbeat expired?); nothing was written")
 
 
-def register(spark: Any) -> None:
+def register(spark: Any, *, warehouse: str | None = None) -> None:
     """Register the ``metatxn`` format with ``spark`` (once per session).
 
     Its hooks run in Spark's Python workers: they are checked first (WorkerEnvironmentError).
+    With ``warehouse`` (a path or URI), :func:`txn.spark.sql` also finds tables by name there:
+    ``t`` at ``<warehouse>/t``, ``db.t`` at ``<warehouse>/db.db/t``.
     """
     ensure_workers_run_metatxn(spark)
     spark.dataSource.register(MetatxnDataSource)
+    if warehouse is not None:
+        set_warehouse(spark, warehouse)

@@ -1,0 +1,100 @@
+"""Table names for ``txn.spark.sql``: ``db.table`` mapped to a folder under a warehouse.
+
+The warehouse is remembered in the Spark session's runtime configuration (key
+:data:`WAREHOUSE_KEY`), so it lives exactly as long as the session and every caller holding the
+session finds it; :func:`txn.spark.register` with ``warehouse=`` sets it.
+
+The layout is Spark's own: tables of the ``default`` database at ``<warehouse>/<table>``, others
+at ``<warehouse>/<db>.db/<table>``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from timeline import InvalidOptionError, TableNotFoundError
+
+from ..._table import Table, open_table
+
+#: The Spark runtime configuration key holding the warehouse of ``txn.spark.sql``.
+WAREHOUSE_KEY = "spark.metatxn.sql.warehouse"
+
+DEFAULT_DATABASE = "default"
+
+# One identifier: plain (letters, digits, underscores) or backticked (anything but a backtick).
+_PART = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)"
+_NAME = re.compile(rf"\s*({_PART})(?:\s*\.\s*({_PART}))?\s*")
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A table's name, lower-cased: names are case-insensitive, as in Spark and CarbonData."""
+
+    database: str
+    table: str
+
+    def __str__(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+def _unquote(part: str) -> str:
+    return part[1:-1] if part.startswith("`") else part
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Where each named table lives under ``warehouse``."""
+
+    warehouse: str
+
+    def name(self, text: str) -> TableName:
+        """Parse ``t``, ``db.t`` or ``` `db`.`t` ``` (the database defaults to ``default``)."""
+        match = _NAME.fullmatch(text)
+        if match is None:
+            raise InvalidOptionError(
+                f"{text!r} is not a table name; expected table, db.table or `db`.`table` "
+                "(letters, digits and underscores, or any text between backticks)")
+        first, second = match.group(1), match.group(2)
+        if second is None:
+            return TableName(DEFAULT_DATABASE, _unquote(first).lower())
+        return TableName(_unquote(first).lower(), _unquote(second).lower())
+
+    def location(self, name: TableName) -> str:
+        root = self.warehouse.rstrip("/")
+        if name.database == DEFAULT_DATABASE:
+            return f"{root}/{name.table}"
+        return f"{root}/{name.database}.db/{name.table}"
+
+    def open(self, name: TableName) -> Table:
+        location = self.location(name)
+        try:
+            return open_table(location)
+        except TableNotFoundError:
+            raise TableNotFoundError(location, f"table {name} does not exist (the warehouse "
+                                               f"{self.warehouse!r} has no table there)") from None
+
+    def exists(self, name: TableName) -> bool:
+        try:
+            self.open(name)
+        except TableNotFoundError:
+            return False
+        return True
+
+
+def set_warehouse(spark: Any, warehouse: str) -> Catalog:
+    """Make ``warehouse`` the one ``txn.spark.sql`` maps table names into, for ``spark``."""
+    if not isinstance(warehouse, str) or not warehouse.strip():
+        raise InvalidOptionError(f"warehouse must be a non-empty location (a path or URI), got {warehouse!r}")
+    spark.conf.set(WAREHOUSE_KEY, warehouse)
+    return Catalog(warehouse)
+
+
+def catalog_of(spark: Any) -> Catalog:
+    """The catalog :func:`txn.spark.register` set up for ``spark``."""
+    warehouse = spark.conf.get(WAREHOUSE_KEY, None)
+    if not warehouse:
+        raise InvalidOptionError("txn.spark.sql has no warehouse to find tables in: call "
+                                 "txn.spark.register(spark, warehouse=...) first")
+    return Catalog(str(warehouse))

@@ -1,0 +1,140 @@
+"""Queries over metatxn tables by name: each table read at its latest snapshot, statement by
+statement.
+
+Spark resolves a name through its own catalog, which knows nothing of the warehouse's tables.
+So just before a statement runs, each metatxn table it reads (found by sqlglot, CTE names and
+write targets left out) gets a fresh temporary view over ``txn.spark.read`` of its latest
+snapshot, under a name of its own, and the statement's text is rewritten to read the view
+instead, only where the table is named: the rest of the statement reaches Spark exactly as it
+was written. A view pinned when it was created (``txn.spark.create_view``) would go on showing
+that snapshot; these views live for one statement and are dropped once Spark has analysed it
+(the returned DataFrame keeps the plan, that is, the snapshot's file list).
+
+A table of the statement keeps its name as an alias (``FROM orders`` reads
+``FROM `metatxn_..._orders` AS `orders```), so ``orders.o_custkey`` still resolves; a name
+with a database (``FROM sales.orders``) can be used as ``orders.col``, not ``sales.orders.col``.
+``CREATE VIEW`` over metatxn tables keeps its fresh views: the view it creates is pinned to
+their snapshots, as a view made by ``txn.spark.create_view`` is.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlglot import exp
+
+from .._read import read
+from ._catalog import Catalog, TableName
+from ._tree import name_of, parse
+
+#: First words of statements that may read tables by name: parsed to find metatxn tables.
+QUERY_WORDS = frozenset({"SELECT", "WITH", "FROM", "VALUES", "TABLE", "(", "INSERT", "CREATE", "CACHE",
+                         "DESCRIBE", "DESC"})
+
+
+def _targets(tree: exp.Expression) -> set[int]:
+    """Tables a statement writes or creates, not reads (by node identity)."""
+    targets: set[int] = set()
+    for node in tree.find_all(exp.Create, exp.Insert, exp.Drop):
+        target = node.this
+        if isinstance(target, exp.Schema):
+            target = target.this
+        if isinstance(target, exp.Table):
+            targets.add(id(target))
+    return targets
+
+
+def references(tree: exp.Expression, catalog: Catalog) -> list[tuple[exp.Table, TableName]]:
+    """The metatxn tables the statement reads, in the order they appear."""
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    targets = _targets(tree)
+    found = []
+    known: dict[TableName, bool] = {}
+    for table in tree.find_all(exp.Table):
+        name = name_of(table)
+        if name is None or id(table) in targets:
+            continue
+        if table.args.get("db") is None and name.table in ctes:
+            continue
+        if name not in known:
+            known[name] = catalog.exists(name)
+        if known[name]:
+            found.append((table, name))
+    return found
+
+
+def _span(table: exp.Table) -> tuple[int, int] | None:
+    """Where the table's name is in the statement's text (None: sqlglot did not say)."""
+    parts = [p for p in (table.args.get("db"), table.this) if isinstance(p, exp.Identifier)]
+    starts = [p.meta.get("start") for p in parts]
+    ends = [p.meta.get("end") for p in parts]
+    if any(s is None for s in starts) or any(e is None for e in ends):
+        return None
+    return min(s for s in starts if s is not None), max(e for e in ends if e is not None) + 1
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _rewritten(text: str, tree: exp.Expression,
+               found: list[tuple[exp.Table, TableName]], views: dict[TableName, str]) -> str:
+    spans = []
+    for table, name in found:
+        span = _span(table)
+        # Only a FROM or JOIN item takes an alias (not DESCRIBE's table); Spark puts TABLESAMPLE
+        # before the alias, so a sampled table keeps no alias of its name.
+        aliased = isinstance(table.parent, (exp.From, exp.Join)) and not table.alias \
+            and not table.args.get("sample")
+        alias = f" AS {_quoted(name.table)}" if aliased else ""
+        if span is None:  # rare: no positions; print the statement from its tree instead
+            return _printed(tree, found, views)
+        spans.append((span, _quoted(views[name]) + alias))
+    for (start, end), replacement in sorted(spans, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text
+
+
+def _printed(tree: exp.Expression, found: list[tuple[exp.Table, TableName]],
+             views: dict[TableName, str]) -> str:
+    copy = tree.copy()
+    wanted = {id(table): name for table, name in found}
+    originals = list(tree.find_all(exp.Table))
+    for original, table in zip(originals, copy.find_all(exp.Table), strict=True):
+        name = wanted.get(id(original))
+        if name is not None:
+            alias = table.alias or name.table
+            table.replace(exp.Table(this=exp.to_identifier(views[name], quoted=True),
+                                    alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))))
+    return copy.sql(dialect="spark")
+
+
+@contextmanager
+def fresh_views(spark: Any, catalog: Catalog, text: str) -> Iterator[str]:
+    """``text`` reading fresh views of the metatxn tables it names (dropped on exit)."""
+    tree = parse(text)
+    found = references(tree, catalog) if tree is not None else []
+    if tree is None or not found:
+        yield text
+        return
+    views: dict[TableName, str] = {}
+    try:
+        for _, name in found:
+            if name not in views:
+                view = f"metatxn_{name.database}_{name.table}_{secrets.token_hex(4)}"
+                read(spark, catalog.location(name)).createOrReplaceTempView(view)
+                views[name] = view
+        yield _rewritten(text, tree, found, views)
+    finally:
+        keep = isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() == "VIEW"
+        for view in views.values() if not keep else ():
+            spark.catalog.dropTempView(view)
+
+
+def fresh_frame(spark: Any, catalog: Catalog, text: str) -> Any:
+    """``spark.sql(text)`` with every metatxn table it reads at its latest snapshot."""
+    with fresh_views(spark, catalog, text) as rewritten:
+        return spark.sql(rewritten)
