@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from rich.table import Table as Grid
 
 from timeline import parse_time
-from txn import Table, open_table
+from txn import InvalidOptionError, Table, open_table
 
 from . import _json
 from ._progress import working
@@ -65,7 +65,12 @@ def timeline(args: argparse.Namespace) -> int:
 
 
 def partitions(args: argparse.Namespace) -> int:
-    found = _open(args).partitions()
+    t = _open(args)
+    if not t.partition_by:
+        # As Spark, Hive and CarbonData answer SHOW PARTITIONS on such a table.
+        raise InvalidOptionError(f"SHOW PARTITIONS is not allowed on the table at {t.uri!r}: it "
+                                 "is not partitioned; expected a table created with partition_by")
+    found = t.partitions()
     if args.json:
         _json.emit(found)
     else:

@@ -30,17 +30,30 @@ def _show_segments(t: Table, ids: Collection[str] = (), *, instant: str | None =
 def compact(args: argparse.Namespace) -> int:
     t = open_table(args.uri)
     ids = segment_ids([args.segments], "--segments") if args.segments is not None else None
+    before = {s.id for s in t.segments() if s.merged_to is None}
     with working(f"compacting {t.uri} ({args.kind})"):
-        commit = t.compact(args.kind, segments=ids)
+        t.compact(args.kind, segments=ids)
+    # One call may run several compactions (MINOR level by level, one hand-off per finished
+    # streaming segment) and returns the last: report each, from what the segments now say.
+    after = t.segments()
+    done = [(new, sorted((s.id for s in after if s.merged_to == new.id and s.id in before),
+                         key=_segment_order))
+            for new in sorted(after, key=lambda s: s.instant) if new.id not in before]
+    done = [(new, merged) for new, merged in done if merged]
     if args.json:
-        _json.emit(_json.commit(commit))
-    elif commit is None:
+        _json.emit([{"instant": new.instant, "segment": new.id, "segments_merged": merged,
+                     "rows": new.rows} for new, merged in done])
+    elif not done:
         show(f"nothing to compact: no segments qualify for a {args.kind} compaction")
     else:
-        show(f"compaction {commit.instant}: segments {', '.join(commit.segments_merged)} -> segment "
-             f"{commit.segment}: {commit.rows_added:,} rows in {commit.files_added} files")
-        _show_segments(t, {*commit.segments_merged, commit.segment or ""})
+        show("\n".join(f"compaction {new.instant}: segments {', '.join(merged)} -> segment "
+                       f"{new.id}: {new.rows:,} rows" for new, merged in done))
+        _show_segments(t, {new.id for new, _ in done} | {i for _, merged in done for i in merged})
     return 0
+
+
+def _segment_order(segment_id: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in segment_id.split(".") if part.isdigit())
 
 
 def clean(args: argparse.Namespace) -> int:

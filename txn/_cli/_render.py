@@ -22,12 +22,15 @@ from datetime import datetime
 
 from rich import get_console
 from rich.box import ROUNDED, Box
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from timeline import Instant
 from txn import Segment, StreamInfo
+
+from .._files import hive_value
 
 #: CarbonData's placeholder for a value that is not known (no end time, no partition, ...).
 NA = "NA"
@@ -72,10 +75,36 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *,
     grid = Table(box=ROUNDED, header_style="bold", title=title, title_justify="left",
                  title_style="bold")
     for header in headers:
-        grid.add_column(Text(header), justify="right" if header in numeric else "left")
+        # Fold rather than cut: a cell is never shortened with "…" (see also _fitted).
+        grid.add_column(Text(header), justify="right" if header in numeric else "left",
+                        overflow="fold")
     for row in rows:
         grid.add_row(*(_cell(value) for value in row))
     return grid
+
+
+def _fitted(renderable: RenderableType, console: Console) -> RenderableType:
+    """``renderable``, or, for a table wider than the terminal, its rows one after the other as
+    ``column  value`` lines (psql's expanded display): eleven SHOW SEGMENTS columns squeezed
+    into 80 characters would fold every cell into a narrow, unreadable stack."""
+    if not isinstance(renderable, Table) or len(renderable.columns) <= 2 \
+            or Measurement.get(console, console.options.update(max_width=_PLAIN_WIDTH),
+                               renderable).maximum <= console.width:
+        return renderable
+    columns = renderable.columns
+    headers = [c.header if isinstance(c.header, Text) else Text(str(c.header)) for c in columns]
+    records: list[RenderableType] = []
+    if renderable.title is not None:
+        records.append(Text(str(renderable.title), style="bold"))
+    for index in range(renderable.row_count):
+        record = Table(box=None, show_header=False, padding=(0, 1), title=f"-[ {index + 1} ]-",
+                       title_justify="left", title_style="dim")
+        record.add_column(style="bold", no_wrap=True)
+        record.add_column(overflow="fold")
+        for header, column in zip(headers, columns, strict=True):
+            record.add_row(header, list(column.cells)[index])
+        records.append(record)
+    return Group(*records)
 
 
 def _cell(value: object) -> Text:
@@ -116,7 +145,7 @@ def show(*renderables: RenderableType) -> None:
     if terminal():
         console = get_console()
         for renderable in renderables:
-            console.print(renderable)
+            console.print(_fitted(renderable, console))
         return
     for renderable in renderables:
         sys.stdout.write(plain(renderable))
@@ -194,9 +223,11 @@ def timeline_table(instants: Iterable[Instant]) -> Table:
 
 
 def partitions_table(partitions: Iterable[dict[str, object]]) -> Table:
-    """SHOW PARTITIONS as Hive and CarbonData show it: one ``col=value/col=value`` per row."""
+    """SHOW PARTITIONS as Hive and CarbonData show it: one ``col=value/col=value`` per row, each
+    value as the table's folders name it (null as ``__HIVE_DEFAULT_PARTITION__``, ``/`` and
+    other unsafe characters %-escaped), so a row is unambiguous."""
     return table(("Partition",),
-                 (("/".join(f"{c}={v}" for c, v in p.items()),) for p in partitions))
+                 (("/".join(f"{c}={hive_value(v)}" for c, v in p.items()),) for p in partitions))
 
 
 def streams_table(streams: Iterable[StreamInfo]) -> Table:

@@ -56,11 +56,13 @@ def moment(text: str, option: str) -> datetime:
     """
     try:
         parsed = datetime.fromisoformat(text.strip())
-    except ValueError:
+        # Local time near year 1 or 9999 has no UTC equivalent: OverflowError, or ValueError.
+        return parsed if parsed.tzinfo is not None else parsed.astimezone()
+    except (ValueError, OverflowError):
         raise InvalidOptionError(
-            f"{option}: {text!r} is not a date-time; expected ISO-8601 such as 2026-01-31, "
-            "'2026-01-31 17:59:40' (local time) or 2026-01-31T17:59:40+00:00") from None
-    return parsed if parsed.tzinfo is not None else parsed.astimezone()
+            f"{option}: {text!r} is not a date-time this machine can represent; expected "
+            "ISO-8601 such as 2026-01-31, '2026-01-31 17:59:40' (local time) or "
+            "2026-01-31T17:59:40+00:00, between the years 1 and 9999") from None
 
 
 def storage_options(pairs: Sequence[str], option: str) -> dict[str, Any] | None:

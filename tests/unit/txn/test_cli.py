@@ -14,6 +14,7 @@ import subprocess
 import sys
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -180,7 +181,7 @@ def test_streams_lists_and_drop_stream_finishes_the_open_segment(tmp_path: Path)
     assert t.streams() == [] and [s.status for s in t.segments()] == ["Streaming Finish"]
 
     handed_off = ok_json("compact", t.uri, "--kind", "close_streaming")
-    assert isinstance(handed_off, dict) and handed_off["segments_merged"] == ["0"]
+    assert isinstance(handed_off, list) and [c["segments_merged"] for c in handed_off] == [["0"]]
     assert [(s.id, s.status) for s in t.segments()] == [("0.1", "Success"), ("0", "Compacted")]
 
 
@@ -192,13 +193,12 @@ def test_compact_merges_segments_and_reports_the_commit(loaded: txn.Table) -> No
         "0": "Success", "1": "Compacted", "1.1": "Success", "2": "Success", "3": "Compacted"}
 
     # MINOR needs four segments of one level (compaction.level_threshold "4,3"): 0 and 2 only
-    assert ok_json("compact", loaded.uri) is None
+    assert ok_json("compact", loaded.uri) == []
     assert ok("compact", loaded.uri) == "nothing to compact: no segments qualify for a minor compaction\n"
-    commit = ok_json("compact", loaded.uri, "--kind", "MAJOR")  # CarbonData's spelling works too
-    assert isinstance(commit, dict)
-    assert (commit["operation"], commit["segment"], commit["segments_merged"], commit["rows_added"]) == (
-        "compact", "0.1", ["0", "1.1", "2"], 40)
-    assert datetime.strptime(commit["instant"], "%Y%m%d%H%M%S%f")
+    done = ok_json("compact", loaded.uri, "--kind", "MAJOR")  # CarbonData's spelling works too
+    assert isinstance(done, list) and len(done) == 1
+    assert (done[0]["segment"], done[0]["segments_merged"], done[0]["rows"]) == ("0.1", ["0", "1.1", "2"], 40)
+    assert datetime.strptime(done[0]["instant"], "%Y%m%d%H%M%S%f")
     assert [s.status for s in loaded.segments()].count("Success") == 1
     assert loaded.snapshot().count() == 40 and loaded.validate().ok
 
@@ -246,12 +246,42 @@ def test_add_segment_registers_a_folder_in_place(loaded: txn.Table, tmp_path: Pa
 def test_delete_segment_by_ids_and_before_a_time(loaded: txn.Table) -> None:
     commit = ok_json("delete-segment", loaded.uri, "0,1", "2")
     assert isinstance(commit, dict) and commit["segments_removed"] == ["0", "1", "2"]
-    # without an offset, local time: the time zone SHOW SEGMENTS shows Load Start Time in
-    in_an_hour = (datetime.now() + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S")
-    out = ok("delete-segment", loaded.uri, "--before", in_an_hour)
+    # without an offset, local time: the time zone SHOW SEGMENTS shows Load Start Time in. In
+    # New York (UTC-5 or -4) a minute from now, local, read as UTC would lie hours in the past
+    # and mark nothing.
+    new_york = {"TZ": "America/New_York"}
+    soon = (datetime.now(ZoneInfo("America/New_York")) + timedelta(minutes=1)).strftime(
+        "%Y-%m-%d %H:%M:%S")
+    result = metatxn("delete-segment", loaded.uri, "--before", soon, env=new_york)
+    assert (result.returncode, result.stderr) == (0, ""), result
+    out = result.stdout
     assert "3 marked for delete" in out and re.search(r"^3\s+Marked for Delete", out, re.MULTILINE)
     assert [s.status for s in loaded.segments()] == ["Marked for Delete"] * 4
     assert loaded.snapshot().count() == 0
+
+
+def test_a_compaction_call_that_runs_several_reports_each(tmp_path: Path) -> None:
+    """MINOR compacts level by level: eight loads are two level-1 compactions in one call."""
+    t = txn.create_table(str(tmp_path / "eight"), SCHEMA)
+    for load in range(8):
+        t.append(rows(range(load * 10, load * 10 + 10)))
+    out = ok("compact", t.uri)
+    assert "segments 0, 1, 2, 3 -> segment 0.1: 40 rows" in out
+    assert "segments 4, 5, 6, 7 -> segment 4.1: 40 rows" in out
+    assert {s.id for s in t.segments() if s.status == "Success"} == {"0.1", "4.1"}
+
+
+def test_partitions_are_shown_as_the_folders_name_them(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), ("region", pa.string()), ("flag", pa.bool_())])
+    t = txn.create_table(str(tmp_path / "parts"), schema, partition_by=["region", "flag"])
+    t.append(pa.table({"id": [1, 2, 3], "region": [None, "a/b", "eu"], "flag": [True, False, True]},
+                      schema=schema))
+    shown = [cells[0] for cells in body(ok("partitions", t.uri))]
+    assert sorted(shown) == ["region=__HIVE_DEFAULT_PARTITION__/flag=true", "region=a%2Fb/flag=false",
+                             "region=eu/flag=true"]
+    unpartitioned = txn.create_table(str(tmp_path / "flat"), SCHEMA)
+    unpartitioned.append(rows(range(3)))
+    assert_one_line_error(metatxn("partitions", unpartitioned.uri), "it is not partitioned")
 
 
 def test_validate_exits_1_and_names_each_problem_of_a_damaged_table(loaded: txn.Table) -> None:
@@ -274,6 +304,7 @@ def test_validate_exits_1_and_names_each_problem_of_a_damaged_table(loaded: txn.
     (("compact", "{uri}", "--kind", "custom", "--segments", "99"), "no segment 99"),
     (("delete-segment", "{uri}", "42"), "Invalid segment id: 42"),
     (("delete-segment", "{uri}", "--before", "last tuesday"), "--before: 'last tuesday' is not a date"),
+    (("delete-segment", "{uri}", "--before", "0001-01-01"), "--before: '0001-01-01' is not a date"),
     (("delete-segment", "{uri}"), "needs either segment ids or --before, got neither"),
     (("drop-stream", "{uri}", "nope"), "no stream 'nope'"),
     (("add-segment", "{uri}", "{uri}", "--storage-option", "anon"), "--storage-option: 'anon' is not"),
@@ -296,12 +327,12 @@ def test_the_help_line_is_the_hint_the_error_carries_or_the_commands_help(loaded
     assert unknown[1] == "metatxn: help: run 'metatxn drop-stream --help'"
 
 
-def on_a_terminal(*args: str) -> tuple[int, str]:
+def on_a_terminal(*args: str, columns: int = 200) -> tuple[int, str]:
     """Run ``metatxn args`` with stdout and stderr on a pseudo-terminal; its status and output."""
     import pty
 
     leader, follower = pty.openpty()
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "200"}
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(columns)}
     env.pop("NO_COLOR", None)
     process = subprocess.Popen([EXECUTABLE, *args], stdout=follower, stderr=follower, env=env)
     os.close(follower)
@@ -326,6 +357,11 @@ def test_on_a_terminal_tables_are_drawn_with_rich_and_long_work_shows_progress(
     assert status == 0
     assert ANSI.search(text) and "╭" in text, "rich's box and styles"
     assert "Success" in text and "Load Start Time" in text
+    # too narrow for eleven columns: one record after the other, nothing cut short
+    status, text = on_a_terminal("segments", loaded.uri, columns=80)
+    plain_text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    assert status == 0 and "…" not in plain_text and "-[ 4 ]-" in plain_text
+    assert re.search(r"Load Start Time\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", plain_text)
     status, text = on_a_terminal("validate", loaded.uri)
     assert status == 0
     assert "validating" in text, "the progress bar, erased when the work is done"
