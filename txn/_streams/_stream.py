@@ -84,6 +84,8 @@ class Stream:
         self.closed = False
         #: Batches this object committed (it looks for files to merge every FANOUT of them).
         self._batches = 0
+        #: Whether a write went through this object yet (see :meth:`write`).
+        self._wrote = False
         #: Whether whatever feeds the stream still runs (a Spark query's ``isActive``), and how
         #: to stop it; set by ``txn.spark.write_stream``.
         self._alive: Callable[[], bool] = lambda: True
@@ -115,6 +117,15 @@ class Stream:
         if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
             raise InvalidOptionError(f"batch_id must be an int >= 0; got {batch_id!r}")
         context = self._context
+        if not self._wrote:
+            self._wrote = True
+            # A restarted producer's first batch is often a replay. Checked against the stream's
+            # record alone, it costs the same after 10 batches or 100,000; a write reads the
+            # table's live files too, which a fresh handle would read for nothing.
+            record = record_of(context, self.name)
+            if committed(record, Progress(STREAM, self.name, batch_id, generation_of(record))):
+                log.info("stream %s batch %d: skipped, already committed", self.name, batch_id)
+                return None
         rows = pa.Table.from_batches(list(batches(data, context.schema)), schema=context.schema)
         columns = context.record_key_columns
         if columns:

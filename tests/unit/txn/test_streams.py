@@ -326,3 +326,30 @@ def test_a_hand_off_in_another_process_racing_batches_loses_and_duplicates_nothi
     assert sorted(t.to_arrow()["id"].to_pylist()) == list(range(60))
     assert "Streaming Finish" not in {x.status for x in t.segments()}
     assert t.validate().ok
+
+
+def test_a_fresh_handles_replay_reads_the_streams_record_alone(
+        memory_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted producer's first batch is checked against its record without reading the
+    table's live files (whose metadata grows with every file the stream ever wrote, until
+    CLEAN FILES purges them): a replay costs the same after 10 batches or 100,000."""
+    from txn._context import TableContext
+
+    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    s = t.stream("job1")
+    for batch_id in range(3):
+        s.write(batch_id, batch(batch_id))
+    asked: list[tuple[str, ...]] = []
+    resolve = TableContext.metadata_at
+
+    def recorded(self: TableContext, view: Any, bound: Any,
+                 partitions: tuple[str, ...] = ("files", "segments"), travel: Any = None) -> Any:
+        asked.append(tuple(partitions))
+        return resolve(self, view, bound, partitions, travel)
+
+    monkeypatch.setattr(TableContext, "metadata_at", recorded)
+    restarted = txn.open_table(memory_uri).stream("job1")
+    assert restarted.write(2, batch(2)) is None
+    assert asked and all("files" not in partitions for partitions in asked), asked
+    assert restarted.write(3, batch(3)) is not None  # later batches take the usual path
+    assert sorted(t.to_arrow()["id"].to_pylist()) == [0, 1, 2, 3]
