@@ -5,7 +5,9 @@ The warehouse is remembered in the Spark session's runtime configuration (key
 session finds it; :func:`txn.spark.register` with ``warehouse=`` sets it.
 
 The layout is Spark's own: tables of the ``default`` database at ``<warehouse>/<table>``, others
-at ``<warehouse>/<db>.db/<table>``.
+at ``<warehouse>/<db>.db/<table>``. Database and table names are what Spark's catalog takes as
+unquoted identifiers (letters, digits and underscores; backticks allowed around them), so a name
+is always one folder inside the warehouse, and a temporary view named after it is a valid name.
 """
 
 from __future__ import annotations
@@ -23,24 +25,49 @@ WAREHOUSE_KEY = "spark.metatxn.sql.warehouse"
 
 DEFAULT_DATABASE = "default"
 
-# One identifier: plain (letters, digits, underscores) or backticked (anything but a backtick).
-_PART = r"(?:`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)"
+# One identifier: plain or backticked; what is between backticks is checked by TableName.
+_PART = r"(?:`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)"
 _NAME = re.compile(rf"\s*({_PART})(?:\s*\.\s*({_PART}))?\s*")
+
+#: What a database or table name may be: Spark's unquoted identifiers. Anything else either
+#: leaves the warehouse (``..``, ``/``) or cannot name the temporary views queries read through.
+IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
+NAME_FORM = "letters, digits and underscores ([A-Za-z0-9_]+), as Spark's catalog takes unquoted"
+
+
+def is_identifier(part: str) -> bool:
+    return IDENTIFIER.fullmatch(part) is not None
+
+
+def name_problem(database: str, table: str) -> str | None:
+    """Why ``database.table`` cannot name a metatxn table (None: it can)."""
+    for kind, part in (("database", database), ("table", table)):
+        if not is_identifier(part):
+            return f"{part!r} is not a valid {kind} name; expected {NAME_FORM}"
+    return None
 
 
 @dataclass(frozen=True)
 class TableName:
-    """A table's name, lower-cased: names are case-insensitive, as in Spark and CarbonData."""
+    """A table's name, lower-cased: names are case-insensitive, as in Spark and CarbonData.
+
+    Raises InvalidOptionError for a part that is not an identifier (``[A-Za-z0-9_]+``).
+    """
 
     database: str
     table: str
+
+    def __post_init__(self) -> None:
+        problem = name_problem(self.database, self.table)
+        if problem is not None:
+            raise InvalidOptionError(problem)
 
     def __str__(self) -> str:
         return f"{self.database}.{self.table}"
 
 
 def _unquote(part: str) -> str:
-    return part[1:-1] if part.startswith("`") else part
+    return part[1:-1].replace("``", "`") if part.startswith("`") else part
 
 
 @dataclass(frozen=True)
@@ -55,7 +82,7 @@ class Catalog:
         if match is None:
             raise InvalidOptionError(
                 f"{text!r} is not a table name; expected table, db.table or `db`.`table` "
-                "(letters, digits and underscores, or any text between backticks)")
+                f"({NAME_FORM})")
         first, second = match.group(1), match.group(2)
         if second is None:
             return TableName(DEFAULT_DATABASE, _unquote(first).lower())

@@ -14,27 +14,36 @@ format is Spark's table, and the statement goes to ``spark.sql``.
   separated for a compound key), ``streaming`` (``'true'``/``'sink'``, ``'false'``), CarbonData's
   compaction properties under metatxn's names; any other key is kept as a table property
   (lower-cased).
-* ``AS SELECT ...``: the table is created from the query's schema and the rows written in one
-  commit (``txn.spark.write``, mode ``error``).
+* ``AS SELECT ...``: the query runs to completion first (pinned with ``localCheckpoint``), then
+  the table is created from its schema and its rows are written in one commit
+  (``txn.spark.write``); a query that fails creates nothing, a query of no rows creates the
+  table without a commit. Should the write itself fail, the table this statement just created
+  is removed again, unless another writer committed to it meanwhile.
+* ``CREATE EXTERNAL | TEMPORARY | OR REPLACE TABLE ... STORED AS metatxn`` are refused: a metatxn
+  table lives in the warehouse, beyond the session, and is never replaced wholesale.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import fsspec
 from sqlglot import exp
 
 from timeline import InvalidOptionError, TableExistsError
 
-from ..._table import create_table
+from ..._table import create_table, open_table
 from .._types import table_schema
 from .._write import write
 from ._catalog import Catalog, TableName
 from ._frames import no_result
-from ._parse import Token, refused
+from ._parse import Token, depths, refused, source_text
 from ._select import fresh_frame
 from ._stream_sources import load as declared_source
-from ._tree import name_of, parse, problem, spark_text
+from ._tree import new_name, parse, problem, spark_text
+
+log = logging.getLogger("metatxn")
 
 FORM = ("CREATE TABLE [IF NOT EXISTS] [db.]table (column type, ...) STORED AS metatxn "
         "[PARTITIONED BY (column type, ...)] [TBLPROPERTIES ('SORT_COLUMNS'='a,b', "
@@ -42,6 +51,9 @@ FORM = ("CREATE TABLE [IF NOT EXISTS] [db.]table (column type, ...) STORED AS me
 
 #: Format names of metatxn tables in ``STORED AS`` / ``USING``.
 FORMATS = frozenset({"metatxn", "carbondata"})
+
+#: Words between CREATE and TABLE that a metatxn table cannot have.
+_MODIFIERS = ("OR", "REPLACE", "GLOBAL", "TEMPORARY", "TEMP", "EXTERNAL")
 
 #: CarbonData's table properties of features metatxn has, under metatxn's names.
 _CARBON_PROPERTIES = {
@@ -159,21 +171,48 @@ def _options(statement: str, properties: dict[str, str]) -> dict[str, Any]:
             "properties": kept or None}
 
 
+def _creates_table(tokens: list[Token]) -> bool:
+    """Whether the statement is CREATE [modifiers] TABLE."""
+    for token in tokens[1:]:
+        if token.is_word("TABLE"):
+            return True
+        if not token.is_word(*_MODIFIERS):
+            return False
+    return False
+
+
+def _refused_modifiers(statement: str, tokens: list[Token]) -> None:
+    modifiers = []
+    for token in tokens[1:]:
+        if token.is_word("TABLE"):
+            break
+        modifiers.append(token.value.upper())
+    if not modifiers:
+        return
+    if modifiers[:2] == ["OR", "REPLACE"]:
+        raise refused(statement, "CREATE OR REPLACE is not supported for metatxn tables (drop the "
+                                 "old one by removing its folder, or INSERT OVERWRITE it)", FORM)
+    raise refused(statement, f"CREATE {' '.join(modifiers)} TABLE is not supported for metatxn tables: "
+                             "they live in the warehouse (neither external nor temporary)", FORM)
+
+
 def create(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> Any | None:
     """Run a CREATE TABLE of a metatxn table; None when the statement is Spark's own."""
-    if not names_metatxn_format(tokens):
+    if not _creates_table(tokens) or not names_metatxn_format(tokens):
         return None
+    _refused_modifiers(statement, tokens)
     tree = parse(statement)
     if not isinstance(tree, exp.Create):
         raise refused(statement, f"cannot read the statement: {problem(statement)}", FORM)
     if str(tree.args.get("kind", "")).upper() != "TABLE" or (_format_of(tree) or "") not in FORMATS:
         return None
     target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-    name = name_of(target) if isinstance(target, exp.Table) else None
-    if name is None:
+    if not isinstance(target, exp.Table):
         raise refused(statement, "expected a table name ([db.]table)", FORM)
-    if tree.args.get("replace"):
-        raise refused(statement, "CREATE OR REPLACE is not supported for metatxn tables", FORM)
+    try:
+        name = new_name(target)
+    except InvalidOptionError as exc:
+        raise refused(statement, str(exc), FORM) from None
     columns = [c for c in tree.this.expressions if isinstance(c, exp.ColumnDef)] \
         if isinstance(tree.this, exp.Schema) else []
     appended, partition_by, properties = _layout(statement, tree)
@@ -186,7 +225,7 @@ def create(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
         # A stream source's declaration holds the name: a table in its folder would hide it.
         raise _declared_as_source(location, name, statement)
     if query is not None:
-        return _create_as_select(spark, catalog, statement, name, query, columns + appended,
+        return _create_as_select(spark, catalog, statement, tokens, name, columns + appended,
                                  partition_by, options)
     if not columns:
         raise refused(statement, "a table needs a column list (or AS SELECT ...)", FORM)
@@ -203,18 +242,53 @@ def _declared_as_source(location: str, name: TableName, statement: str) -> Table
     return error
 
 
-def _create_as_select(spark: Any, catalog: Catalog, statement: str, name: TableName,
-                      query: exp.Expression, columns: list[exp.ColumnDef], partition_by: list[str],
-                      options: dict[str, Any]) -> Any:
+def _query_text(statement: str, tokens: list[Token]) -> str:
+    """The text of CREATE TABLE ... AS's query: after the first AS outside brackets that is not
+    STORED AS's."""
+    for index, (token, depth) in enumerate(zip(tokens, depths(tokens), strict=True)):
+        if depth == 0 and token.is_word("AS") and not tokens[index - 1].is_word("STORED") \
+                and index + 1 < len(tokens):
+            return source_text(statement, tokens[index + 1:])
+    raise refused(statement, "cannot find the query after AS", FORM)
+
+
+def _create_as_select(spark: Any, catalog: Catalog, statement: str, tokens: list[Token], name: TableName,
+                      columns: list[exp.ColumnDef], partition_by: list[str], options: dict[str, Any]) -> Any:
     if columns:
         raise refused(statement, "CREATE TABLE ... AS SELECT takes its columns from the query, "
                                  "not from a column list", FORM)
+    location = catalog.location(name)
     if catalog.exists(name):
-        raise TableExistsError(catalog.location(name))
-    frame = fresh_frame(spark, catalog, spark_text(query))
+        raise TableExistsError(location)
+    frame = fresh_frame(spark, catalog, _query_text(statement, tokens))
     renamed = frame.toDF(*[c.lower() for c in frame.columns])
     if len(set(renamed.columns)) != len(renamed.columns):
         raise InvalidOptionError(f"the query's columns {frame.columns} repeat a name (names are "
                                  "case-insensitive); give each column its own alias")
-    write(renamed, catalog.location(name), mode="error", partition_by=partition_by or None, **options)
+    # The query runs to completion before the table exists: a query Spark cannot compute
+    # leaves no table behind, and a retry of the statement finds the name free.
+    pinned = renamed.localCheckpoint(eager=True)
+    table = create_table(location, table_schema(pinned.schema), partition_by=partition_by or None,
+                         **options)
+    if pinned.isEmpty():
+        return no_result(spark)
+    try:
+        write(pinned, table.uri, mode="append")
+    except BaseException:
+        _remove_if_unused(table.uri)
+        raise
     return no_result(spark)
+
+
+def _remove_if_unused(uri: str) -> None:
+    """Remove the table this statement created and failed to fill, unless another writer has
+    committed to it since (then it is that writer's table too, and stays)."""
+    try:
+        if any(i.state == "completed" for i in open_table(uri).timeline()):
+            log.warning("CREATE TABLE ... AS SELECT failed, but %s has commits of another writer: "
+                        "the table stays", uri)
+            return
+        filesystem, root = fsspec.core.url_to_fs(uri)
+        filesystem.rm(root, recursive=True)
+    except Exception:  # the statement's own error matters more; the table is left for the user
+        log.exception("could not remove %s after its CREATE TABLE ... AS SELECT failed", uri)

@@ -11,7 +11,7 @@ Stream statements first (:mod:`._streams`), then by the statement's first words:
 ``DELETE FROM TABLE t WHERE SEGMENT...``       :func:`._segments.delete_segments`
 ``DELETE FROM t``, ``UPDATE t``                metatxn's table: :mod:`._dml`
 ``LOAD DATA``                                  metatxn's table (or any with OPTIONS): :mod:`._load`
-``CREATE TABLE ... STORED AS metatxn``         :mod:`._ddl`
+``CREATE [...] TABLE ... STORED AS metatxn``   :mod:`._ddl` (EXTERNAL, TEMPORARY, OR REPLACE refused)
 ``INSERT INTO t``                              metatxn's table: :mod:`._insert`
 ``DROP TABLE t``                               metatxn's table: refused (not supported)
 anything else                                  ``spark.sql``, metatxn tables it reads replaced
@@ -20,6 +20,8 @@ anything else                                  ``spark.sql``, metatxn tables it 
 
 "metatxn's table" means a table of that name exists in the warehouse; a statement about any
 other table is Spark's, and reaches ``spark.sql`` as written (Spark's errors pass through).
+Spark's errors while metatxn runs one of its own statements (analysis and runtime errors alike)
+become InvalidOptionErrors quoting the statement (:func:`._parse.spark_errors`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from timeline import InvalidOptionError
 
 from . import _ddl, _dml, _insert, _load, _segments
 from ._catalog import Catalog, catalog_of
-from ._parse import Cursor, Token, leading_words, quoting, tokenize, without_terminator
+from ._parse import Cursor, Token, leading_words, quoting, spark_errors, tokenize, without_terminator
 from ._select import QUERY_WORDS, fresh_frame
 from ._streams import run_stream_statement
 
@@ -49,7 +51,7 @@ _ROUTES: list[tuple[tuple[str, ...], Handler]] = [
     (("DELETE", "FROM"), _dml.delete),
     (("UPDATE",), _dml.update),
     (("LOAD", "DATA"), _load.load),
-    (("CREATE", "TABLE"), _ddl.create),
+    (("CREATE",), _ddl.create),
     (("INSERT",), _insert.insert),
 ]
 
@@ -90,14 +92,16 @@ def sql(spark: Any, statement: str) -> Any:
     catalog = catalog_of(spark)
     text = without_terminator(statement)
     with quoting(text):
-        frame = run_stream_statement(spark, catalog, text)
+        with spark_errors(text):
+            frame = run_stream_statement(spark, catalog, text)
         if frame is not None:
             return frame
         tokens = tokenize(text)
         words = tuple(leading_words(tokens))
         for prefix, handler in _ROUTES:
             if words[:len(prefix)] == prefix:
-                frame = handler(spark, catalog, text, tokens)
+                with spark_errors(text):
+                    frame = handler(spark, catalog, text, tokens)
                 if frame is not None:
                     return frame
                 break

@@ -2,8 +2,9 @@
 
 ``UPDATE t SET (a, b) = (x, y) WHERE p`` (CarbonData's form) and ``UPDATE t SET a = x, b = y
 WHERE p`` (Spark's) and ``DELETE FROM t WHERE p`` are read by sqlglot; the SET values and the
-predicate go to Spark as Spark SQL (any expression Spark knows, subqueries over other tables
-included). Planned on the latest state of the table:
+predicate go to Spark as the statement's own text (cut at its top-level ``SET``, ``WHERE``,
+commas and ``=``; any expression Spark knows, subqueries over other tables included). Planned
+on the latest state of the table:
 
 1. the live rows of that snapshot, each with its data file and position
    (:func:`._positions.located_rows`), become a temporary view named like the table (or its
@@ -13,7 +14,8 @@ included). Planned on the latest state of the table:
    non-deterministic SET value;
 3. one commit: the matched positions become delete deltas (on a keyed table a DELETE also
    retires their keys from the record index), and an UPDATE's new rows a new segment written by
-   the executors (the write job of ``txn.spark.write``), CarbonData's UPDATE since 2.1.
+   the executors (the write job of ``txn.spark.write``), CarbonData's UPDATE since 2.1. An
+   UPDATE that sets a column that is not nullable to NULL on any row is refused first.
 
 That is the commit ``Table.update`` and ``Table.delete`` make (their conflict checks included:
 a concurrent commit that changed the same files fails this one with ``CommitConflictError``; a
@@ -32,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from timeline import InvalidOptionError
+from timeline import InvalidOptionError, SchemaMismatchError
 
 from ..._commit import Change, Pending, Written
 from ..._context import TableContext, open_context
@@ -44,7 +46,7 @@ from .._types import spark_schema
 from .._write import run_job
 from ._catalog import Catalog, TableName
 from ._frames import count_frame
-from ._parse import Cursor, Token, refused
+from ._parse import Cursor, Token, depths, enclosed, refused, source_text, split_top_level
 from ._positions import FILE, POSITION, located_rows
 from ._select import fresh_views
 from ._tree import name_of, parse, problem, spark_text
@@ -81,22 +83,59 @@ def _parsed(statement: str, kind: type[exp.Expression], form: str) -> exp.Expres
     return tree
 
 
-def _described(tree: exp.Expression, name: TableName, statement: str, form: str) -> _Target:
+def _top_level_word(tokens: list[Token], word: str, after: int = 0) -> int | None:
+    """Where ``word`` first is outside brackets, from ``after`` on (None: nowhere)."""
+    for index, (token, depth) in enumerate(zip(tokens, depths(tokens), strict=True)):
+        if index >= after and depth == 0 and token.is_word(word):
+            return index
+    return None
+
+
+def _where_clause(statement: str, tokens: list[Token], after: int, form: str) -> tuple[int, str | None]:
+    """Where the WHERE keyword is (``len(tokens)`` when there is none) and the predicate's own
+    text (a subquery's WHERE is inside brackets, a SET value's too)."""
+    where = _top_level_word(tokens, "WHERE", after)
+    if where is None:
+        return len(tokens), None
+    if where + 1 >= len(tokens):
+        raise refused(statement, "WHERE needs a predicate", form)
+    return where, source_text(statement, tokens[where + 1:])
+
+
+def _described(tree: exp.Expression, name: TableName, statement: str, tokens: list[Token],
+               form: str) -> _Target:
     table = tree.this
     if not isinstance(table, exp.Table) or name_of(table) != name:
         raise refused(statement, "expected one table to change", form)
     for clause in ("from", "from_", "using", "joins", "returning", "order", "limit"):
         if tree.args.get(clause):
             raise refused(statement, f"{clause.rstrip('_').upper()} is not supported", form)
-    where = tree.args.get("where")
-    return _Target(name, table.alias or name.table, spark_text(where.this) if where is not None else None)
+    _, predicate = _where_clause(statement, tokens, 0, form)
+    if (predicate is None) != (tree.args.get("where") is None):
+        raise refused(statement, "cannot read the WHERE clause", form)
+    return _Target(name, table.alias or name.table, predicate)
 
 
-def _assignments(tree: exp.Update, statement: str, columns: dict[str, str]) -> dict[str, str]:
-    """Table column (its own spelling) -> the SET value as Spark SQL."""
+def _set_list(statement: str, tokens: list[Token]) -> list[list[Token]]:
+    """UPDATE's assignments, each its tokens (between SET and WHERE, cut at top-level commas)."""
+    start = _top_level_word(tokens, "SET")
+    if start is None:
+        raise refused(statement, "expected SET", UPDATE_FORM)
+    end, _ = _where_clause(statement, tokens, start, UPDATE_FORM)
+    return split_top_level(tokens[start + 1:end], ",")
+
+
+def _assignments(tree: exp.Update, statement: str, columns: dict[str, str],
+                 pieces: list[list[Token]]) -> dict[str, str]:
+    """Table column (its own spelling) -> the SET value, the statement's own text.
+
+    sqlglot's tree says which columns are set and checks the form; the values are cut from the
+    statement's text at the same places (top-level commas and ``=``), so Spark reads them as
+    written."""
     assigned: dict[str, str] = {}
+    unreadable = refused(statement, "cannot read the SET list", UPDATE_FORM)
 
-    def assign(column: exp.Expression, value: exp.Expression) -> None:
+    def assign(column: exp.Expression, value: str) -> None:
         if isinstance(column, exp.Paren):
             column = column.this
         if not isinstance(column, exp.Column):
@@ -107,11 +146,18 @@ def _assignments(tree: exp.Update, statement: str, columns: dict[str, str]) -> d
                                      f"{list(columns.values())}", UPDATE_FORM)
         if name in assigned:
             raise refused(statement, f"column {name!r} is set twice", UPDATE_FORM)
-        assigned[name] = spark_text(value)
+        assigned[name] = value
 
-    for assignment in tree.expressions:
+    if len(pieces) != len(tree.expressions):
+        raise unreadable
+    for assignment, piece in zip(tree.expressions, pieces, strict=True):
         if not isinstance(assignment, exp.EQ):
             raise refused(statement, f"{spark_text(assignment)!r} is not an assignment", UPDATE_FORM)
+        equals = next((i for i, (token, depth) in enumerate(zip(piece, depths(piece), strict=True))
+                       if depth == 0 and token.kind == "symbol" and token.value == "="), None)
+        if equals is None or equals + 1 >= len(piece):
+            raise unreadable
+        value_tokens = piece[equals + 1:]
         left, right = assignment.this, assignment.expression
         if isinstance(left, exp.Tuple):
             if isinstance(right, exp.Subquery):
@@ -121,10 +167,14 @@ def _assignments(tree: exp.Update, statement: str, columns: dict[str, str]) -> d
             if len(values) != len(left.expressions):
                 raise refused(statement, f"{len(left.expressions)} column(s) but {len(values)} "
                                          "value(s)", UPDATE_FORM)
-            for column, value in zip(left.expressions, values, strict=True):
-                assign(column, value)
+            inner = enclosed(value_tokens)
+            texts = [source_text(statement, t) for t in split_top_level(inner, ",") if t] if inner else []
+            if len(texts) != len(values):
+                raise unreadable
+            for column, text in zip(left.expressions, texts, strict=True):
+                assign(column, text)
         else:
-            assign(left, right)
+            assign(left, source_text(statement, value_tokens))
     if not assigned:
         raise refused(statement, "SET names no column", UPDATE_FORM)
     return assigned
@@ -155,6 +205,18 @@ def _matching(spark: Any, catalog: Catalog, context: TableContext, state: State,
         spark.catalog.dropTempView(view)
 
 
+def _refuse_nulls(rows: Any, not_null: list[str]) -> None:
+    """SchemaMismatchError if the new rows hold NULL in a column that is not nullable (the
+    check ``Table.update`` makes of its values; here they are Spark's, row by row)."""
+    if not not_null:
+        return
+    found = rows.where(" OR ".join(f"{_quoted(c)} IS NULL" for c in not_null)).limit(1).collect()
+    if found:
+        columns = [c for c in not_null if found[0][c] is None]
+        raise SchemaMismatchError(f"column(s) {columns} are not nullable, but the UPDATE sets "
+                                  "them to NULL on a matching row; nothing was written")
+
+
 def _by_file(found: pa.Table) -> dict[str, Positions]:
     grouped: dict[str, list[int]] = {}
     for file, position in zip(found[FILE].to_pylist(), found[POSITION].to_pylist(), strict=True):
@@ -169,10 +231,11 @@ def update(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
         return None
     tree = _parsed(statement, exp.Update, UPDATE_FORM)
     assert isinstance(tree, exp.Update)
-    target = _described(tree, name, statement, UPDATE_FORM)
+    target = _described(tree, name, statement, tokens, UPDATE_FORM)
     context = open_context(catalog.location(name))
     columns = {c.lower(): c for c in context.schema.names}
-    assigned = _assignments(tree, statement, columns)
+    assigned = _assignments(tree, statement, columns, _set_list(statement, tokens))
+    not_null = [c for c in assigned if not context.schema.field(c).nullable]
     keys = [c for c in assigned if c in context.record_key_columns]
     if keys:
         raise refused(statement, f"record key column(s) {keys} cannot be updated; delete the rows and "
@@ -188,6 +251,7 @@ def update(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
     def plan(state: State) -> Change | None:
         matched = _matching(spark, catalog, context, state, target, projection, statement, UPDATE_FORM)
         pinned = matched.localCheckpoint(eager=True)
+        _refuse_nulls(pinned, not_null)
         found = pinned.select(FILE, POSITION).toArrow()
         updated[0] = found.num_rows
         if not found.num_rows:
@@ -210,7 +274,7 @@ def delete(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
     if name is None:
         return None
     tree = _parsed(statement, exp.Delete, DELETE_FORM)
-    target = _described(tree, name, statement, DELETE_FORM)
+    target = _described(tree, name, statement, tokens, DELETE_FORM)
     context = open_context(catalog.location(name))
     keys = context.record_key_columns
     alias = _quoted(target.alias)

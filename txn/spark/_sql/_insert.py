@@ -1,12 +1,19 @@
 """INSERT INTO (and INSERT OVERWRITE) a metatxn table: the query run by Spark, written as one
 new segment by the executors (``txn.spark.write``).
 
-``INSERT INTO t [(col, ...)] <query>`` with any query Spark runs (``SELECT``, ``VALUES``, ...;
-metatxn tables it reads are read at their latest snapshot). As in Spark, the query's columns
-are matched to the table's by position (to the listed columns, when a list is given; the others
-are null) and converted to their types; ``INSERT OVERWRITE [TABLE] t`` replaces the table's
-whole content. A ``PARTITION (...)`` clause is not supported: give partition columns as columns
-of the query. The answer is CarbonData's ``Segment ID``.
+``INSERT INTO t [(col, ...) | BY NAME] <query>`` with any query Spark runs (``SELECT``,
+``VALUES``, ...; metatxn tables it reads are read at their latest snapshot). As in Spark, the
+query's columns are matched to the table's by position (to the listed columns, when a list is
+given), or by name with ``BY NAME``; columns not given are null; values are converted to the
+columns' types. ``INSERT OVERWRITE [TABLE] t`` replaces the table's whole content. A
+``PARTITION (...)`` clause, ``REPLACE WHERE`` and ``WITH (options)`` are refused: give partition
+columns as columns of the query.
+
+The query runs to completion (pinned with ``localCheckpoint``) before the commit begins, so a
+value Spark cannot compute fails the statement with the table untouched, and a query of no rows
+commits nothing (``INSERT INTO``; ``INSERT OVERWRITE`` of no rows empties the table, as
+``Table.overwrite`` does). The answer is CarbonData's ``Segment ID``: one row, or no row when no
+segment was added.
 """
 
 from __future__ import annotations
@@ -22,22 +29,67 @@ from .._types import spark_schema
 from .._write import write
 from ._catalog import Catalog
 from ._frames import strings_frame
-from ._parse import Cursor, Token, refused
+from ._parse import Cursor, Token, refused, source_text
 from ._select import fresh_frame
-from ._tree import name_of, parse, problem, spark_text
+from ._tree import name_of, parse, problem
 
-FORM = "INSERT INTO|OVERWRITE [TABLE] [db.]table [(column, ...)] SELECT ... | VALUES (...), ..."
+FORM = ("INSERT INTO|OVERWRITE [TABLE] [db.]table [(column, ...) | BY NAME] "
+        "SELECT ... | VALUES (...), ...")
+
+#: Words a query may start with (after INSERT's target): anything else there is not a query.
+_QUERY_START = frozenset({"SELECT", "WITH", "VALUES", "FROM", "TABLE", "MAP", "REDUCE"})
 
 
 def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def _is_symbol(token: Token | None, symbol: str) -> bool:
+    return token is not None and token.kind == "symbol" and token.value == symbol
+
+
+def _opens_query(token: Token | None) -> bool:
+    return token is not None and (token.is_word(*_QUERY_START) or _is_symbol(token, "("))
+
+
+def _head(cursor: Cursor) -> tuple[list[str] | None, bool]:
+    """After the target: the column list (None: not given) and BY NAME; the cursor is left at the
+    query's first token."""
+    if cursor.at_word("PARTITION", "IF"):
+        raise cursor.error("INSERT ... PARTITION (...) is not supported; give the partition columns "
+                           "as columns of the query")
+    if cursor.at_word("REPLACE"):
+        raise cursor.error("INSERT ... REPLACE WHERE is not supported; DELETE the rows, then INSERT "
+                           "in a second statement (or INSERT OVERWRITE the whole table)")
+    following = cursor.peek(1)
+    if cursor.at_word("WITH") and following is not None and following.kind == "symbol" \
+            and following.value == "(":
+        raise cursor.error("INSERT ... WITH (options) is not supported")
+    listed: list[str] | None = None
+    by_name = cursor.accept("BY")
+    if by_name:
+        cursor.expect("NAME")
+    elif _is_symbol(cursor.peek(), "(") and not _opens_query(following):
+        cursor.take()
+        listed = []
+        while True:
+            token = cursor.take()
+            if not token.is_name:
+                raise cursor.error(f"expected a column name but found {token.value!r}")
+            listed.append(token.value)
+            if cursor.accept_symbol(")"):
+                break
+            cursor.expect_symbol(",")
+    if not _opens_query(cursor.peek()):
+        raise cursor.error(f"expected a query (SELECT ... or VALUES ...) but found {cursor.found()}")
+    return listed, by_name
+
+
 def insert(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> Any | None:
     """INSERT into a metatxn table; None when the target is Spark's."""
     cursor = Cursor(statement, FORM, tokens)
     cursor.expect("INSERT")
-    cursor.expect("INTO", "OVERWRITE")
+    overwrite = cursor.expect("INTO", "OVERWRITE") == "OVERWRITE"
     cursor.accept("TABLE")
     try:
         name = cursor.table_name()
@@ -45,40 +97,59 @@ def insert(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
         return None
     if not catalog.exists(name):
         return None
+    listed, by_name = _head(cursor)
     tree = parse(statement)
-    if not isinstance(tree, exp.Insert):
+    if not isinstance(tree, exp.Insert) or tree.args.get("expression") is None:
         raise refused(statement, f"cannot read the statement: {problem(statement)}", FORM)
-    target = tree.this
-    listed = [i.name for i in target.expressions] if isinstance(target, exp.Schema) else None
-    table_node = target.this if isinstance(target, exp.Schema) else target
-    if not isinstance(table_node, exp.Table) or name_of(table_node) != name:
+    target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    if not isinstance(target, exp.Table) or name_of(target) != name:
         raise refused(statement, "expected one table to insert into", FORM)
-    if table_node.args.get("partition") is not None or tree.args.get("partition"):
-        raise refused(statement, "INSERT ... PARTITION (...) is not supported; give the partition "
-                                 "columns as columns of the query", FORM)
-    query = tree.args.get("expression")
-    if query is None:
-        raise refused(statement, "expected a query (SELECT ... or VALUES ...)", FORM)
+    # The query is cut from the text after the hand-read head: the head must be sqlglot's too.
+    read = [c.name.lower() for c in tree.this.expressions] if isinstance(tree.this, exp.Schema) else None
+    if read != ([c.lower() for c in listed] if listed is not None else None) \
+            or bool(tree.args.get("by_name")) != by_name:
+        raise refused(statement, "cannot read the column list", FORM)
     context = open_context(catalog.location(name))
     columns = {c.lower(): c for c in context.schema.names}
-    targets = list(context.schema.names)
+    frame = fresh_frame(spark, catalog, source_text(statement, tokens[cursor.at:]))
+    given = _given(cursor, frame.columns, columns, listed, by_name)
+    types = {f.name: f.dataType.simpleString() for f in spark_schema(context.schema).fields}
+    renamed = frame.toDF(*[f"__value_{i}" for i in range(len(frame.columns))])
+    selected = renamed.selectExpr(*[
+        f"CAST({_quoted(f'__value_{given[c]}')} AS {types[c]}) AS {_quoted(c)}" if c in given
+        else f"CAST(NULL AS {types[c]}) AS {_quoted(c)}" for c in context.schema.names])
+    # Computed before the commit begins: Spark's errors (a value that does not cast, a division
+    # by zero) leave the table untouched, and an empty query is known to be empty.
+    pinned = selected.localCheckpoint(eager=True)
+    if not overwrite and pinned.isEmpty():
+        return strings_frame(spark, ("Segment ID",), [])
+    commit = write(pinned, context.uri, mode="overwrite" if overwrite else "append")
+    return strings_frame(spark, ("Segment ID",), [(commit.segment,)] if commit is not None else [])
+
+
+def _given(cursor: Cursor, query_columns: list[str], columns: dict[str, str], listed: list[str] | None,
+           by_name: bool) -> dict[str, int]:
+    """Table column -> the position of the query column that fills it."""
+    targets = list(columns.values())
+    if by_name:
+        named = [c.lower() for c in query_columns]
+        repeated = sorted({c for c in named if named.count(c) > 1})
+        if repeated:
+            raise cursor.error(f"BY NAME: the query names column(s) {repeated} twice (names are "
+                               "case-insensitive)")
+        unknown = [c for c in query_columns if c.lower() not in columns]
+        if unknown:
+            raise cursor.error(f"BY NAME: the query's column(s) {unknown} are not the table's; its "
+                               f"columns are {targets}")
+        return {columns[c]: i for i, c in enumerate(named)}
     if listed is not None:
         unknown = [c for c in listed if c.lower() not in columns]
         if unknown:
-            raise refused(statement, f"unknown column(s) {unknown}; the table's columns are {targets}", FORM)
+            raise cursor.error(f"unknown column(s) {unknown}; the table's columns are {targets}")
         targets = [columns[c.lower()] for c in listed]
         if len(set(targets)) != len(targets):
-            raise refused(statement, "the column list names a column twice", FORM)
-    frame = fresh_frame(spark, catalog, spark_text(query))
-    if len(frame.columns) != len(targets):
-        raise refused(statement, f"the query gives {len(frame.columns)} column(s) but {len(targets)} "
-                                 f"are inserted: {targets}", FORM)
-    types = {f.name: f.dataType.simpleString() for f in spark_schema(context.schema).fields}
-    given = dict(zip(targets, frame.columns, strict=True))
-    renamed = frame.toDF(*[f"__value_{i}" for i in range(len(frame.columns))])
-    positions = {target: f"__value_{i}" for i, target in enumerate(targets)}
-    selected = renamed.selectExpr(*[
-        f"CAST({_quoted(positions[c])} AS {types[c]}) AS {_quoted(c)}" if c in given
-        else f"CAST(NULL AS {types[c]}) AS {_quoted(c)}" for c in context.schema.names])
-    commit = write(selected, context.uri, mode="overwrite" if tree.args.get("overwrite") else "append")
-    return strings_frame(spark, ("Segment ID",), [(commit.segment,)] if commit is not None else [])
+            raise cursor.error("the column list names a column twice")
+    if len(query_columns) != len(targets):
+        raise cursor.error(f"the query gives {len(query_columns)} column(s) but {len(targets)} are "
+                           f"inserted: {targets}")
+    return {target: i for i, target in enumerate(targets)}

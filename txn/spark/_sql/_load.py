@@ -21,8 +21,11 @@ value that does not convert does: ``FAIL`` (the default, as CarbonData's: nothin
 the error names the column and the value; one extra pass over the source finds it), ``FORCE``
 (it becomes null) or ``IGNORE`` (its row is skipped).
 
-Each LOAD is one commit: a new segment (``OVERWRITE``: the table's whole content is replaced),
-written through ``txn.spark.write``; the answer is CarbonData's ``Segment ID``.
+Each LOAD is one commit: a new segment (``OVERWRITE``: the table's whole content is replaced,
+every partition, not only those the file holds), written through ``txn.spark.write``; the
+answer is CarbonData's ``Segment ID``. The source is read to completion (pinned with
+``localCheckpoint``) before the commit begins, so a source Spark cannot read changes nothing; a
+source of no rows (an empty file, a header alone) commits nothing and answers no row.
 """
 
 from __future__ import annotations
@@ -64,20 +67,6 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _static_partitions(cursor: Cursor) -> dict[str, str]:
-    cursor.expect_symbol("(")
-    found: dict[str, str] = {}
-    while True:
-        token = cursor.take()
-        if not token.is_name:
-            raise cursor.error(f"expected a partition column but found {token.value!r}")
-        cursor.expect_symbol("=")
-        found[token.value.lower()] = cursor.string(f"the value of partition column {token.value!r}")
-        if cursor.accept_symbol(")"):
-            return found
-        cursor.expect_symbol(",")
-
-
 def load(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> Any | None:
     """LOAD DATA into a metatxn table; None when it is Spark's (Hive's) LOAD of its own table."""
     cursor = Cursor(statement, FORM, tokens)
@@ -90,7 +79,7 @@ def load(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> A
     cursor.expect("INTO")
     cursor.expect("TABLE")
     name = cursor.table_name()
-    static = _static_partitions(cursor) if cursor.accept("PARTITION") else {}
+    static = cursor.partition_spec() if cursor.accept("PARTITION") else {}
     options = cursor.options() if cursor.accept("OPTIONS") else {}
     cursor.end()
     if not options and not catalog.exists(name):
@@ -117,6 +106,8 @@ def load(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> A
     source = _read(spark, cursor, path, source_format, options, from_file, types)
     selected = _converted(cursor, source, columns, static, types, options)
     frame = _checked(cursor, selected, action, path)
+    if not overwrite and frame.isEmpty():
+        return strings_frame(spark, ("Segment ID",), [])
     commit = write(frame, table.uri, mode="overwrite" if overwrite else "append")
     return strings_frame(spark, ("Segment ID",), [(commit.segment,)] if commit is not None else [])
 
@@ -220,8 +211,12 @@ def _converted(cursor: Cursor, source: Any, columns: dict[str, str], static: dic
 
 
 def _checked(cursor: Cursor, converted: tuple[Any, list[tuple[str, str]]], action: str, path: str) -> Any:
-    """Apply BAD_RECORDS_ACTION to values that did not convert; the table's columns."""
+    """Apply BAD_RECORDS_ACTION to values that did not convert; the table's columns, pinned."""
     frame, checks = converted
+    # Read once, before the commit begins: a source Spark cannot read fails the statement with
+    # the table untouched, the check for bad values reads the pinned rows, and those rows are
+    # the ones written.
+    frame = frame.localCheckpoint(eager=True)
     names = [c for c in frame.columns if not c.startswith("__source_")]
     if not checks or action == "FORCE":
         return frame.select(*[_quoted(n) for n in names])

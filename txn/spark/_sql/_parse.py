@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from timeline import InvalidOptionError, TxnError
 
-from ._catalog import DEFAULT_DATABASE, TableName
+from ._catalog import DEFAULT_DATABASE, TableName, name_problem
 
 _TOKEN = re.compile(r"""
       (?P<space>\s+|--[^\n]*|/\*.*?\*/)
@@ -86,11 +86,57 @@ def tokenize(text: str) -> list[Token]:
 
 
 def without_terminator(text: str) -> str:
-    """The statement without surrounding blanks and trailing semicolons."""
-    text = text.strip()
-    while text.endswith(";"):
-        text = text[:-1].rstrip()
-    return text
+    """The statement without what surrounds its first and last token: blanks, comments and
+    trailing semicolons (``DELETE FROM t; -- done`` is ``DELETE FROM t``)."""
+    tokens = tokenize(text)
+    while tokens and tokens[-1].kind == "symbol" and tokens[-1].value == ";":
+        tokens.pop()
+    return text[tokens[0].start:tokens[-1].end] if tokens else ""
+
+
+#: Brackets that nest: a keyword or comma inside them belongs to an inner expression.
+_OPENING = {"(": ")", "[": "]", "{": "}"}
+_CLOSING = frozenset(_OPENING.values())
+
+
+def depths(tokens: list[Token]) -> list[int]:
+    """Each token's bracket depth (a bracket itself counts as outside what it encloses)."""
+    found = []
+    depth = 0
+    for token in tokens:
+        if token.kind == "symbol" and token.value in _CLOSING:
+            depth = max(depth - 1, 0)
+        found.append(depth)
+        if token.kind == "symbol" and token.value in _OPENING:
+            depth += 1
+    return found
+
+
+def split_top_level(tokens: list[Token], symbol: str) -> list[list[Token]]:
+    """``tokens`` cut at each ``symbol`` outside brackets (the pieces may be empty)."""
+    pieces: list[list[Token]] = [[]]
+    for token, depth in zip(tokens, depths(tokens), strict=True):
+        if depth == 0 and token.kind == "symbol" and token.value == symbol:
+            pieces.append([])
+        else:
+            pieces[-1].append(token)
+    return pieces
+
+
+def enclosed(tokens: list[Token]) -> list[Token] | None:
+    """What one pair of brackets around all of ``tokens`` encloses (None: they are not enclosed)."""
+    if len(tokens) < 2 or tokens[0].kind != "symbol" or tokens[0].value != "(" \
+            or tokens[-1].kind != "symbol" or tokens[-1].value != ")":
+        return None
+    if any(depth == 0 for depth in depths(tokens)[1:-1]):
+        return None  # (a) + (b): the first bracket closes before the end
+    return tokens[1:-1]
+
+
+def source_text(statement: str, tokens: list[Token]) -> str:
+    """The statement's own text from the first token to the last: what Spark is handed, never a
+    re-printed tree (a printer can change what a literal means: ``'it''s'``)."""
+    return statement[tokens[0].start:tokens[-1].end]
 
 
 def refused(statement: str, problem: str, form: str) -> InvalidOptionError:
@@ -124,7 +170,7 @@ class Cursor:
     def error(self, problem: str) -> InvalidOptionError:
         return refused(self.statement, problem, self.form)
 
-    def _found(self) -> str:
+    def found(self) -> str:
         token = self.peek()
         return "the end of the statement" if token is None else repr(self.statement[token.start:token.end])
 
@@ -153,40 +199,47 @@ class Cursor:
     def expect(self, *words: str) -> str:
         if not self.at_word(*words):
             wanted = " or ".join(words)
-            raise self.error(f"expected {wanted} but found {self._found()}")
+            raise self.error(f"expected {wanted} but found {self.found()}")
         return self.take().value.upper()
 
     def expect_symbol(self, symbol: str) -> None:
         if not self.accept_symbol(symbol):
-            raise self.error(f"expected {symbol!r} but found {self._found()}")
+            raise self.error(f"expected {symbol!r} but found {self.found()}")
 
     def table_name(self) -> TableName:
-        """``table``, ``db.table`` or ``` `db`.`table` ``` (lower-cased)."""
+        """``table``, ``db.table`` or ``` `db`.`table` ``` (lower-cased); each part letters,
+        digits and underscores."""
         token = self.peek()
         if token is None or not token.is_name:
-            raise self.error(f"expected a table name ([db.]table) but found {self._found()}")
+            raise self.error(f"expected a table name ([db.]table) but found {self.found()}")
         first = self.take().value
         if not self.accept_symbol("."):
-            return TableName(DEFAULT_DATABASE, first.lower())
+            return self._named(DEFAULT_DATABASE, first.lower())
         token = self.peek()
         if token is None or not token.is_name:
-            raise self.error(f"expected a table name after {first!r}. but found {self._found()}")
+            raise self.error(f"expected a table name after {first!r}. but found {self.found()}")
         second = self.take().value
         following = self.peek()
         if following is not None and following.kind == "symbol" and following.value == ".":
             raise self.error("a table name has at most two parts (db.table)")
-        return TableName(first.lower(), second.lower())
+        return self._named(first.lower(), second.lower())
+
+    def _named(self, database: str, table: str) -> TableName:
+        problem = name_problem(database, table)
+        if problem is not None:
+            raise self.error(problem)
+        return TableName(database, table)
 
     def string(self, what: str) -> str:
         token = self.peek()
         if token is None or token.kind != "string":
-            raise self.error(f"expected {what} as a quoted string but found {self._found()}")
+            raise self.error(f"expected {what} as a quoted string but found {self.found()}")
         return self.take().value
 
     def integer(self, what: str) -> int:
         token = self.peek()
         if token is None or token.kind != "number" or not token.value.isdigit():
-            raise self.error(f"expected {what} (a whole number) but found {self._found()}")
+            raise self.error(f"expected {what} (a whole number) but found {self.found()}")
         return int(self.take().value)
 
     def segment_ids(self) -> list[str]:
@@ -196,7 +249,7 @@ class Cursor:
         while True:
             token = self.peek()
             if token is None or token.kind not in ("number", "string"):
-                raise self.error(f"expected a segment id (like 3 or 0.1) but found {self._found()}")
+                raise self.error(f"expected a segment id (like 3 or 0.1) but found {self.found()}")
             ids.append(self.take().value.strip())
             if self.accept_symbol(")"):
                 return ids
@@ -219,9 +272,27 @@ class Cursor:
                 return found
             self.expect_symbol(",")
 
+    def partition_spec(self) -> dict[str, str]:
+        """``(col='value', ...)``: columns lower-cased, each at most once."""
+        self.expect_symbol("(")
+        found: dict[str, str] = {}
+        while True:
+            token = self.take()
+            if not token.is_name:
+                raise self.error(f"expected a partition column but found {token.value!r}")
+            column = token.value.lower()
+            self.expect_symbol("=")
+            value = self.string(f"the value of partition column {token.value!r}")
+            if column in found:
+                raise self.error(f"partition column {column!r} is given twice")
+            found[column] = value
+            if self.accept_symbol(")"):
+                return found
+            self.expect_symbol(",")
+
     def end(self) -> None:
         if not self.at_end():
-            raise self.error(f"unexpected {self._found()} after the end of the statement")
+            raise self.error(f"unexpected {self.found()} after the end of the statement")
 
 
 def leading_words(tokens: list[Token], count: int = 4) -> list[str]:
@@ -237,6 +308,32 @@ def boolean_option(cursor: Cursor, options: dict[str, str], key: str, default: b
     if value.strip().lower() not in ("true", "false"):
         raise cursor.error(f"option {key!r} must be 'true' or 'false', got {value!r}")
     return value.strip().lower() == "true"
+
+
+def _spark_message(error: BaseException) -> str:
+    """Spark's own message, first line (its error class and text; the plan and stack follow)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+@contextmanager
+def spark_errors(statement: str) -> Iterator[None]:
+    """Make Spark's errors while metatxn runs ``statement`` an InvalidOptionError quoting it.
+
+    Analysis errors (an unknown column) and runtime errors (``DIVIDE_BY_ZERO``, a value that
+    does not cast) alike: the statement is metatxn's, so its failures are TxnErrors. Statements
+    handed to ``spark.sql`` whole are Spark's own and keep Spark's errors.
+    """
+    # pyspark turns the JVM's errors into PySparkExceptions; a raw Py4JJavaError is what is
+    # left when a call bypasses that conversion.
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except (PySparkException, Py4JJavaError) as exc:
+        raise InvalidOptionError(f"Spark cannot run it: {_spark_message(exc)}, in: {statement!r}\n"
+                                 "Nothing was written") from exc
 
 
 @contextmanager

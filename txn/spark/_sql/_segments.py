@@ -11,6 +11,7 @@ from typing import Any
 import fsspec
 
 from ..._context import Segment
+from ..._files import hive_value, typed_value
 from ..._table import Table
 from .._compact import compact
 from ._catalog import Catalog
@@ -264,8 +265,15 @@ def _moment(cursor: Cursor, text: str, spark: Any) -> datetime:
 
 # -- SHOW PARTITIONS -------------------------------------------------------------------------------
 
-def _hive_value(value: object) -> str:
-    return _HIVE_NULL if value is None else str(value)
+def _partition_value(cursor: Cursor, table: Table, column: str, text: str) -> object:
+    """A PARTITION value as a value of the column's type (``__HIVE_DEFAULT_PARTITION__``: null)."""
+    if text == _HIVE_NULL:
+        return None
+    data_type = table.schema.field(column).type
+    try:
+        return typed_value(text, data_type)
+    except ValueError:
+        raise cursor.error(f"partition value {text!r} of column {column!r} is not a {data_type}") from None
 
 
 def show_partitions(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> Any | None:
@@ -276,18 +284,7 @@ def show_partitions(spark: Any, catalog: Catalog, statement: str, tokens: list[T
     name = cursor.table_name()
     if not catalog.exists(name):
         return None
-    wanted: dict[str, str] = {}
-    if cursor.accept("PARTITION"):
-        cursor.expect_symbol("(")
-        while True:
-            token = cursor.take()
-            if not token.is_name:
-                raise cursor.error(f"expected a partition column but found {token.value!r}")
-            cursor.expect_symbol("=")
-            wanted[token.value.lower()] = cursor.string(f"the value of partition column {token.value!r}")
-            if cursor.accept_symbol(")"):
-                break
-            cursor.expect_symbol(",")
+    wanted = cursor.partition_spec() if cursor.accept("PARTITION") else {}
     cursor.end()
     table = catalog.open(name)
     if not table.partition_by:
@@ -295,8 +292,13 @@ def show_partitions(spark: Any, catalog: Catalog, statement: str, tokens: list[T
     unknown = sorted(set(wanted) - set(table.partition_by))
     if unknown:
         raise cursor.error(f"{unknown} are not partition columns of {name}; they are {table.partition_by}")
+    # Values are compared as the folders name them: the given text read as the column's type
+    # (flag='TRUE' is the folder flag=true), both rendered by the writer's own hive_value.
+    folders = {column: hive_value(_partition_value(cursor, table, column, text))
+               for column, text in wanted.items()}
     rows = []
     for values in table.partitions():
-        if all(_hive_value(values.get(c)) == v for c, v in wanted.items()):
-            rows.append(("/".join(f"{c}={_hive_value(values.get(c))}" for c in table.partition_by),))
+        rendered = {c: hive_value(values.get(c)) for c in table.partition_by}
+        if all(rendered[c] == folder for c, folder in folders.items()):
+            rows.append(("/".join(f"{c}={rendered[c]}" for c in table.partition_by),))
     return strings_frame(spark, ("partition",), rows)

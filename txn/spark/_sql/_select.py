@@ -13,8 +13,10 @@ that snapshot; these views live for one statement and are dropped once Spark has
 A table of the statement keeps its name as an alias (``FROM orders`` reads
 ``FROM `metatxn_..._orders` AS `orders```), so ``orders.o_custkey`` still resolves; a name
 with a database (``FROM sales.orders``) can be used as ``orders.col``, not ``sales.orders.col``.
-``CREATE VIEW`` over metatxn tables keeps its fresh views: the view it creates is pinned to
-their snapshots, as a view made by ``txn.spark.create_view`` is.
+``CREATE VIEW`` and ``CACHE TABLE name AS <query>`` over metatxn tables keep their fresh views:
+the view (or cached table) they create is pinned to those snapshots, as a view made by
+``txn.spark.create_view`` is, and would break if its views were dropped. ``CACHE TABLE t`` of a
+metatxn table itself is refused: the next statement reads ``t`` afresh, never from that cache.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlglot import exp
+
+from timeline import InvalidOptionError
 
 from .._read import read
 from ._catalog import Catalog, TableName
@@ -38,7 +42,9 @@ QUERY_WORDS = frozenset({"SELECT", "WITH", "FROM", "VALUES", "TABLE", "(", "INSE
 def _targets(tree: exp.Expression) -> set[int]:
     """Tables a statement writes or creates, not reads (by node identity)."""
     targets: set[int] = set()
-    for node in tree.find_all(exp.Create, exp.Insert, exp.Drop):
+    for node in tree.find_all(exp.Create, exp.Insert, exp.Drop, exp.Cache):
+        if isinstance(node, exp.Cache) and node.args.get("expression") is None:
+            continue  # CACHE TABLE t reads t
         target = node.this
         if isinstance(target, exp.Schema):
             target = target.this
@@ -80,46 +86,49 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _rewritten(text: str, tree: exp.Expression,
-               found: list[tuple[exp.Table, TableName]], views: dict[TableName, str]) -> str:
+def _rewritten(text: str, found: list[tuple[exp.Table, TableName]], views: dict[TableName, str]) -> str:
     spans = []
     for table, name in found:
         span = _span(table)
+        if span is None:
+            # Printing the statement from its tree instead could change what its literals mean
+            # (sqlglot prints 'it''s' as CONCAT('it', 's')): the text is Spark's as written, or
+            # nothing.
+            raise InvalidOptionError(f"cannot locate table {name} in the statement, in: {text!r}\n"
+                                     "Help: name the table as [db.]table")
         # Only a FROM or JOIN item takes an alias (not DESCRIBE's table); Spark puts TABLESAMPLE
         # before the alias, so a sampled table keeps no alias of its name.
         aliased = isinstance(table.parent, (exp.From, exp.Join)) and not table.alias \
             and not table.args.get("sample")
         alias = f" AS {_quoted(name.table)}" if aliased else ""
-        if span is None:  # rare: no positions; print the statement from its tree instead
-            return _printed(tree, found, views)
         spans.append((span, _quoted(views[name]) + alias))
     for (start, end), replacement in sorted(spans, reverse=True):
         text = text[:start] + replacement + text[end:]
     return text
 
 
-def _printed(tree: exp.Expression, found: list[tuple[exp.Table, TableName]],
-             views: dict[TableName, str]) -> str:
-    copy = tree.copy()
-    wanted = {id(table): name for table, name in found}
-    originals = list(tree.find_all(exp.Table))
-    for original, table in zip(originals, copy.find_all(exp.Table), strict=True):
-        name = wanted.get(id(original))
-        if name is not None:
-            alias = table.alias or name.table
-            table.replace(exp.Table(this=exp.to_identifier(views[name], quoted=True),
-                                    alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))))
-    return copy.sql(dialect="spark")
+def _keeps_views(tree: exp.Expression) -> bool:
+    """Whether the statement makes something that reads its views after it ran: a view, or a
+    cached table of a query."""
+    if isinstance(tree, exp.Create):
+        return str(tree.args.get("kind", "")).upper() == "VIEW"
+    return isinstance(tree, exp.Cache) and tree.args.get("expression") is not None
 
 
 @contextmanager
 def fresh_views(spark: Any, catalog: Catalog, text: str) -> Iterator[str]:
-    """``text`` reading fresh views of the metatxn tables it names (dropped on exit)."""
+    """``text`` reading fresh views of the metatxn tables it names (dropped on exit, unless the
+    statement creates a view or a cached table over them)."""
     tree = parse(text)
     found = references(tree, catalog) if tree is not None else []
     if tree is None or not found:
         yield text
         return
+    if isinstance(tree, exp.Cache) and tree.args.get("expression") is None:
+        raise InvalidOptionError(
+            f"CACHE TABLE of metatxn table {found[0][1]} is not supported: each statement reads it "
+            f"at its latest snapshot, never from a cache, in: {text!r}\nExpected: CACHE TABLE name "
+            f"AS SELECT ... FROM {found[0][1].table} (a cached snapshot under a name of its own)")
     views: dict[TableName, str] = {}
     try:
         for _, name in found:
@@ -127,10 +136,9 @@ def fresh_views(spark: Any, catalog: Catalog, text: str) -> Iterator[str]:
                 view = f"metatxn_{name.database}_{name.table}_{secrets.token_hex(4)}"
                 read(spark, catalog.location(name)).createOrReplaceTempView(view)
                 views[name] = view
-        yield _rewritten(text, tree, found, views)
+        yield _rewritten(text, found, views)
     finally:
-        keep = isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() == "VIEW"
-        for view in views.values() if not keep else ():
+        for view in views.values() if not _keeps_views(tree) else ():
             spark.catalog.dropTempView(view)
 
 

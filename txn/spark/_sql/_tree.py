@@ -2,9 +2,11 @@
 
 sqlglot reads the parts of a statement metatxn must understand: the columns and types of CREATE
 TABLE, the target and SET list of UPDATE and DELETE, the target of INSERT, and every table a
-query names. Expressions metatxn hands on to Spark (SET values, predicates, queries) are printed
-back in Spark's dialect; a statement sqlglot cannot read as a whole (it falls back to an opaque
-``Command``) is treated as not understood.
+query names. It checks the statement's structure; what metatxn hands on to Spark (SET values,
+predicates, queries) is the statement's own text (:func:`._parse.source_text`), never printed
+back from the tree: sqlglot reads ``'it''s'`` as two adjacent literals and prints
+``CONCAT('it', 's')``, which Spark reads as ``its``. A statement sqlglot cannot read as a whole
+(it falls back to an opaque ``Command``) is treated as not understood.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from ._catalog import DEFAULT_DATABASE, TableName
+from timeline import InvalidOptionError
+
+from ._catalog import DEFAULT_DATABASE, TableName, name_problem
 
 DIALECT = "spark"
 
@@ -58,15 +62,35 @@ def problem(text: str) -> str:
     return "the statement could not be read"
 
 
-def name_of(table: exp.Table) -> TableName | None:
-    """The ``db.table`` a table reference names (None: a table function, or a three-part name
-    that is Spark's catalog's, not the warehouse's)."""
+def _parts(table: exp.Table) -> tuple[str, str] | None:
     if not isinstance(table.this, exp.Identifier) or table.args.get("catalog") is not None:
         return None
     database = table.args.get("db")
-    return TableName(database.name.lower() if isinstance(database, exp.Identifier) else DEFAULT_DATABASE,
-                     table.name.lower())
+    return (database.name.lower() if isinstance(database, exp.Identifier) else DEFAULT_DATABASE,
+            table.name.lower())
+
+
+def name_of(table: exp.Table) -> TableName | None:
+    """The ``db.table`` a table reference names (None: a table function, a three-part name that
+    is Spark's catalog's, or a name no metatxn table can have, such as ``odd-name``)."""
+    parts = _parts(table)
+    if parts is None or name_problem(*parts) is not None:
+        return None
+    return TableName(*parts)
+
+
+def new_name(table: exp.Table) -> TableName:
+    """The ``db.table`` a statement creates; InvalidOptionError saying why it cannot be one."""
+    parts = _parts(table)
+    if parts is None:
+        raise InvalidOptionError(f"{table.sql(dialect=DIALECT)!r} is not a table name; expected "
+                                 "[db.]table")
+    problem = name_problem(*parts)
+    if problem is not None:
+        raise InvalidOptionError(problem)
+    return TableName(*parts)
 
 
 def spark_text(node: exp.Expression) -> str:
+    """A node printed in Spark's dialect: for names and types only (see the module's doc)."""
     return node.sql(dialect=DIALECT)
