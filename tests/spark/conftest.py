@@ -33,3 +33,18 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def warehouse(tmp_path: Any) -> Any:
+    """The folder ``txn.spark.sql``'s table names map into (the ``sql`` fixture registers it)."""
+    return tmp_path / "warehouse"
+
+
+@pytest.fixture
+def sql(spark: Any, warehouse: Any) -> Any:
+    """``txn.spark.sql`` on the test's own warehouse: ``sql("SHOW SEGMENTS FOR TABLE t")``."""
+    import txn.spark
+
+    txn.spark.register(spark, warehouse=str(warehouse))
+    return lambda statement: txn.spark.sql(spark, statement)

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
 from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -155,3 +160,44 @@ def exploding(spark: Any, table: pa.Table) -> Any:
         raise RuntimeError("a task ran")
 
     return frame(spark, table).withColumn("id", F.udf(explode, LongType(), useArrow=False)("id"))
+
+
+# -- streaming sources ---------------------------------------------------------------------------
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+class LineServer:
+    """``nc -lk <port>`` of the walk-through: a server on 127.0.0.1 (a free port) that sends
+    the lines it is fed to the one client that connects."""
+
+    def __init__(self) -> None:
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(1)
+        self.port: int = self._server.getsockname()[1]
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        try:
+            connection, _ = self._server.accept()
+        except OSError:  # closed before anyone connected
+            return
+        with connection:
+            while (line := self._lines.get()) is not None:
+                connection.sendall(f"{line}\n".encode())
+
+    def feed(self, lines: list[str]) -> None:
+        for line in lines:
+            self._lines.put(line)
+
+    def close(self) -> None:
+        self._lines.put(None)
+        self._server.close()

@@ -35,17 +35,6 @@ pytestmark = pytest.mark.spark
 PEOPLE = "CREATE TABLE people (id bigint, name string, score double, born date) STORED AS metatxn"
 
 
-@pytest.fixture
-def warehouse(tmp_path: Path) -> Path:
-    return tmp_path / "warehouse"
-
-
-@pytest.fixture
-def sql(spark: Any, warehouse: Path) -> Any:
-    txn.spark.register(spark, warehouse=str(warehouse))
-    return lambda statement: txn.spark.sql(spark, statement)
-
-
 def people(sql: Any, warehouse: Path, rows: int = 6) -> txn.Table:
     """``people`` with ``rows`` rows in one segment: id i, name n<i>, score i * 1.5, born
     2020-01-(i+1)."""

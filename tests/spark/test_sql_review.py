@@ -30,17 +30,6 @@ from txn.spark._sql import Catalog, TableName
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture
-def warehouse(tmp_path: Path) -> Path:
-    return tmp_path / "warehouse"
-
-
-@pytest.fixture
-def sql(spark: Any, warehouse: Path) -> Any:
-    txn.spark.register(spark, warehouse=str(warehouse))
-    return lambda statement: txn.spark.sql(spark, statement)
-
-
 def named(sql: Any, warehouse: Path, rows: dict[int, str]) -> txn.Table:
     """``q (id bigint, name string)`` holding ``rows``, one segment."""
     sql("CREATE TABLE q (id bigint, name string) STORED AS metatxn")

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,50 +22,13 @@ from txn.spark._sql._stream_sources import SOURCE_FILE, load
 from txn.spark._sql._stream_syntax import CreateStream, DropStream, ShowStreams, parse
 from txn.spark._sql._streams import SHOW_STREAMS_COLUMNS, run_stream_statement
 
+from .helpers import LineServer, wait_for
+
 SOURCE_SQL = ("CREATE TABLE source (id int, name string) STORED AS carbondata TBLPROPERTIES("
               "'streaming'='source', 'format'='socket', 'host'='127.0.0.1', 'port'='{port}', "
               "'record_format'='csv', 'delimiter'=',')")
 STREAM_SQL = ("CREATE STREAM job1 ON TABLE sink STMPROPERTIES('trigger'='ProcessingTime', "
               "'interval'='1 seconds') AS SELECT * FROM source")
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-class LineServer:
-    """``nc -lk <port>`` of the walk-through: a server on 127.0.0.1 (a free port) that sends
-    the lines it is fed to the one client that connects."""
-
-    def __init__(self) -> None:
-        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._server.bind(("127.0.0.1", 0))
-        self._server.listen(1)
-        self.port: int = self._server.getsockname()[1]
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        try:
-            connection, _ = self._server.accept()
-        except OSError:  # closed before anyone connected
-            return
-        with connection:
-            while (line := self._lines.get()) is not None:
-                connection.sendall(f"{line}\n".encode())
-
-    def feed(self, lines: list[str]) -> None:
-        for line in lines:
-            self._lines.put(line)
-
-    def close(self) -> None:
-        self._lines.put(None)
-        self._server.close()
 
 
 @pytest.fixture

@@ -4,9 +4,6 @@ runs, DROP STREAM, COMPACT 'CLOSE_STREAMING'), and exactly once across a restart
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,44 +14,11 @@ import pytest
 import txn
 import txn.spark
 
+from .helpers import LineServer, wait_for
+
 pytestmark = pytest.mark.spark
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-class LineServer:
-    """What ``nc -lk 9099`` does in the walk-through: a server on 127.0.0.1 that sends lines to
-    the one client that connects, then keeps the connection open."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._server.bind(("127.0.0.1", 0))
-        self._server.listen(1)
-        self.port = self._server.getsockname()[1]
-        self._lines = lines
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        connection, _ = self._server.accept()
-        with connection:
-            for line in self._lines:
-                connection.sendall(f"{line}\n".encode())
-                time.sleep(0.01)
-            self._done.wait(120)
-
-    def close(self) -> None:
-        self._done.set()
-        self._server.close()
 
 
 @pytest.fixture
@@ -62,7 +26,8 @@ def line_server() -> Iterator[Callable[[list[str]], LineServer]]:
     servers: list[LineServer] = []
 
     def start(lines: list[str]) -> LineServer:
-        servers.append(LineServer(lines))
+        servers.append(LineServer())
+        servers[-1].feed(lines)
         return servers[-1]
 
     yield start
