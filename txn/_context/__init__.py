@@ -28,6 +28,7 @@ from ._options import (
     streaming_max_bytes,
     target_file_bytes,
 )
+from ._progress import Reporter, advanced, progress, watched
 from ._records import (
     ACTION_OF,
     CLEAN_ACTION,
@@ -86,11 +87,13 @@ __all__ = [
     "IdFactory",
     "MaintenanceReport",
     "Problem",
+    "Reporter",
     "Segment",
     "TableConfig",
     "TableContext",
     "ValidationReport",
     "WritePlan",
+    "advanced",
     "check_layout",
     "check_properties",
     "clean_options",
@@ -105,6 +108,7 @@ __all__ = [
     "open_context",
     "parse_level_threshold",
     "plan_segments",
+    "progress",
     "random_id",
     "read_config",
     "streaming_auto_handoff",
@@ -112,4 +116,5 @@ __all__ = [
     "streaming_max_bytes",
     "target_file_bytes",
     "trash_folder",
+    "watched",
 ]

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Final
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 
 from timeline import CorruptMetadataError, InvalidOptionError, ObjectNotFoundError, SchemaMismatchError
 
+from .._context import progress
 from .._files import (
     ColumnStats,
     ExternalReader,
@@ -107,9 +109,10 @@ class Inspector:
         jobs = [(folder.partition, listed) for folder in folders for listed in folder.files]
         if self.format in ("parquet", "orc"):
             # The first file (in listing order) is the reference its siblings are compared with.
-            done = [self._footer(*jobs[0])]
+            first = self._footer(*jobs[0])
             with ThreadPoolExecutor(min(_FOOTER_THREADS, len(jobs))) as pool:
-                done += pool.map(lambda job: self._footer(*job), jobs[1:])
+                rest = pool.map(lambda job: self._footer(*job), jobs[1:])
+                done = list(progress("reading file footers", chain([first], rest), len(jobs)))
         else:
             done = self._scan_all(jobs)
         result: list[list[Inspected]] = []

@@ -52,6 +52,7 @@ from .._context import (
     CleanEntry,
     CleanPlan,
     TableContext,
+    progress,
     trash_folder,
 )
 from ._clean_plan import plan_clean
@@ -177,7 +178,7 @@ def _refuse_running_clean(context: TableContext, view: TimelineView) -> None:
 def _move(storage: Storage, plan: CleanPlan, folder: str, done: _Done) -> None:
     """Move each planned file to the trash (expired trash: delete it), noting each in ``done``.
     A file that is gone already is skipped."""
-    for entry in plan.files:
+    for entry in progress("moving files to the trash", plan.files, len(plan.files)):
         if entry.reason == EXPIRED_TRASH:
             storage.delete(entry.path)
             done.deleted.append(entry)

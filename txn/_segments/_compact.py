@@ -39,6 +39,7 @@ from .._context import (
     Commit,
     CommitMetadata,
     TableContext,
+    advanced,
     compaction_options,
     target_file_bytes,
 )
@@ -282,6 +283,7 @@ def _merged_rows(context: TableContext, state: State, files: list[str],
     # Files without delete deltas are decoded together, on every core; the others row group by
     # row group with their deleted positions dropped.
     whole = [path for path in files if not state.deltas.paths(path) and not is_external(path)]
+    advanced("reading files", 0, len(files))
     parts = []
     if whole:
         try:
@@ -305,7 +307,12 @@ def _merged_rows(context: TableContext, state: State, files: list[str],
     # Batches of a quarter file: the writer cuts a file once it holds its target, so files keep
     # their size and, written in order, disjoint sort ranges.
     per_file = target_file_bytes(context.properties) * table.num_rows // max(1, table.nbytes)
-    yield from table.to_batches(max_chunksize=max(1, per_file // 4))
+    advanced("reading files", len(files), len(files))
+    written = 0
+    for batch in table.to_batches(max_chunksize=max(1, per_file // 4)):
+        yield batch
+        written += batch.num_rows
+        advanced("rewriting rows", written, table.num_rows)
 
 
 def _major_results(context: TableContext, view: TimelineView, entries: Sequence[SegmentEntry],

@@ -38,7 +38,15 @@ from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, STR
 from indexes._layout import base_path, parse_listing, partition_folder
 from timeline import CorruptMetadataError, ObjectNotFoundError, TimelineView, TxnError
 
-from .._context import CLEAN_ACTION, TRASH_FOLDER, Problem, TableContext, ValidationReport, trash_folder
+from .._context import (
+    CLEAN_ACTION,
+    TRASH_FOLDER,
+    Problem,
+    TableContext,
+    ValidationReport,
+    progress,
+    trash_folder,
+)
 from .._files import (
     DELTA_SUFFIX,
     MARKERS_FOLDER,
@@ -91,7 +99,7 @@ def validate(context: TableContext) -> ValidationReport:
     problems += _check_lost_completions(view, listed)
 
     moving = _moved_by_running_clean(context, view)
-    for row in listed:
+    for row in progress("checking files", listed, len(listed)):
         path = row["path"]
         if is_external(path):
             problems += _check_external(context, row)

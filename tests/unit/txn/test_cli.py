@@ -365,6 +365,7 @@ def test_on_a_terminal_tables_are_drawn_with_rich_and_long_work_shows_progress(
     status, text = on_a_terminal("validate", loaded.uri)
     assert status == 0
     assert "validating" in text, "the progress bar, erased when the work is done"
+    assert "checking files" in text and "4/4" in text, "the library's own steps, counted"
     assert text.rstrip().endswith("ok: 4 files agree with the metadata table")
 
 
