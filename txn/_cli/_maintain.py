@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Collection
 
+from rich.console import RenderableType
+
 from txn import InvalidOptionError, Table, open_table
 
 from . import _json
@@ -65,7 +67,9 @@ def clean(args: argparse.Namespace) -> int:
         return 0
     reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.reasons.items())) or "-"
     if args.dry_run:
-        show(table(("File",), ((path,) for path in result.files)), "",
+        listing: list[RenderableType] = \
+            [table(("File",), ((path,) for path in result.files)), ""] if result.files else []
+        show(*listing,
              table(("Size To Be Freed", "Files", "Reasons"),
                    [(size(result.bytes), len(result.files), reasons)], numeric=("Files",)), "",
              "dry run: nothing was removed")
