@@ -3,10 +3,10 @@ Finish`` (ready for hand-off), in one commit."""
 
 from __future__ import annotations
 
-from indexes import DROPPED, STREAM
+from indexes import APP, DROPPED, STREAM
 from timeline import StreamNotFoundError
 
-from .._commit import Change, Progress, StreamStep
+from .._commit import Change, Progress, StreamStep, producer_record
 from .._context import Commit, TableContext
 from .._write import State, commit_planned
 from ._stream import _check_name, close_running, hand_off, record_of
@@ -17,10 +17,13 @@ def drop_stream(context: TableContext, name: str) -> Commit:
     name = _check_name(name)
     record = record_of(context, name)
     if record is None or record.status == DROPPED:
+        app = producer_record(context, context.timeline.load(), APP, name) if record is None else None
         raise StreamNotFoundError(
             f"no stream {name!r} on the table at {context.uri!r}"
             + (" (it was dropped)" if record is not None else "")
-            + "; SHOW STREAMS (t.streams()) lists the table's streams")
+            + (f"; {name!r} is the app_id of idempotent writes, which SHOW STREAMS lists too but "
+               "DROP STREAM does not drop" if app is not None else "")
+            + "; expected the name of a stream SHOW STREAMS (t.streams()) lists with kind 'stream'")
     progress = Progress(STREAM, name, record.last_batch, record.generation)
 
     def plan(state: State) -> Change:

@@ -89,11 +89,14 @@ def test_show_streams_and_drop_stream(memory_uri: str) -> None:
         t.drop_stream("job1")
     with pytest.raises(txn.StreamNotFoundError, match="nope"):
         t.drop_stream("nope")
+    t.append(batch(20), app_id="nightly", version=1)  # an idempotent producer, also in SHOW STREAMS
+    with pytest.raises(txn.StreamNotFoundError, match="'nightly' is the app_id of idempotent writes"):
+        t.drop_stream("nightly")
 
     again = t.stream("job1")
     assert again.last_batch_id is None, "a dropped name starts afresh"
     assert again.write(0, batch(10)).segment not in ("0", "1")  # type: ignore[union-attr]
-    assert t.snapshot().count() == 4
+    assert t.snapshot().count() == 5
     assert t.validate().ok
 
 
