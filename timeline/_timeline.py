@@ -380,7 +380,10 @@ class Timeline:
             raise IllegalTransitionError(instant.time, current.state, ROLLEDBACK,
                                          "only a pending instant can be rolled back")
         aborted = current.with_state(ROLLEDBACK)
-        self._put_state(aborted, payload)
+        # Only abort writes this marker, under the lock: if it is there, an earlier attempt of
+        # this holder wrote it and then saw its write fail. The instant is rolled back all the same.
+        with contextlib.suppress(ObjectExistsError):
+            self._put_state(aborted, payload)
         self._remember(lease, aborted)
         return aborted
 

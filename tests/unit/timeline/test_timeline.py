@@ -504,6 +504,28 @@ def test_resume_rollback_finishes_a_rollback_whose_writer_crashed(
     assert survivor.read_metadata(done) == {"undid": target.time}
 
 
+def test_a_rollback_whose_marker_landed_but_failed_finishes_in_the_same_lock_hold(
+    storage: Storage, make_timeline: Callable[..., Timeline]
+) -> None:
+    """The target's rolledback marker lands, then its write reports a failure: the holder's
+    view still shows the target pending. Resuming under the same lease must take the marker that
+    is there as the decision, not fail on it (put-if-absent lost to its own earlier attempt)."""
+    writer = make_timeline("writer")
+    target = writer.start(writer.request("commit"))
+    faulty = FaultyStorage(storage)
+    cleaner = make_timeline("cleaner", on=faulty)
+    faulty.arm(1, when="after", ops={"put_if_absent"}, match=lambda path: path.endswith(".rolledback"))
+    with cleaner.lock() as lease:
+        with pytest.raises(InjectedFault):
+            cleaner.rollback(target, lease=lease)
+        rollback = next(i for i in cleaner.view(lease).pending() if i.action == "rollback")
+        done = cleaner.resume_rollback(rollback, lease=lease, undo=lambda t: {"undid": t.time})
+    view = make_timeline("reader").load()
+    assert done.state == COMPLETED and view.get(done.time) == done
+    assert view.get(target.time).state == ROLLEDBACK  # type: ignore[union-attr]
+    assert view.pending() == ()
+
+
 def test_resume_rollback_never_undoes_a_target_that_completed_first(
     storage: Storage, make_timeline: Callable[..., Timeline]
 ) -> None:
