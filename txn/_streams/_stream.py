@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from indexes import DROPPED, SEGMENTS, STREAM, STREAMING, StreamRecord
-from timeline import DuplicateKeyError, InvalidOptionError
+from timeline import DuplicateKeyError, InvalidOptionError, TxnError
 
 from .._commit import Change, Progress, StreamStep, committed, generation_of, producer_record
 from .._context import (
@@ -122,15 +122,20 @@ class Stream:
             # A restarted producer's first batch is often a replay. Checked against the stream's
             # record alone, it costs the same after 10 batches or 100,000; a write reads the
             # table's live files too, which a fresh handle would read for nothing.
-            record = record_of(context, self.name)
-            if committed(record, Progress(STREAM, self.name, batch_id, generation_of(record))):
-                log.info("stream %s batch %d: skipped, already committed", self.name, batch_id)
+            if self._replayed(batch_id):
                 return None
-        rows = pa.Table.from_batches(list(batches(data, context.schema)), schema=context.schema)
         columns = context.record_key_columns
-        if columns:
-            check_not_null(rows, columns)
-            check_unique(rows, columns)
+        try:
+            rows = pa.Table.from_batches(list(batches(data, context.schema)), schema=context.schema)
+            if columns:
+                check_not_null(rows, columns)
+                check_unique(rows, columns)
+        except TxnError:
+            # A replay is skipped whatever its rows: the batch committed already. Checked only
+            # when the rows are refused, so a good batch pays for no extra look at the table.
+            if self._replayed(batch_id):
+                return None
+            raise
         steps: list[StreamStep] = []
 
         def plan(state: State) -> Change | None:
@@ -161,6 +166,14 @@ class Stream:
             if self._batches % STREAM_FILES_FANOUT == 0:
                 _tidy(context, commit)
         return commit
+
+    def _replayed(self, batch_id: int) -> bool:
+        """Whether the stream committed ``batch_id`` (or a later batch) already."""
+        record = record_of(self._context, self.name)
+        if committed(record, Progress(STREAM, self.name, batch_id, generation_of(record))):
+            log.info("stream %s batch %d: skipped, already committed", self.name, batch_id)
+            return True
+        return False
 
     @property
     def active(self) -> bool:

@@ -356,3 +356,20 @@ def test_a_fresh_handles_replay_reads_the_streams_record_alone(
     assert asked and all("files" not in partitions for partitions in asked), asked
     assert restarted.write(3, batch(3)) is not None  # later batches take the usual path
     assert sorted(t.to_arrow()["id"].to_pylist()) == [0, 1, 2, 3]
+
+
+def test_a_replay_is_skipped_whatever_its_rows(memory_uri: str) -> None:
+    """A batch the stream committed already returns None even when its rows would be refused
+    (a repeated key, the wrong schema): skipped is skipped. A new batch with them is refused."""
+    t = txn.create_table(memory_uri, SCHEMA, record_key="id", properties=STREAMING)
+    s = t.stream("job1")
+    s.write(0, batch(1))
+    s.write(1, batch(2))
+    before = t.timeline()
+    assert s.write(0, batch(5, 5)) is None
+    assert s.write(1, pa.table({"other": [1]})) is None
+    assert t.timeline() == before
+    with pytest.raises(txn.DuplicateKeyError):
+        s.write(2, batch(5, 5))
+    with pytest.raises(txn.SchemaMismatchError):
+        s.write(2, pa.table({"other": [1]}))
