@@ -14,12 +14,14 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 SUBJECT = "metatxn"
 LIBRARIES = ("metatxn", "pyarrow", "deltalake", "pyiceberg", "sqlalchemy")
@@ -368,3 +370,18 @@ def write_json(report: Report, path: Path) -> None:
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+
+
+def finish_run(report: Any, *, markdown: str, out: Path | None, write_json: Callable[[Any, Path], None],
+               wrong: list[str], began: float, log: Callable[[str], None]) -> int:
+    """The end every benchmark shares: the Markdown on stdout, the JSON if asked, the run's length,
+    and exit status 1 (naming them) when any result was wrong."""
+    print(markdown, end="")
+    if out:
+        write_json(report, out)
+        log(f"wrote {out}")
+    log(f"run took {(time.monotonic() - began) / 60:.1f} min")
+    if wrong:
+        log("WRONG RESULTS (exit status 1):\n" + "\n".join(f"  {w}" for w in wrong))
+        return 1
+    return 0

@@ -88,7 +88,15 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from bench._report import Machine, _markdown_table, load_average, machine_facts, machine_section, run_folder
+from bench._report import (
+    Machine,
+    _markdown_table,
+    finish_run,
+    load_average,
+    machine_facts,
+    machine_section,
+    run_folder,
+)
 
 SUBJECT, DELTA = "metatxn", "deltalake"
 LIBRARIES = ("metatxn", "pyarrow", "deltalake")
@@ -1048,16 +1056,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     with run_folder(args.workdir, keep=args.keep, prefix="bench-streaming-", log=log) as folder:
         report = run_all(make_config(args, folder))
-    print(render_markdown(report), end="")
-    if args.out:
-        write_json(report, args.out)
-        log(f"wrote {args.out}")
-    log(f"run took {(time.monotonic() - began) / 60:.1f} min")
-    wrong = wrong_results(report)
-    if wrong:
-        log("WRONG RESULTS (exit status 1):\n" + "\n".join(f"  {w}" for w in wrong))
-        return 1
-    return 0
+    return finish_run(report, markdown=render_markdown(report), out=args.out, write_json=write_json,
+                      wrong=wrong_results(report), began=began, log=log)
 
 
 if __name__ == "__main__":
