@@ -219,9 +219,10 @@ def create(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
     options = _options(statement, properties)
     query = tree.args.get("expression")
     location = catalog.location(name)
-    if tree.args.get("exists") and (catalog.exists(name) or declared_source(catalog, name)):
+    source = declared_source(catalog, name)
+    if tree.args.get("exists") and (source is not None or catalog.exists(name)):
         return no_result(spark)
-    if declared_source(catalog, name) is not None:
+    if source is not None:
         # A stream source's declaration holds the name: a table in its folder would hide it.
         raise _declared_as_source(location, name, statement)
     if query is not None:
