@@ -26,9 +26,10 @@ import pytest
 
 import txn
 import txn.spark
+from txn._context import segment_size
 from txn.spark._sql import Catalog, TableName
 from txn.spark._sql._catalog import WAREHOUSE_KEY
-from txn.spark._sql._frames import duration_text, freed_size, segment_size, timestamp_text
+from txn.spark._sql._frames import duration_text, freed_size, timestamp_text
 
 pytestmark = pytest.mark.spark
 

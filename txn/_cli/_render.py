@@ -30,6 +30,7 @@ from rich.text import Text
 from timeline import Instant
 from txn import Segment, StreamInfo
 
+from .._context import segment_size
 from .._files import hive_value
 
 #: CarbonData's placeholder for a value that is not known (no end time, no partition, ...).
@@ -155,14 +156,8 @@ def show(*renderables: RenderableType) -> None:
 # -- values --------------------------------------------------------------------------------------
 
 def size(num_bytes: int | None) -> str:
-    """A size as CarbonData's SHOW SEGMENTS shows it: ``912.0B``, ``1.23KB``, ``4.50MB``, ...;
-    ``NA`` when unknown (None or negative)."""
-    if num_bytes is None or num_bytes < 0:
-        return NA
-    for unit, scale in (("TB", 1024**4), ("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:.2f}{unit}"
-    return f"{float(num_bytes):.1f}B"
+    """A size as CarbonData's SHOW SEGMENTS shows it: ``912.0B``, ``1.23KB``, ...; ``NA`` unknown."""
+    return segment_size(num_bytes)
 
 
 def duration(start: datetime | None, end: datetime | None) -> str:

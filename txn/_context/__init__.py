@@ -14,6 +14,7 @@ from ._compaction import (
 )
 from ._config import TABLE_CONFIG_PATH, TableConfig, decode_config, encode_config, read_config
 from ._context import LATEST_PARTITIONS, IdFactory, TableContext, completion_map, random_id
+from ._display import segment_size
 from ._open import create_context, open_context
 from ._options import (
     CleanOptions,
@@ -111,6 +112,7 @@ __all__ = [
     "progress",
     "random_id",
     "read_config",
+    "segment_size",
     "streaming_auto_handoff",
     "streaming_enabled",
     "streaming_max_bytes",

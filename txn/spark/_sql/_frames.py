@@ -39,19 +39,6 @@ def no_result(spark: Any) -> Any:
     return spark.createDataFrame([], StructType([]))
 
 
-def segment_size(size: int | None) -> str:
-    """CarbonData's SHOW SEGMENTS size (``Strings.formatSize``): ``912.0B``, ``1.23KB``, ...,
-    ``NA`` when unknown."""
-    if size is None or size < 0:
-        return "NA"
-    if size < _KB:
-        return f"{float(size)}B"
-    for unit, power in (("KB", 1), ("MB", 2), ("GB", 3)):
-        if size < _KB ** (power + 1):
-            return f"{size / _KB ** power:.2f}{unit}"
-    return f"{size / _KB ** 4:.2f}TB"
-
-
 def freed_size(size: int) -> str:
     """CarbonData's CLEAN FILES size (``ByteUtil.convertByteToReadable``): whole units of
     Byte, KB or MB, rounded down."""

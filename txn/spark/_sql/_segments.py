@@ -10,7 +10,7 @@ from typing import Any
 
 import fsspec
 
-from ..._context import Segment
+from ..._context import Segment, segment_size
 from ..._files import hive_value, typed_value
 from ..._table import Table
 from .._compact import compact
@@ -19,7 +19,6 @@ from ._frames import (
     duration_text,
     freed_size,
     no_result,
-    segment_size,
     session_zone,
     strings_frame,
     timestamp_text,
