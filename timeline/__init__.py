@@ -55,7 +55,7 @@ from ._lock import Lease, LockRecord, TableLock
 from ._memory import MemoryStorage
 from ._open import open_storage
 from ._prefixed import PrefixedStorage
-from ._storage import Storage, check_key, move
+from ._storage import Staging, Storage, Temporary, check_key, leftover_temporaries, move
 from ._timeline import RollbackPlan, Timeline, TimelineOptions
 from ._view import TimelineView
 
@@ -89,6 +89,7 @@ __all__ = [
     "RollbackPlan",
     "SchemaMismatchError",
     "SegmentNotFoundError",
+    "Staging",
     "State",
     "Storage",
     "StorageError",
@@ -96,6 +97,7 @@ __all__ = [
     "TableExistsError",
     "TableLock",
     "TableNotFoundError",
+    "Temporary",
     "Timeline",
     "TimelineOptions",
     "TimelineView",
@@ -103,6 +105,7 @@ __all__ = [
     "WorkerEnvironmentError",
     "check_key",
     "format_time",
+    "leftover_temporaries",
     "move",
     "next_time",
     "open_storage",

@@ -24,6 +24,7 @@ import errno
 import itertools
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -31,7 +32,7 @@ import pyarrow as pa
 import pyarrow.fs
 
 from ._errors import ObjectExistsError, ObjectNotFoundError, StorageError
-from ._storage import check_key, check_prefix
+from ._storage import Temporary, check_key, check_prefix
 
 _TMP_SUFFIX = ".tmp"
 _counter = itertools.count()
@@ -42,6 +43,11 @@ _ABSENT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG})
 
 def _is_temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(_TMP_SUFFIX)
+
+
+def _staged_name(temporary: str) -> str:
+    """The file name a temporary ``.<name>.<pid>.<thread>.<n>.tmp`` was staging."""
+    return temporary[1:].rsplit(".", 4)[0]
 
 
 class LocalStorage:
@@ -140,24 +146,46 @@ class LocalStorage:
                 raise self._failed("replace", path, exc) from exc
             raise
 
+    def _walk(self, prefix: str, *, recursive: bool = True) -> Iterator[tuple[str, list[str]]]:
+        """``(folder key with its trailing "/", file names)`` for each folder under ``prefix``."""
+        base = f"{self._root_text}/{prefix}" if prefix else self._root_text
+        cut = len(self._root_text) + 1
+
+        def failed(exc: OSError) -> None:
+            # A folder removed while walking is simply gone; anything else is a failure.
+            if exc.errno not in _ABSENT_ERRNOS:
+                raise self._failed("list", prefix, exc) from exc
+
+        for folder, _dirs, files in os.walk(base, onerror=failed):
+            rel = folder[cut:].replace(os.sep, "/")
+            yield (f"{rel}/" if rel else ""), files
+            if not recursive:
+                return
+
+    def list_temporaries(self, prefix: str, *, recursive: bool = False) -> list[Temporary]:
+        """Temporary files under ``prefix`` (see :class:`timeline.Staging`): a writer killed
+        inside a put leaves its temporary behind."""
+        found = []
+        for rel, files in self._walk(check_prefix(prefix), recursive=recursive):
+            for name in files:
+                if not _is_temporary(name):
+                    continue
+                try:
+                    modified = os.stat(f"{self._root_text}/{rel}{name}").st_mtime_ns // 1_000_000
+                except FileNotFoundError:
+                    continue  # its put has just returned
+                found.append(Temporary(f"{rel}{name}", f"{rel}{_staged_name(name)}", modified))
+        found.sort()
+        return found
+
     def list(self, prefix: str, *, recursive: bool = False) -> list[str]:
         prefix = check_prefix(prefix)
-        base = f"{self._root_text}/{prefix}" if prefix else self._root_text
         keys: list[str] = []
         if recursive:
-            cut = len(self._root_text) + 1
-
-            def failed(exc: OSError) -> None:
-                # A folder removed while walking is simply gone; anything else is a failure.
-                if exc.errno not in _ABSENT_ERRNOS:
-                    raise self._failed("list", prefix, exc) from exc
-
-            for folder, _dirs, files in os.walk(base, onerror=failed):
-                rel = folder[cut:].replace(os.sep, "/")
-                for name in files:
-                    if not _is_temporary(name):
-                        keys.append(f"{rel}/{name}" if rel else name)
+            for rel, files in self._walk(prefix):
+                keys.extend(f"{rel}{name}" for name in files if not _is_temporary(name))
         else:
+            base = f"{self._root_text}/{prefix}" if prefix else self._root_text
             try:
                 entries = os.scandir(base)
             except OSError as exc:

@@ -7,7 +7,7 @@ guarantee of the inner storage holds unchanged, since each call maps to exactly 
 
 from __future__ import annotations
 
-from ._storage import Storage, check_key, check_prefix, move
+from ._storage import Storage, Temporary, check_key, check_prefix, leftover_temporaries, move
 
 
 class PrefixedStorage:
@@ -37,6 +37,13 @@ class PrefixedStorage:
 
     def put(self, path: str, data: bytes) -> None:
         self._inner.put(self._key(path), data)
+
+    def list_temporaries(self, prefix: str, *, recursive: bool = False) -> list[Temporary]:
+        prefix = check_prefix(prefix)
+        cut = len(self._prefix) + 1
+        inner = f"{self._prefix}/{prefix}" if prefix else self._prefix
+        return [Temporary(found.path[cut:], found.key[cut:], found.modified_ms)
+                for found in leftover_temporaries(self._inner, inner, recursive=recursive)]
 
     def list(self, prefix: str, *, recursive: bool = False) -> list[str]:
         prefix = check_prefix(prefix)

@@ -25,6 +25,12 @@ storage gets the same through the protocol (read, put-if-absent, delete). Either
 is never overwritten and never seen partial, and a crash part way leaves the object at
 ``source``, at ``target``, or whole at both: never at neither. It is not a commit point.
 
+**Staging** (:func:`leftover_temporaries`) is optional too: a backend that stages each write in
+a temporary object beside its key (local disk) lists the ones a process killed mid-write left
+behind, with the key each was staging, so the cleanups that delete a decided instant's markers
+and metadata delete those as well. Listings never show temporaries; a backend whose puts are
+atomic by themselves (S3, memory) has none.
+
 **Keys never leave the root.** Every backend checks each key with :func:`check_key` (and each
 listing prefix with :func:`check_prefix`) before it touches storage: a key is non-empty,
 relative, ``/``-separated, and has no empty, ``.`` or ``..`` segment and no NUL character. Keys
@@ -34,7 +40,7 @@ damaged or hostile file must not be able to aim a delete outside the table.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from ._errors import InvalidOptionError, ObjectExistsError
 
@@ -112,6 +118,33 @@ def move(storage: Storage, source: str, target: str) -> None:
     except ObjectExistsError:
         raise ObjectExistsError(target) from None
     storage.delete(source)
+
+
+class Temporary(NamedTuple):
+    """A temporary object a put staged its content in."""
+
+    path: str  #: its own key (``delete`` removes it)
+    key: str  #: the key the put was writing
+    modified_ms: int  #: when it was last written, by the storage's wall clock
+
+
+@runtime_checkable
+class Staging(Protocol):
+    """A storage that stages each write in a temporary object beside its key."""
+
+    def list_temporaries(self, prefix: str, *, recursive: bool = False) -> list[Temporary]:
+        """The temporary objects under folder ``prefix``, sorted; ``recursive`` as for ``list``."""
+        ...
+
+
+def leftover_temporaries(storage: Storage, prefix: str, *,
+                         recursive: bool = False) -> list[Temporary]:
+    """The temporary objects under ``prefix`` (see :class:`Staging`); none for a backend that
+    stages nothing. A live writer's temporary vanishes when its put returns, so callers delete
+    only those of decided instants, or old enough that no put can still be writing them."""
+    if isinstance(storage, Staging):
+        return storage.list_temporaries(prefix, recursive=recursive)
+    return []
 
 
 def join(*parts: str) -> str:

@@ -53,6 +53,7 @@ from timeline import (
     Storage,
     Timeline,
     TimelineView,
+    leftover_temporaries,
     move,
     next_time,
 )
@@ -362,6 +363,7 @@ class Protocol:
             # as unreferenced once the marker is gone, and a clean can remove it.
             for marker in damaged:
                 self._storage.delete(marker)
+            self._delete_marker_temporaries({target.time}.__contains__)
             blocks = self._metadata.remove_instant(target.time, lease=lease)
             record = {"files_deleted": deleted, "metadata_blocks_deleted": blocks}
             if damaged:
@@ -425,16 +427,27 @@ class Protocol:
         rolling_back = any(i.action == "rollback" and i.is_pending for i in view.instants)
         decided = {i.time for i in (view.completed() if rolling_back else view.instants)
                    if not i.is_pending}
+
+        def is_decided(time: str) -> bool:
+            archived = not rolling_back and time.isdigit() and view.get(time) is None
+            return time in decided or archived
+
         removed = []
         for marker in self._storage.list(MARKERS_FOLDER):
-            time = marker_instant(marker)
-            archived = not rolling_back and time.isdigit() and view.get(time) is None
-            if time in decided or archived:
+            if is_decided(marker_instant(marker)):
                 self._storage.delete(marker)
                 removed.append(marker)
         if removed:
             log.info("removed %d marker(s) of decided instants", len(removed))
+        self._delete_marker_temporaries(is_decided)
         return removed
+
+    def _delete_marker_temporaries(self, decided: Callable[[str], bool]) -> None:
+        """Delete the half-written markers (a writer killed inside the put) of decided instants.
+        A live writer's temporary is gone once its put returns, and its instant is pending."""
+        for temporary in leftover_temporaries(self._storage, MARKERS_FOLDER):
+            if decided(marker_instant(temporary.key)):
+                self._storage.delete(temporary.path)
 
     def _after_commit_quietly(self, view: TimelineView) -> None:
         """Table maintenance, after the commit released the lock: the commit has landed, so a

@@ -11,9 +11,9 @@ A clean is an instant with action ``clean`` (not a data action: it changes no sn
 4. move each planned file to ``_trash/<T>/<path>`` (one that is gone already is skipped) and
    delete for good the expired trash;
 5. commit, under the lock: clean the metadata table's old bases and blocks and sweep the markers
-   of decided instants (as the maintenance after a commit does), then a metadata delta purging
-   the moved paths from ``files``, ``column_stats`` and ``deletes``, then the completed instant
-   with what was moved.
+   of decided instants (as the maintenance after a commit does), delete the temporary files of
+   writers killed inside a put (local disk), then a metadata delta purging the moved paths from
+   ``files``, ``column_stats`` and ``deletes``, then the completed instant with what was moved.
 
 An error before the commit point rolls the clean back, and a clean that dies is rolled back by
 the next writer once its heartbeat expires: the rollback moves every file of the plan that is in
@@ -26,6 +26,8 @@ The crash argument is in design/segments.md ("CLEAN FILES").
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -41,6 +43,7 @@ from timeline import (
     Storage,
     TimelineView,
     TxnError,
+    leftover_temporaries,
     move,
 )
 
@@ -56,6 +59,8 @@ from .._context import (
     trash_folder,
 )
 from ._clean_plan import plan_clean
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ class CleanResult:
     trash: str | None = None
     dry_run: bool = False
     #: Per reason (compacted, marked_for_delete, replaced_delta, removed, orphan, expired_trash,
-    #: metadata): how many files.
+    #: metadata, temporary): how many files.
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -86,6 +91,8 @@ class CleanMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="clean", tag_
     deleted: list[str] = msgspec.field(default_factory=list)
     #: Old bases and blocks of the metadata table deleted.
     metadata_deleted: list[str] = msgspec.field(default_factory=list)
+    #: Temporary files of writers killed inside a put, deleted (see ``_leftover_temporaries``).
+    temporaries_deleted: list[str] = msgspec.field(default_factory=list)
     bytes: int = 0
     #: The time-travel floor published (None: unchanged).
     floor: str | None = None
@@ -97,6 +104,17 @@ class _Done:
 
     moved: list[CleanEntry] = field(default_factory=list)
     deleted: list[CleanEntry] = field(default_factory=list)
+
+
+@dataclass
+class _Swept:
+    """What a clean deleted besides its plan, under the lock, with sizes."""
+
+    metadata: dict[str, int] = field(default_factory=dict)
+    temporaries: dict[str, int] = field(default_factory=dict)
+
+    def bytes(self) -> int:
+        return sum(self.metadata.values()) + sum(self.temporaries.values())
 
 
 def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) -> CleanResult:
@@ -112,13 +130,13 @@ def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) 
     if dry_run:
         view = context.timeline.load()
         old = context.metadata.cleanable(_writes(view))
-        return _result(plan.files, _sized(storage, old), dry_run=True)
+        return _result(plan.files, _Swept(_sized(storage, old)), dry_run=True)
     if not plan.files:
         with context.timeline.lock() as lease:
             return _result([], _clean_metadata(context, protocol, lease))
     pending = protocol.begin("clean", CLEAN_ACTION, plan=plan,
                              admit=lambda view: _refuse_running_clean(context, view))
-    metadata_files: dict[str, int] = {}
+    swept = _Swept()
     outcome = _Done()
 
     def write(begun: Pending) -> _Done:
@@ -130,7 +148,9 @@ def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) 
 
     def build(begun: Pending, done: _Done) -> Builder:
         def under_lock(lease: Lease, view: TimelineView) -> tuple[MetadataChanges, CleanMetadata]:
-            metadata_files.update(_clean_metadata(context, protocol, lease))
+            now_swept = _clean_metadata(context, protocol, lease)
+            swept.metadata.update(now_swept.metadata)
+            swept.temporaries.update(now_swept.temporaries)
             files = [e.path for e in done.moved if e.record == "files"]
             deltas = [e.path for e in done.moved if e.record == "deletes"]
             changes = MetadataChanges(
@@ -139,15 +159,16 @@ def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) 
                 deletes=purges(DELETES_SCHEMA, deltas))
             record = CleanMetadata(
                 moved=[e.path for e in done.moved], deleted=[e.path for e in done.deleted],
-                metadata_deleted=sorted(metadata_files),
-                bytes=sum(e.size for e in (*done.moved, *done.deleted)) + sum(metadata_files.values()),
+                metadata_deleted=sorted(swept.metadata),
+                temporaries_deleted=sorted(swept.temporaries),
+                bytes=sum(e.size for e in (*done.moved, *done.deleted)) + swept.bytes(),
                 floor=plan.floor)
             return changes, record
 
         return cast(Builder, under_lock)
 
     completed, _ = protocol.finish(pending, write, build)
-    return _result([*outcome.moved, *outcome.deleted], metadata_files, instant=completed.time,
+    return _result([*outcome.moved, *outcome.deleted], swept, instant=completed.time,
                    trash=trash_folder(completed.time) if outcome.moved else None)
 
 
@@ -190,14 +211,41 @@ def _move(storage: Storage, plan: CleanPlan, folder: str, done: _Done) -> None:
         done.moved.append(entry)
 
 
-def _clean_metadata(context: TableContext, protocol: Protocol, lease: Lease) -> dict[str, int]:
-    """Old bases and blocks of the metadata table, and markers of decided instants, under the
-    lock: returns the metadata files deleted with their sizes."""
+def _clean_metadata(context: TableContext, protocol: Protocol, lease: Lease) -> _Swept:
+    """Old bases and blocks of the metadata table, markers of decided instants and leftover
+    temporaries, under the lock: returns the files deleted with their sizes."""
     writes = _writes(context.timeline.view(lease))
     sizes = _sized(context.storage, context.metadata.cleanable(writes))
     deleted = context.metadata.clean(writes, lease=lease)
     protocol.sweep_markers(lease)
-    return {path: sizes.get(path, 0) for path in deleted}
+    return _Swept(metadata={path: sizes.get(path, 0) for path in deleted},
+                  temporaries=_leftover_temporaries(context))
+
+
+def _leftover_temporaries(context: TableContext) -> dict[str, int]:
+    """Delete the temporary files of writers killed inside a put (local disk stages each put in
+    ``.<name>.<pid>.<thread>.<n>.tmp`` beside its file); return them with their sizes.
+
+    A put writes its temporary in one go and links or renames it at once, so one untouched for
+    longer than ``heartbeat.timeout_ms`` (by the filesystem's clock, which stamped it) has no
+    writer left: a writer stalled that long has lost its instant to a rollback anyway. Markers'
+    temporaries go sooner, with their decided instant (``Protocol.sweep_markers``).
+    """
+    storage = context.storage
+    older_than = time.time_ns() // 1_000_000 - context.timeline.options.heartbeat_timeout_ms
+    deleted = {}
+    for temporary in leftover_temporaries(storage, "", recursive=True):
+        if temporary.modified_ms >= older_than:
+            continue
+        try:
+            size = storage.size(temporary.path)
+        except ObjectNotFoundError:
+            continue
+        storage.delete(temporary.path)
+        deleted[temporary.path] = size
+    if deleted:
+        log.info("deleted %d temporary file(s) of writers killed inside a put", len(deleted))
+    return deleted
 
 
 def _writes(view: TimelineView) -> list[tuple[str, str]]:
@@ -215,17 +263,19 @@ def _sized(storage: Storage, paths: Sequence[str]) -> dict[str, int]:
     return sizes
 
 
-def _result(entries: Sequence[CleanEntry], metadata_files: dict[str, int], *,
+def _result(entries: Sequence[CleanEntry], swept: _Swept, *,
             instant: str | None = None, trash: str | None = None,
             dry_run: bool = False) -> CleanResult:
     reasons: dict[str, int] = {}
     for entry in entries:
         reasons[entry.reason] = reasons.get(entry.reason, 0) + 1
-    if metadata_files:
-        reasons["metadata"] = len(metadata_files)
+    if swept.metadata:
+        reasons["metadata"] = len(swept.metadata)
+    if swept.temporaries:
+        reasons["temporary"] = len(swept.temporaries)
     return CleanResult(
-        files=sorted([*(e.path for e in entries), *metadata_files]),
-        bytes=sum(e.size for e in entries) + sum(metadata_files.values()),
+        files=sorted([*(e.path for e in entries), *swept.metadata, *swept.temporaries]),
+        bytes=sum(e.size for e in entries) + swept.bytes(),
         instant=instant, trash=trash, dry_run=dry_run, reasons=reasons)
 
 

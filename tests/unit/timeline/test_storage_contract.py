@@ -25,7 +25,9 @@ from timeline import (
     PrefixedStorage,
     Storage,
     StorageError,
+    Temporary,
     TxnError,
+    leftover_temporaries,
     open_storage,
 )
 from timeline._storage import move
@@ -394,6 +396,11 @@ class TestMemoryStorage(AbstractStorageTests):
     def make_storage(self, memory_uri: str) -> MakeStorage:
         return lambda name: open_storage(f"{memory_uri}/{name}")
 
+    def test_stages_nothing_so_leaves_no_temporaries(self, storage: Storage) -> None:
+        storage.put_if_absent("f/a.json", b"1")
+        assert leftover_temporaries(storage, "", recursive=True) == []
+        assert leftover_temporaries(PrefixedStorage(storage, "f"), "") == []
+
 
 class TestLocalStorage(AbstractStorageTests):
     @pytest.fixture
@@ -416,6 +423,26 @@ class TestLocalStorage(AbstractStorageTests):
         (storage.root / "f" / ".b.json.123.456.7.tmp").write_bytes(b"half")
         assert storage.list("f") == ["f/a.json"]
         assert storage.list("", recursive=True) == ["f/a.json"]
+
+    def test_leftover_temporaries_name_the_key_each_was_staging(self, storage: Storage) -> None:
+        """What a writer killed inside a put left, so cleanups can find and delete it."""
+        assert isinstance(storage, LocalStorage)
+        storage.put_if_absent("f/a.json", b"1")
+        (storage.root / "f" / "g").mkdir()
+        (storage.root / "f" / ".b.json.123.456.7.tmp").write_bytes(b"half")
+        (storage.root / "f" / "g" / ".c.d.parquet.1.2.3.tmp").write_bytes(b"half")
+        os.utime(storage.root / "f" / ".b.json.123.456.7.tmp", (1_000, 1_000))
+        top = leftover_temporaries(storage, "f")
+        assert top == [Temporary("f/.b.json.123.456.7.tmp", "f/b.json", 1_000_000)]
+        every = leftover_temporaries(storage, "", recursive=True)
+        assert [(t.path, t.key) for t in every] == [
+            ("f/.b.json.123.456.7.tmp", "f/b.json"), ("f/g/.c.d.parquet.1.2.3.tmp", "f/g/c.d.parquet")]
+        inside = PrefixedStorage(storage, "f")
+        assert [(t.path, t.key) for t in leftover_temporaries(inside, "g")] == [
+            ("g/.c.d.parquet.1.2.3.tmp", "g/c.d.parquet")]
+        storage.delete(top[0].path)
+        assert [t.key for t in leftover_temporaries(storage, "", recursive=True)] == ["f/g/c.d.parquet"]
+        assert leftover_temporaries(storage, "missing", recursive=True) == []
 
 
 @pytest.mark.s3

@@ -16,7 +16,9 @@ Clocks are injected (``FakeClock``); faults at the storage seam (``tests/faults.
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -440,3 +442,55 @@ def _batches(count: int) -> Iterator[pa.RecordBatch]:
 
 def test_the_timeline_accepts_clean_instants() -> None:
     assert "clean" in timeline.ACTIONS
+
+
+def test_clean_deletes_the_temporaries_of_writers_killed_inside_a_put_once_no_put_can_own_them(
+    local_uri: str, clock: FakeClock
+) -> None:
+    """Local disk stages each put in ``.<name>.<pid>.<thread>.<n>.tmp``; a writer killed between
+    writing it and linking it leaves it behind, where no listing shows it. CLEAN FILES deletes
+    those older than heartbeat.timeout_ms (by the filesystem's clock) and leaves younger ones,
+    which a live put may still own."""
+    table = _table(local_uri, clock, **NO_RETENTION)
+    table.append(rows(range(5)))
+    root = Path(local_uri)
+    old = [root / "_timeline" / f".{timeline.format_time(clock())}.commit.requested.7.8.9.tmp",
+           root / "_metadata" / "files" / f".{timeline.format_time(clock())}.log.arrow.7.8.10.tmp"]
+    young = root / "_timeline" / ".20990101000000000.commit.requested.7.8.11.tmp"
+    for path in (*old, young):
+        path.write_bytes(b"half written")
+    an_hour_ago = time.time() - 3_600
+    for path in old:
+        os.utime(path, (an_hour_ago, an_hour_ago))
+    before = _everything(local_uri)
+
+    result = table.clean()
+
+    assert result.reasons == {"temporary": 2}
+    assert result.files == sorted(str(p.relative_to(root)) for p in old)
+    assert result.bytes == 2 * len(b"half written")
+    assert not any(p.exists() for p in old) and young.exists()
+    assert _everything(local_uri, locks=False) == {k: v for k, v in before.items()
+                                                   if not k.startswith("_timeline/lock/")}
+    assert table.to_arrow().num_rows == 5
+    _ok(table)
+
+
+def test_a_clean_instant_records_the_temporaries_it_deleted(local_uri: str, clock: FakeClock) -> None:
+    table = _table(local_uri, clock, **NO_RETENTION)
+    table.append(rows(range(5)))
+    leftover = Path(local_uri) / "_metadata" / "segments" / f".{table.timeline()[0].time}.log.arrow.1.2.3.tmp"
+    leftover.write_bytes(b"half written")
+    table.delete_segments(["0"])  # gives the clean a plan, so an instant
+    clock.advance(1_000)
+    table.append(rows(range(5, 6)))
+    os.utime(leftover, (time.time() - 3_600,) * 2)
+
+    result = table.clean()
+
+    assert result.instant is not None and result.reasons["temporary"] == 1
+    record = timeline.Timeline(storage_of(local_uri)).read_metadata(
+        next(i for i in table.timeline() if i.time == result.instant))
+    assert record["temporaries_deleted"] == [str(leftover.relative_to(local_uri))]
+    assert not leftover.exists()
+    _ok(table)

@@ -10,7 +10,8 @@
 * A full disk is a ``StorageError`` naming the file, and leaves no temporary files.
 * A commit deletes its own markers by name and never lists ``_markers/``; markers a writer killed
   after its commit point left (or a rolled-back instant's) are swept by the table maintenance that
-  runs with a metadata compaction; markers of writes in flight stay.
+  runs with a metadata compaction; markers of writes in flight stay. Half-written markers (a
+  writer killed inside the put, on local disk) go with their instant's rollback or the sweep.
 * ``txn.spark``'s removal of failed task attempts' files skips a damaged marker (logged).
 """
 
@@ -446,3 +447,46 @@ def test_a_damaged_marker_does_not_fail_the_removal_of_a_spark_writes_unreported
     assert any(damaged in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     pending.heartbeat.stop(delete=False)
     protocol_of(table._context).roll_back(pending.instant)
+
+
+def _half_written_marker(uri: str, instant_time: str, n: int) -> Path:
+    """What a writer killed inside a marker's put leaves on local disk: the put's temporary."""
+    folder = Path(uri) / "_markers"
+    folder.mkdir(exist_ok=True)
+    leftover = folder / f".part-0-0000{n}-x_{instant_time}.parquet.4242.77.{n}.tmp"
+    leftover.write_bytes(b"segment_0/part")
+    return leftover
+
+
+def test_a_rollback_deletes_the_half_written_markers_of_its_instant_only(
+    local_uri: str, clock: FakeClock
+) -> None:
+    """Found by tests/integration/test_kill_writers.py: a writer SIGKILLed between writing a
+    marker's temporary and linking it left ``_markers/.<marker>.<pid>...tmp`` for good."""
+    _small_files(local_uri, clock).append(rows(range(5)))
+    dead = _dead_writer(local_uri, clock)
+    clock.advance(40_000)
+    other = _dead_writer(local_uri, clock)  # a slow writer, mid-put
+    mine = _half_written_marker(local_uri, dead.time, 1)
+    theirs = _half_written_marker(local_uri, other.time, 2)
+    clock.advance(30_000)  # past heartbeat.timeout_ms (60 s) for the first writer only
+    txn.open_table(local_uri, clock=clock).append(rows(range(5, 6)))
+    states = {i.time: i.state for i in txn.open_table(local_uri, clock=clock).timeline()}
+    assert states[dead.time] == "rolledback" and states[other.time] == "inflight"
+    assert not mine.exists() and theirs.exists()
+    assert all(other.time in m for m in storage_of(local_uri).list("_markers"))
+
+
+def test_the_marker_sweep_deletes_half_written_markers_of_decided_instants_only(
+    local_uri: str, clock: FakeClock
+) -> None:
+    table = _small_files(local_uri, clock)
+    table.append(rows(range(5)))
+    completed = table.timeline()[-1]
+    done = _half_written_marker(local_uri, completed.time, 1)
+    clock.advance(1_000)
+    pending = protocol_of(table._context).begin("append", "commit", new_segment=True)
+    in_flight = _half_written_marker(local_uri, pending.instant.time, 2)
+    with table._context.timeline.lock() as lease:
+        protocol_of(table._context).sweep_markers(lease)
+    assert not done.exists() and in_flight.exists()
