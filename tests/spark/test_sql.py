@@ -26,10 +26,10 @@ import pytest
 
 import txn
 import txn.spark
-from txn._context import segment_size
+from txn._context import load_time_taken, segment_size
 from txn.spark._sql import Catalog, TableName
 from txn.spark._sql._catalog import WAREHOUSE_KEY
-from txn.spark._sql._frames import duration_text, freed_size, timestamp_text
+from txn.spark._sql._frames import freed_size, timestamp_text
 
 pytestmark = pytest.mark.spark
 
@@ -301,7 +301,7 @@ def test_show_segments_answers_carbondata_columns(spark: Any, sql: Any, warehous
         assert row["Status"] == "Success" and row["Partition"] == "NA" and row["File Format"] == "parquet"
         assert row["Load Start Time"] == timestamp_text(segment.load_start, timezone.utc)
         assert row["Data Size"] == segment_size(segment.data_size)
-        assert row["Load Time Taken"] == duration_text(segment.load_start, segment.load_end)
+        assert row["Load Time Taken"] == load_time_taken(segment.load_start, segment.load_end)
     assert [r["ID"] for r in sql("SHOW SEGMENTS ON default.PEOPLE LIMIT 1").collect()] == ["1"]
     assert sql("show segments for table `people` limit 0").collect() == []
 
@@ -330,8 +330,8 @@ def test_carbondata_text_formats() -> None:
     assert timestamp_text(None, timezone.utc) == "NA"
     durations = [timedelta(seconds=7.026), timedelta(minutes=1, seconds=3.2), timedelta(0),
                  timedelta(hours=2, seconds=5)]
-    assert [duration_text(start, start + d) for d in durations] == ["7.026S", "1M3.2S", "0S", "2H5S"]
-    assert duration_text(start, None) == "NA"
+    assert [load_time_taken(start, start + d) for d in durations] == ["7.026S", "1M3.2S", "0S", "2H5S"]
+    assert load_time_taken(start, None) == "NA"
 
 
 def test_compact_custom_and_delete_segments(sql: Any, warehouse: Path) -> None:

@@ -30,7 +30,7 @@ from rich.text import Text
 from timeline import Instant
 from txn import Segment, StreamInfo
 
-from .._context import segment_size
+from .._context import load_time_taken, segment_size
 from .._files import hive_value
 
 #: CarbonData's placeholder for a value that is not known (no end time, no partition, ...).
@@ -160,22 +160,6 @@ def size(num_bytes: int | None) -> str:
     return segment_size(num_bytes)
 
 
-def duration(start: datetime | None, end: datetime | None) -> str:
-    """``end - start`` as CarbonData's Load Time Taken: an ISO-8601 duration without ``PT``
-    (``7.026S``, ``1M3.2S``, ``2H5M``); ``NA`` without an end."""
-    if start is None or end is None:
-        return NA
-    millis = max(0, round((end - start).total_seconds() * 1000))
-    hours, millis = divmod(millis, 3_600_000)
-    minutes, millis = divmod(millis, 60_000)
-    seconds, millis = divmod(millis, 1000)
-    text = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
-    if seconds or millis or not text:  # as java.time.Duration: 0S alone, never 1M0S
-        fraction = f".{millis:03d}".rstrip("0") if millis else ""
-        text += f"{seconds}{fraction}S"
-    return text
-
-
 def moment(at: datetime | None) -> str:
     """A time in the local time zone to the millisecond (``2026-01-31 17:59:40.819``), or ``NA``."""
     if at is None:
@@ -205,7 +189,7 @@ def segments_table(segments: Iterable[Segment]) -> Table:
     is where their files are read in place (``NA`` for the table's own segments).
     """
     return table(SEGMENT_HEADERS, (
-        (s.id, s.status, moment(s.load_start), duration(s.load_start, s.load_end),
+        (s.id, s.status, moment(s.load_start), load_time_taken(s.load_start, s.load_end),
          partition_cell(s.partitions), size(s.data_size), NA if s.external else size(s.index_size),
          s.format, s.merged_to or NA, f"{s.rows:,}", s.path or NA)
         for s in segments), numeric=("Data Size", "Index Size", "Rows"))

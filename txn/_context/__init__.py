@@ -14,7 +14,7 @@ from ._compaction import (
 )
 from ._config import TABLE_CONFIG_PATH, TableConfig, decode_config, encode_config, read_config
 from ._context import LATEST_PARTITIONS, IdFactory, TableContext, completion_map, random_id
-from ._display import segment_size
+from ._display import load_time_taken, segment_size
 from ._open import create_context, open_context
 from ._options import (
     CleanOptions,
@@ -105,6 +105,7 @@ __all__ = [
     "decode_config",
     "delete_compaction_threshold",
     "encode_config",
+    "load_time_taken",
     "maintenance_mode",
     "open_context",
     "parse_level_threshold",

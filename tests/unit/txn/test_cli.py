@@ -24,7 +24,8 @@ import timeline
 import txn
 from tests.unit.txn.helpers import SCHEMA, data_files_on_storage, rows
 from txn._cli._demo import run
-from txn._cli._render import duration, partition_cell, plain, size, table
+from txn._cli._render import partition_cell, plain, size, table
+from txn._context import load_time_taken
 
 EXECUTABLE = shutil.which("metatxn") or str(Path(sys.executable).parent / "metatxn")
 #: Any ANSI escape sequence (colour, cursor movement).
@@ -373,9 +374,10 @@ def test_values_are_shown_as_carbondata_shows_them() -> None:
     assert [size(n) for n in (912, 1260, 4_718_592, -1, None)] == [
         "912.0B", "1.23KB", "4.50MB", "NA", "NA"]
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    assert [duration(start, start + timedelta(milliseconds=ms)) for ms in (7026, 63_200, 0, 7_200_000)
+    assert [load_time_taken(start, start + timedelta(milliseconds=ms)) for ms in (7026, 63_200, 0, 7_200_000)
             ] == ["7.026S", "1M3.2S", "0S", "2H"]
-    assert duration(start, None) == "NA"
+    assert load_time_taken(start, None) == "NA"
+    assert load_time_taken(start, start - timedelta(seconds=1)) == "NA", "clocks that disagree"
     assert [partition_cell(p) for p in ([], ["a=1/b=x"], ["a=1/b=x", "a=2/b=y"])] == [
         "NA", "{a=1,b=x}", "{a=1,b=x}, ..."]
     text = plain(table(("name", "n"), [("[bold]x[/bold]", 1)], numeric=("n",)))

@@ -59,21 +59,6 @@ def timestamp_text(moment: datetime | None, zone: tzinfo) -> str:
     return f"{local:%Y-%m-%d %H:%M:%S}.{fraction}"
 
 
-def duration_text(start: datetime | None, end: datetime | None) -> str:
-    """``java.time.Duration.toString`` without ``PT`` (``7.026S``, ``1M3.2S``); ``NA`` when
-    the load has not ended."""
-    if start is None or end is None or end < start:
-        return "NA"
-    millis = round((end - start).total_seconds() * 1000)
-    hours, rest = divmod(millis, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, rest = divmod(rest, 1000)
-    text = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
-    if seconds or rest or not text:
-        text += str(seconds) + ("." + f"{rest:03d}".rstrip("0") if rest else "") + "S"
-    return text
-
-
 _OFFSET = re.compile(r"^(?:UTC|GMT)?([+-])(\d{1,2}):?(\d{2})?$")
 
 

@@ -10,13 +10,12 @@ from typing import Any
 
 import fsspec
 
-from ..._context import Segment, segment_size
+from ..._context import Segment, load_time_taken, segment_size
 from ..._files import hive_value, typed_value
 from ..._table import Table
 from .._compact import compact
 from ._catalog import Catalog
 from ._frames import (
-    duration_text,
     freed_size,
     no_result,
     session_zone,
@@ -92,7 +91,7 @@ def show_segments(spark: Any, catalog: Catalog, statement: str, tokens: list[Tok
     if query is not None:
         return _segments_query(spark, catalog, cursor, name.table, shown, query)
     zone = session_zone(spark)
-    rows = [(s.id, s.status, timestamp_text(s.load_start, zone), duration_text(s.load_start, s.load_end),
+    rows = [(s.id, s.status, timestamp_text(s.load_start, zone), load_time_taken(s.load_start, s.load_end),
              _partition_cell(s.partitions), segment_size(s.data_size),
              "NA" if s.external else segment_size(s.index_size), s.format) for s in shown]
     return strings_frame(spark, SEGMENT_COLUMNS, rows)
