@@ -358,7 +358,7 @@ class FullDisk:
 
     def __call__(self, path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
         handle = self._open(path, mode, *args, **kwargs)
-        if "w" not in mode or not str(path).startswith(self.root):
+        if not {"w", "x", "a"} & set(mode) or not str(path).startswith(self.root):
             return handle
         if self.at == "open":
             handle.close()

@@ -23,6 +23,7 @@ import contextlib
 import errno
 import itertools
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,9 +46,14 @@ def _is_temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(_TMP_SUFFIX)
 
 
-def _staged_name(temporary: str) -> str:
-    """The file name a temporary ``.<name>.<pid>.<thread>.<n>.tmp`` was staging."""
-    return temporary[1:].rsplit(".", 4)[0]
+#: A temporary ``_temporary_beside`` names: ``.<name>.<pid>.<thread>.<n>.tmp``.
+_STAGED = re.compile(r"\.(.+)\.\d+\.\d+\.\d+\.tmp")
+
+
+def _staged_name(temporary: str) -> str | None:
+    """The file name a temporary of ours was staging; None for any other name."""
+    match = _STAGED.fullmatch(temporary)
+    return match.group(1) if match else None
 
 
 class LocalStorage:
@@ -89,9 +95,20 @@ class LocalStorage:
         return os.path.join(folder, f".{name}.{token}{_TMP_SUFFIX}")
 
     def _write_temporary(self, path: str, final: str, data: bytes) -> str:
-        tmp = self._temporary_beside(final)
+        while True:
+            tmp = self._temporary_beside(final)
+            try:
+                handle = _create(tmp)
+            except FileExistsError:
+                # A killed process's leftover of this very name (its pid and thread id reused):
+                # never write through it, it may be a second name of a committed file.
+                continue
+            except OSError as exc:
+                _unlink_quietly(tmp)  # a full folder may fail the open after the file was made
+                raise self._failed("write", path, exc) from exc
+            break
         try:
-            with _create(tmp) as handle:
+            with handle:
                 handle.write(data)
                 if self._fsync:
                     handle.flush()
@@ -168,13 +185,16 @@ class LocalStorage:
         found = []
         for rel, files in self._walk(check_prefix(prefix), recursive=recursive):
             for name in files:
-                if not _is_temporary(name):
+                staged = _staged_name(name)
+                if staged is None:
                     continue
                 try:
                     modified = os.stat(f"{self._root_text}/{rel}{name}").st_mtime_ns // 1_000_000
                 except FileNotFoundError:
                     continue  # its put has just returned
-                found.append(Temporary(f"{rel}{name}", f"{rel}{_staged_name(name)}", modified))
+                except OSError as exc:
+                    raise self._failed("stat", f"{rel}{name}", exc) from exc
+                found.append(Temporary(f"{rel}{name}", f"{rel}{staged}", modified))
         found.sort()
         return found
 
@@ -256,12 +276,13 @@ class LocalStorage:
 
 
 def _create(path: str) -> BinaryIO:
-    """Open a new file for writing, creating its folder only when it is missing."""
+    """Open a file that must not exist yet for writing, creating its folder only when it is
+    missing. Raises ``FileExistsError`` if the name exists."""
     try:
-        return open(path, "wb")  # the caller's with-block closes it
+        return open(path, "xb")  # the caller's with-block closes it
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        return open(path, "wb")
+        return open(path, "xb")
 
 
 def _unlink_quietly(path: str) -> None:

@@ -28,8 +28,8 @@ is never overwritten and never seen partial, and a crash part way leaves the obj
 **Staging** (:func:`leftover_temporaries`) is optional too: a backend that stages each write in
 a temporary object beside its key (local disk) lists the ones a process killed mid-write left
 behind, with the key each was staging, so the cleanups that delete a decided instant's markers
-and metadata delete those as well. Listings never show temporaries; a backend whose puts are
-atomic by themselves (S3, memory) has none.
+delete its half-written markers too, and CLEAN FILES the other leftovers. Listings never show
+temporaries; a backend whose puts are atomic by themselves (S3, memory) has none.
 
 **Keys never leave the root.** Every backend checks each key with :func:`check_key` (and each
 listing prefix with :func:`check_prefix`) before it touches storage: a key is non-empty,

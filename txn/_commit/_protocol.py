@@ -413,8 +413,9 @@ class Protocol:
             self._storage.delete(marker_path(posixpath.basename(path)))
 
     def sweep_markers(self, lease: Lease) -> list[str]:
-        """Delete the markers of decided instants; return them. Runs under the lock, off the
-        commit path (table maintenance), with one listing of ``_markers/``.
+        """Delete the markers of decided instants, and their half-written ones; return the
+        markers. Runs under the lock, off the commit path (table maintenance), with one listing
+        of ``_markers/`` (two on local disk: the temporaries are listed apart).
 
         Decided: completed, or rolled back with no rollback still pending (a pending rollback,
         possibly of that instant, still needs its markers to find the files to delete). A

@@ -34,13 +34,21 @@ from typing import cast
 
 import msgspec
 
-from indexes import DELETES_SCHEMA, FILES_SCHEMA, MetadataChanges, column_stats_schema, purges
+from indexes import (
+    DELETES_SCHEMA,
+    FILES_SCHEMA,
+    METADATA_FOLDER,
+    MetadataChanges,
+    column_stats_schema,
+    purges,
+)
 from timeline import (
     CommitConflictError,
     Lease,
     ObjectNotFoundError,
     RollbackPlan,
     Storage,
+    StorageError,
     TimelineView,
     TxnError,
     leftover_temporaries,
@@ -58,9 +66,14 @@ from .._context import (
     progress,
     trash_folder,
 )
+from .._files import MARKERS_FOLDER
 from ._clean_plan import plan_clean
+from ._clean_retention import HOUR_MS
 
 log = logging.getLogger(__name__)
+
+#: Where metatxn's own puts stage temporaries (data files are written in place, under markers).
+_STAGING_FOLDERS = ("_timeline", METADATA_FOLDER, MARKERS_FOLDER)
 
 
 @dataclass(frozen=True)
@@ -130,7 +143,8 @@ def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) 
     if dry_run:
         view = context.timeline.load()
         old = context.metadata.cleanable(_writes(view))
-        return _result(plan.files, _Swept(_sized(storage, old)), dry_run=True)
+        return _result(plan.files, _Swept(_sized(storage, old), _leftover_temporaries(context, delete=False)),
+                       dry_run=True)
     if not plan.files:
         with context.timeline.lock() as lease:
             return _result([], _clean_metadata(context, protocol, lease))
@@ -219,33 +233,43 @@ def _clean_metadata(context: TableContext, protocol: Protocol, lease: Lease) -> 
     deleted = context.metadata.clean(writes, lease=lease)
     protocol.sweep_markers(lease)
     return _Swept(metadata={path: sizes.get(path, 0) for path in deleted},
-                  temporaries=_leftover_temporaries(context))
+                  temporaries=_leftover_temporaries(context, delete=True))
 
 
-def _leftover_temporaries(context: TableContext) -> dict[str, int]:
-    """Delete the temporary files of writers killed inside a put (local disk stages each put in
-    ``.<name>.<pid>.<thread>.<n>.tmp`` beside its file); return them with their sizes.
+def _leftover_temporaries(context: TableContext, *, delete: bool) -> dict[str, int]:
+    """The temporary files of writers killed inside a put, with their sizes; deleted if
+    ``delete`` (best effort: one that cannot be deleted is logged and left for the next clean).
 
-    A put writes its temporary in one go and links or renames it at once, so one untouched for
-    longer than ``heartbeat.timeout_ms`` (by the filesystem's clock, which stamped it) has no
-    writer left: a writer stalled that long has lost its instant to a rollback anyway. Markers'
-    temporaries go sooner, with their decided instant (``Protocol.sweep_markers``).
+    Local disk stages each put in ``.<name>.<pid>.<thread>.<n>.tmp`` beside its file, in the
+    folders only metatxn writes (``_timeline/``, ``_metadata/``, ``_markers/``). A put's
+    temporary lives for the put's ``write`` and ``link`` alone, but nothing bounds how long a
+    put may stall (a slow disk, fsync, a paused process) while its writer's heartbeat and lock
+    renewals go on from other threads, so age alone proves a temporary dead only with a wide
+    margin: untouched for an hour and for ``heartbeat.timeout_ms``. Markers' temporaries go
+    sooner, with their decided instant (``Protocol.sweep_markers``).
     """
     storage = context.storage
-    older_than = time.time_ns() // 1_000_000 - context.timeline.options.heartbeat_timeout_ms
-    deleted = {}
-    for temporary in leftover_temporaries(storage, "", recursive=True):
-        if temporary.modified_ms >= older_than:
-            continue
-        try:
-            size = storage.size(temporary.path)
-        except ObjectNotFoundError:
-            continue
-        storage.delete(temporary.path)
-        deleted[temporary.path] = size
-    if deleted:
-        log.info("deleted %d temporary file(s) of writers killed inside a put", len(deleted))
-    return deleted
+    margin = max(HOUR_MS, context.timeline.options.heartbeat_timeout_ms)
+    older_than = time.time_ns() // 1_000_000 - margin
+    found = {}
+    for folder in _STAGING_FOLDERS:
+        for temporary in leftover_temporaries(storage, folder, recursive=True):
+            if temporary.modified_ms >= older_than:
+                continue
+            try:
+                size = storage.size(temporary.path)
+                if delete:
+                    storage.delete(temporary.path)
+            except ObjectNotFoundError:
+                continue
+            except StorageError:
+                log.warning("could not delete the leftover temporary %s; the next clean retries",
+                            temporary.path, exc_info=True)
+                continue
+            found[temporary.path] = size
+    if found and delete:
+        log.info("deleted %d temporary file(s) of writers killed inside a put", len(found))
+    return found
 
 
 def _writes(view: TimelineView) -> list[tuple[str, str]]:

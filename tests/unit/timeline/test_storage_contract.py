@@ -8,6 +8,7 @@ listings with table-relative, sorted keys. Each backend subclasses it and suppli
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import threading
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import timeline._local as local_module
 from timeline import (
     InvalidOptionError,
     LocalStorage,
@@ -424,6 +426,23 @@ class TestLocalStorage(AbstractStorageTests):
         assert storage.list("f") == ["f/a.json"]
         assert storage.list("", recursive=True) == ["f/a.json"]
 
+    def test_a_leftover_temporary_of_the_same_name_is_never_written_through(
+        self, storage: Storage, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A writer killed between its link and its unlink leaves the temporary as a second name
+        of the committed file. A later process whose pid, thread id and counter repeat that
+        name must not open it for writing: that would rewrite the committed file in place."""
+        assert isinstance(storage, LocalStorage)
+        storage.put_if_absent("f/a.json", b"committed")
+        leftover = storage.root / "f" / f".a.json.{os.getpid()}.{threading.get_ident()}.7.tmp"
+        os.link(storage.root / "f" / "a.json", leftover)
+        monkeypatch.setattr(local_module, "_counter", itertools.count(7))
+        with pytest.raises(ObjectExistsError):
+            storage.put_if_absent("f/a.json", b"a stale writer's")
+        assert storage.read("f/a.json") == b"committed"
+        storage.put_if_absent("f/b.json", b"2")
+        assert storage.read("f/b.json") == b"2"
+
     def test_leftover_temporaries_name_the_key_each_was_staging(self, storage: Storage) -> None:
         """What a writer killed inside a put left, so cleanups can find and delete it."""
         assert isinstance(storage, LocalStorage)
@@ -431,6 +450,12 @@ class TestLocalStorage(AbstractStorageTests):
         (storage.root / "f" / "g").mkdir()
         (storage.root / "f" / ".b.json.123.456.7.tmp").write_bytes(b"half")
         (storage.root / "f" / "g" / ".c.d.parquet.1.2.3.tmp").write_bytes(b"half")
+        (storage.root / "f" / ".offsets.7f3c-uuid.tmp").write_bytes(b"not ours")
+        staged = storage._temporary_beside(str(storage.root / "h" / "x.y.json"))
+        (storage.root / "h").mkdir()
+        Path(staged).write_bytes(b"as a put names it")
+        assert [t.key for t in leftover_temporaries(storage, "h")] == ["h/x.y.json"]
+        os.unlink(staged)
         os.utime(storage.root / "f" / ".b.json.123.456.7.tmp", (1_000, 1_000))
         top = leftover_temporaries(storage, "f")
         assert top == [Temporary("f/.b.json.123.456.7.tmp", "f/b.json", 1_000_000)]

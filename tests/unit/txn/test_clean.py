@@ -449,27 +449,38 @@ def test_clean_deletes_the_temporaries_of_writers_killed_inside_a_put_once_no_pu
 ) -> None:
     """Local disk stages each put in ``.<name>.<pid>.<thread>.<n>.tmp``; a writer killed between
     writing it and linking it leaves it behind, where no listing shows it. CLEAN FILES deletes
-    those older than heartbeat.timeout_ms (by the filesystem's clock) and leaves younger ones,
-    which a live put may still own."""
+    those of metatxn's own folders untouched for an hour (and heartbeat.timeout_ms), by the
+    filesystem's clock; a dry run lists them. Younger ones (a put may stall) and temporaries
+    metatxn did not name (a Spark checkpoint's, a data folder's) stay."""
     table = _table(local_uri, clock, **NO_RETENTION)
     table.append(rows(range(5)))
     root = Path(local_uri)
-    old = [root / "_timeline" / f".{timeline.format_time(clock())}.commit.requested.7.8.9.tmp",
-           root / "_metadata" / "files" / f".{timeline.format_time(clock())}.log.arrow.7.8.10.tmp"]
-    young = root / "_timeline" / ".20990101000000000.commit.requested.7.8.11.tmp"
-    for path in (*old, young):
+    now = timeline.format_time(clock())
+    old = [root / "_timeline" / f".{now}.commit.requested.7.8.9.tmp",
+           root / "_metadata" / "files" / f".{now}.log.arrow.7.8.10.tmp",
+           root / "_timeline" / "lock" / ".000000000009.7.8.11.tmp"]
+    (root / ".streaming").mkdir()
+    kept = [root / "_timeline" / ".20990101000000000.commit.requested.7.8.12.tmp",  # 30 min old
+            root / ".streaming" / ".offsets.7f3c-uuid.tmp",  # not a name metatxn writes
+            root / "segment_0" / ".part-0.parquet.7.8.13.tmp"]  # nor a folder it puts in
+    for path in (*old, *kept):
         path.write_bytes(b"half written")
-    an_hour_ago = time.time() - 3_600
-    for path in old:
-        os.utime(path, (an_hour_ago, an_hour_ago))
+    for path in (*old, *kept[1:]):
+        os.utime(path, (time.time() - 2 * 3_600,) * 2)
+    os.utime(kept[0], (time.time() - 1_800,) * 2)
     before = _everything(local_uri)
+    expected = sorted(str(p.relative_to(root)) for p in old)
+
+    preview = table.clean(dry_run=True)
+    assert preview.reasons == {"temporary": 3} and preview.files == expected
+    assert all(p.exists() for p in old)
 
     result = table.clean()
 
-    assert result.reasons == {"temporary": 2}
-    assert result.files == sorted(str(p.relative_to(root)) for p in old)
-    assert result.bytes == 2 * len(b"half written")
-    assert not any(p.exists() for p in old) and young.exists()
+    assert result.reasons == {"temporary": 3}
+    assert result.files == expected
+    assert result.bytes == 3 * len(b"half written")
+    assert not any(p.exists() for p in old) and all(p.exists() for p in kept)
     assert _everything(local_uri, locks=False) == {k: v for k, v in before.items()
                                                    if not k.startswith("_timeline/lock/")}
     assert table.to_arrow().num_rows == 5
@@ -484,7 +495,7 @@ def test_a_clean_instant_records_the_temporaries_it_deleted(local_uri: str, cloc
     table.delete_segments(["0"])  # gives the clean a plan, so an instant
     clock.advance(1_000)
     table.append(rows(range(5, 6)))
-    os.utime(leftover, (time.time() - 3_600,) * 2)
+    os.utime(leftover, (time.time() - 2 * 3_600,) * 2)
 
     result = table.clean()
 

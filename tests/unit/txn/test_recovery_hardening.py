@@ -489,4 +489,5 @@ def test_the_marker_sweep_deletes_half_written_markers_of_decided_instants_only(
     in_flight = _half_written_marker(local_uri, pending.instant.time, 2)
     with table._context.timeline.lock() as lease:
         protocol_of(table._context).sweep_markers(lease)
+    pending.heartbeat.stop()
     assert not done.exists() and in_flight.exists()
