@@ -179,6 +179,12 @@ def extend_two_phase(merged: pa.Table, blocks: Sequence[pa.Table], schema: pa.Sc
     Equal to ``merge_two_phase([merged, *blocks])`` as a set of rows: only the rows of ``merged``
     whose keys the blocks touch are merged again; the others keep their place. The result is
     not sorted by key (readers need no order; compaction sorts what it writes).
+
+    Every commit extends the files partition this way, and ``merged`` keeps a row for each
+    removed file until CLEAN FILES purges it, so the rows that stay are not copied: they are
+    kept as zero-copy slices around the touched ones, and the chunks that piles up are merged
+    once there are ``_MAX_CHUNKS`` of them. What remains proportional to ``merged`` is one
+    hash lookup per key (``is_in``) and a scan of the resulting booleans.
     """
     new = merge_two_phase(blocks, schema)
     if new.num_rows == 0:
@@ -187,8 +193,25 @@ def extend_two_phase(merged: pa.Table, blocks: Sequence[pa.Table], schema: pa.Sc
         return new
     merged = merged.select(schema.names)
     touched = pc.is_in(merged[KEY], value_set=new[KEY])
-    kept = merged.filter(pc.invert(touched))
-    return pa.concat_tables([kept, merge_two_phase([merged.filter(touched), new], schema)])
+    positions = pc.indices_nonzero(touched).to_pylist()
+    kept, start = [], 0
+    for position in positions:
+        if position > start:
+            kept.append(merged.slice(start, position - start))
+        start = position + 1
+    if start < merged.num_rows:
+        kept.append(merged.slice(start))
+    if positions:
+        new = merge_two_phase([merged.take(positions), new], schema)
+    extended = pa.concat_tables([*kept, new])
+    if extended[KEY].num_chunks > _MAX_CHUNKS:
+        extended = extended.combine_chunks()
+    return extended
+
+
+#: Chunks an extended table may have before ``extend_two_phase`` merges them (each chunk costs
+#: every later kernel a little; merging copies the table, so not too often).
+_MAX_CHUNKS = 64
 
 
 def live(table: pa.Table) -> pa.Table:

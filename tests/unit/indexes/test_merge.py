@@ -12,11 +12,13 @@ import functools
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import indexes
+import indexes._records as records_module
 from indexes import (
     COMPACTED,
     FILES_SCHEMA,
@@ -143,6 +145,41 @@ def test_extending_a_merged_table_equals_merging_everything(
     assert extended.schema.equals(schema)
     key = lambda row: row["path"]  # noqa: E731 - a local sort key
     assert sorted(extended.to_pylist(), key=key) == sorted(_merge(schema, tables), key=key)
+
+
+@given(blocks())
+def test_extending_block_by_block_equals_merging_everything(
+    case: tuple[pa.Schema, list[pa.Table]]
+) -> None:
+    """What a long-lived handle does: one extension per commit, each on the last one's result,
+    whose rows are kept as slices (chunks) until there are too many (2 here, to merge often)."""
+    schema, tables = case
+    extended = schema.empty_table()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(records_module, "_MAX_CHUNKS", 2)
+        for table in tables:
+            extended = extend_two_phase(extended, [table], schema)
+            assert extended["path"].num_chunks <= 3
+    assert extended.schema.equals(schema)
+    key = lambda row: row["path"]  # noqa: E731 - a local sort key
+    assert sorted(extended.to_pylist(), key=key) == sorted(_merge(schema, tables), key=key)
+
+
+def test_an_extension_copies_none_of_the_rows_it_keeps() -> None:
+    """A commit that only adds files extends the files partition without copying the rows of
+    the removed files it keeps (they are most of it on a long-lived table)."""
+    earlier = merge_two_phase([_records_table(FILES_SCHEMA, [(KEYS[1], True), (KEYS[3], True)])],
+                              FILES_SCHEMA)
+    held = earlier["path"].chunk(0).buffers()[2].address  # the string data
+    added = _records_table(FILES_SCHEMA, [(KEYS[5], True)])
+    extended = extend_two_phase(earlier, [added], FILES_SCHEMA)
+    assert extended["path"].chunk(0).buffers()[2].address == held
+    removing = _records_table(FILES_SCHEMA, [(KEYS[3], False)])
+    again = extend_two_phase(extended, [removing], FILES_SCHEMA)
+    assert again["path"].chunk(0).buffers()[2].address == held
+    assert again.filter(pc.equal(again["path"], KEYS[3]))["deleted"].to_pylist() == [True]
+    assert sorted(again.to_pylist(), key=lambda row: row["path"]) == \
+        merge_two_phase([earlier, added, removing], FILES_SCHEMA).to_pylist()
 
 
 def test_a_merged_result_is_sorted_by_path_and_keeps_the_schema() -> None:
