@@ -4,8 +4,15 @@ Each archive file ``_timeline/archive/<first>_<last>.archive`` holds whole insta
 state, completion time and completion metadata) in completion order. Archive files are written
 under the table lock with a plain put; they are not commit points. Archival writes the archive
 file first and removes the active files second, so a crash in between leaves an instant in both
-places, and readers de-duplicate by instant time (the active copy wins). When there are more than
-a configured number of archive files they are merged into one, again write-then-delete.
+places, and readers de-duplicate by instant time (the active copy wins).
+
+Archive files are merged in levels, as a log-structured merge tree merges its runs, again
+write-then-delete: a file's level is ``floor(log_F(size / LEVEL_UNIT))`` (0 below the unit), and
+once the newest ``F`` files (``archive_max_files``) are all of one level they become one file,
+of a higher level. Each archived instant is so rewritten about once per level, ``log_F`` of the
+history's size, and the folder holds at most about ``F - 1`` files per level. Merging everything
+into one file instead (what this did first) rewrote the whole history every ``F`` archivals: work
+that grew with the table, paid by the writer whose commit ran the archival.
 """
 
 from __future__ import annotations
@@ -85,15 +92,65 @@ def write_archive(storage: Storage, instants: Iterable[ArchivedInstant]) -> str:
     return path
 
 
+#: Archive files smaller than this are level 0 (an archival of a few dozen small instants).
+LEVEL_UNIT = 4096
+#: Past this many files, all readable files merge into one whatever their levels: only sizes
+#: that defeat the levels (a huge archival among small ones, again and again) get here.
+_MOST_FILES_PER_LEVEL_BOUND = 16
+
+
+def archive_level(size: int, fan_in: int) -> int:
+    """The level of an archive file of ``size`` bytes when ``fan_in`` files merge into one."""
+    level = 0
+    while size >= LEVEL_UNIT * fan_in ** (level + 1):
+        level += 1
+    return level
+
+
+def archive_merge_due(storage: Storage, max_files: int) -> bool:
+    """Whether :func:`merge_archives` would merge now: what it leaves behind is never due."""
+    paths = archive_files(storage)
+    if max_files == 1 or len(paths) > max_files * _MOST_FILES_PER_LEVEL_BOUND:
+        return len(paths) > 1
+    newest = paths[-max_files:]
+    return len(paths) >= max_files and len(
+        {archive_level(storage.size(path), max_files) for path in newest}) == 1
+
+
 def merge_archives(storage: Storage, *, max_files: int) -> None:
-    """Fold all archive files into one when there are more than ``max_files``.
+    """Merge the newest ``max_files`` archive files into one while they are all of one level
+    (see the module docstring); with ``max_files`` 1, every archival folds everything into one.
 
     A damaged archive file is left as it is (reading the history names it, and validation
-    reports it); the others are still merged, so the number of files stays bounded.
+    reports it); the readable files of a merge are still merged.
     """
     paths = archive_files(storage)
-    if len(paths) <= max_files:
+    if max_files == 1 or len(paths) > max_files * _MOST_FILES_PER_LEVEL_BOUND:
+        _merge(storage, paths)
         return
+    sizes: dict[str, int] = {}
+    while len(paths) >= max_files:
+        newest = paths[-max_files:]
+        for path in newest:
+            if path not in sizes:
+                try:
+                    sizes[path] = storage.size(path)
+                except FileNotFoundError:
+                    return  # another archival merged it meanwhile: it decides
+        if len({archive_level(sizes[path], max_files) for path in newest}) != 1:
+            return
+        merged = _merge(storage, newest)
+        if merged is None:
+            return
+        paths = [*paths[:-max_files], merged[0]]
+        sizes[merged[0]] = merged[1]
+
+
+def _merge(storage: Storage, paths: list[str]) -> tuple[str, int] | None:
+    """Merge the readable files of ``paths`` into one (write, then delete the others); return
+    it and its size, or None when fewer than two were readable."""
+    if len(paths) < 2:
+        return None
     merged: dict[str, ArchivedInstant] = {}
     readable = []
     for path in paths:
@@ -104,8 +161,9 @@ def merge_archives(storage: Storage, *, max_files: int) -> None:
         readable.append(path)
         merged.update((instant.time, instant) for instant in instants)
     if len(readable) < 2:
-        return
+        return None
     kept = write_archive(storage, merged.values())
     for path in readable:
         if path != kept:
             storage.delete(path)
+    return kept, storage.size(kept)

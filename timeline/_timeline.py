@@ -67,7 +67,7 @@ class TimelineOptions(msgspec.Struct, frozen=True, kw_only=True):
     archive_trigger: int = 30
     #: ... keeping this many of the newest completed instants active.
     archive_retain: int = 20
-    #: Merge archive files once there are more than this many.
+    #: Merge the newest archive files once this many are of one level (``_archive``).
     archive_max_files: int = 10
 
     def __post_init__(self) -> None:

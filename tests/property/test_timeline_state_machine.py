@@ -64,6 +64,7 @@ from timeline import (
     parse_file_name,
     parse_time,
 )
+from timeline._archive import archive_merge_due
 from timeline._instant import state_rank
 
 R = TypeVar("R")
@@ -487,8 +488,9 @@ class TimelineMachine(RuleBasedStateMachine):
             archive_files = len(self.inner.list("_timeline/archive"))
             if archive_files == 1:
                 event("archive files merged (or first archive)")
-            # Merging follows a write, so only a run that archived something bounds the files.
-            assert archive_files <= OPTIONS.archive_max_files
+            # Merging follows a write, so only a run that archived something bounds the files:
+            # no merge is left due (the newest archive_max_files files are not all of one level).
+            assert not archive_merge_due(self.inner, OPTIONS.archive_max_files)
             done = [m for m in moved if m.state == COMPLETED]
             cutoff = done[-1].completed_at
             assert cutoff is not None

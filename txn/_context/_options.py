@@ -185,7 +185,7 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
     "timeline.archive.retain": (
         _WholeNumber(1, 9_999, "instants"), "completed instants kept active by archival"),
     "timeline.archive.max_files": (
-        _WholeNumber(1, 1_000, "files"), "merge archive files beyond this many"),
+        _WholeNumber(1, 1_000, "files"), "archive files of one level that merge into one"),
     "lock.lease_ms": (
         _WholeNumber(5 * _SECOND_MS, _HOUR_MS, "ms"),
         "table lock lease in milliseconds, renewed every third of it while held: how long a "

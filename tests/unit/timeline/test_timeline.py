@@ -31,6 +31,7 @@ from timeline import (
     open_storage,
     parse_time,
 )
+from timeline._archive import archive_level, archive_merge_due
 
 ARCHIVING = TimelineOptions(archive_trigger=5, archive_retain=2, archive_max_files=3)
 
@@ -726,7 +727,7 @@ def test_the_active_timeline_stays_the_same_size_at_10_and_at_200_commits(
 ) -> None:
     """Loading costs one listing of a bounded folder however long the history: with trigger 5
     and retain 2 the active folder holds at most (trigger + 1) instants' files, and the archive
-    folder at most archive_max_files files."""
+    folder a few files per level (no merge left due)."""
     commit_and_archive(archiving, 10)
     at_10 = len(active_files(archiving.storage))
     commit_and_archive(archiving, 190)
@@ -735,7 +736,8 @@ def test_the_active_timeline_stays_the_same_size_at_10_and_at_200_commits(
     assert at_10 <= bound and at_200 <= bound
     assert at_200 <= 2 * at_10
     assert len(archiving.load().completed()) <= ARCHIVING.archive_trigger
-    assert 1 <= len(archive_files(archiving.storage)) <= ARCHIVING.archive_max_files
+    assert 1 <= len(archive_files(archiving.storage)) <= 4 * ARCHIVING.archive_max_files
+    assert not archive_merge_due(archiving.storage, ARCHIVING.archive_max_files)
     assert len(archiving.history()) == 200
 
 
@@ -772,17 +774,45 @@ def test_read_metadata_and_read_plan_fall_back_to_the_archive_for_metadata(
     assert [archiving.read_metadata(i) for i in done] == [{"i": n} for n in range(12)]
 
 
-def test_archive_files_are_merged_once_there_are_more_than_archive_max_files(
-    archiving: Timeline,
+def test_archive_files_merge_in_levels_so_each_instant_is_rewritten_once_per_level(
+    storage: Storage, make_timeline: Callable[..., Timeline]
 ) -> None:
-    counts = []
-    for _ in range(60):
-        commit(archiving)
-        if archive(archiving):
-            counts.append(len(archive_files(archiving.storage)))
-    assert max(counts) == ARCHIVING.archive_max_files
-    assert 1 in counts[1:]  # a merge folded them back into one
-    assert len(archiving.history()) == 60
+    """Once the newest archive_max_files (3) archive files are of one level they merge into one
+    of a higher level: the folder keeps a few files per level, and the bytes archival writes
+    grow with the history times its levels, not with the history squared (merging everything
+    into one file every 3 archivals rewrote the whole history each time)."""
+    counting = _BytesPut(storage)
+    tl = make_timeline("archiver", on=counting, options=ARCHIVING)
+    counts, levels_seen = [], set()
+    for _ in range(600):
+        commit(tl, metadata={"payload": "x" * 200})
+        if archive(tl):
+            paths = archive_files(tl.storage)
+            counts.append(len(paths))
+            levels_seen |= {archive_level(tl.storage.size(p), 3) for p in paths}
+            assert not archive_merge_due(tl.storage, ARCHIVING.archive_max_files)
+    assert len(tl.history()) == 600
+    assert 1 in counts[1:] and max(levels_seen) >= 2, "merges happened, up through the levels"
+    assert max(counts) <= 3 * (max(levels_seen) + 1)
+    final = sum(tl.storage.size(p) for p in archive_files(tl.storage))
+    written = counting.archive_bytes
+    assert written <= (max(levels_seen) + 3) * final, (written, final)
+
+
+class _BytesPut:
+    """A storage that counts the bytes put into the archive folder."""
+
+    def __init__(self, inner: Storage) -> None:
+        self._inner = inner
+        self.archive_bytes = 0
+
+    def put(self, path: str, data: bytes) -> None:
+        if path.startswith("_timeline/archive/"):
+            self.archive_bytes += len(data)
+        self._inner.put(path, data)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
 
 
 def test_archival_keeps_everything_that_completed_after_the_oldest_pending_instant_began(
