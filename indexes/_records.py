@@ -182,8 +182,9 @@ def extend_two_phase(merged: pa.Table, blocks: Sequence[pa.Table], schema: pa.Sc
 
     Every commit extends the files partition this way, and ``merged`` keeps a row for each
     removed file until CLEAN FILES purges it, so the rows that stay are not copied: they are
-    kept as zero-copy slices around the touched ones, and the chunks that piles up are merged
-    once there are ``_MAX_CHUNKS`` of them. What remains proportional to ``merged`` is one
+    kept as zero-copy slices around the touched ones (copied instead when more than
+    ``_MAX_CHUNKS`` rows are touched, as a clean's purge does), and the chunks that pile up are
+    merged once there are ``_MAX_CHUNKS`` of them. What remains proportional to ``merged`` is one
     hash lookup per key (``is_in``) and a scan of the resulting booleans.
     """
     new = merge_two_phase(blocks, schema)
@@ -194,6 +195,9 @@ def extend_two_phase(merged: pa.Table, blocks: Sequence[pa.Table], schema: pa.Sc
     merged = merged.select(schema.names)
     touched = pc.is_in(merged[KEY], value_set=new[KEY])
     positions = pc.indices_nonzero(touched).to_pylist()
+    if len(positions) > _MAX_CHUNKS:  # a clean's purge: one copy beats thousands of slices
+        new = merge_two_phase([merged.filter(touched), new], schema)
+        return pa.concat_tables([merged.filter(pc.invert(touched)), new])
     kept, start = [], 0
     for position in positions:
         if position > start:

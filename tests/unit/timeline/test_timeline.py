@@ -4,6 +4,7 @@ corrupt files and archival, on the memory and local-disk backends."""
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -797,6 +798,51 @@ def test_archive_files_merge_in_levels_so_each_instant_is_rewritten_once_per_lev
     final = sum(tl.storage.size(p) for p in archive_files(tl.storage))
     written = counting.archive_bytes
     assert written <= (max(levels_seen) + 3) * final, (written, final)
+
+
+def test_archive_files_of_uneven_sizes_still_merge(
+    storage: Storage, make_timeline: Callable[..., Timeline]
+) -> None:
+    """Archivals differ in size; files just under a level's boundary followed by files just over
+    it must still merge (found by review: with whole-number levels they never did, and this run
+    reached 64 files where the folder should hold a few per level)."""
+    options = TimelineOptions(archive_trigger=5, archive_retain=2, archive_max_files=4)
+    tl = make_timeline("archiver", options=options)
+    sizes = random.Random(7)
+    most = 0
+    for _ in range(1_500):
+        commit(tl, metadata={"payload": "x" * sizes.randint(3_000, 6_000)})
+        if archive(tl):
+            most = max(most, len(archive_files(tl.storage)))
+    levels = [archive_level(tl.storage.size(p), 4) for p in archive_files(tl.storage)]
+    assert most <= 4 * (max(levels) + 1), (most, levels)
+    assert len(tl.history()) == 1_500
+
+
+def test_archive_max_files_1_keeps_one_archive_file(make_timeline: Callable[..., Timeline]) -> None:
+    tl = make_timeline("archiver", options=TimelineOptions(archive_trigger=3, archive_retain=1,
+                                                           archive_max_files=1))
+    for _ in range(40):
+        commit(tl)
+        archive(tl)
+    assert len(archive_files(tl.storage)) == 1
+    assert len(tl.history()) == 40
+
+
+def test_a_damaged_file_holding_the_merged_name_leaves_the_merge_undone(storage: Storage) -> None:
+    """Found by review: a damaged leftover of an interrupted merge under the name the next
+    merge would write made archival raise; the merge is now skipped and the files stay."""
+    from timeline._archive import ArchivedInstant, merge_archives, write_archive
+
+    def archived(time: str) -> ArchivedInstant:
+        return ArchivedInstant(time=time, action="commit", state="completed", completed_at=time)
+
+    older = write_archive(storage, [archived("20260101000000001"), archived("20260101000000002")])
+    newer = write_archive(storage, [archived("20260101000000003"), archived("20260101000000004")])
+    damaged = "_timeline/archive/20260101000000001_20260101000000004.archive"
+    storage.put(damaged, b"{not json")
+    merge_archives(storage, max_files=3)  # the three are due: the readable two merge into the name
+    assert archive_files(storage) == sorted([older, newer, damaged])
 
 
 class _BytesPut:
