@@ -110,6 +110,11 @@ def archive_level(size: int, fan_in: int) -> float:
     return math.log(max(size, LEVEL_UNIT) / LEVEL_UNIT, fan_in)
 
 
+def _merges_everything(paths: list[str], max_files: int) -> bool:
+    """``max_files`` 1, or the fallback past the bound: every readable file merges into one."""
+    return max_files == 1 or len(paths) > max_files * _MOST_FILES_PER_LEVEL_BOUND
+
+
 def _due(levels: list[float], max_files: int) -> bool:
     return len(levels) >= max_files and max(levels) - min(levels) < 1.0
 
@@ -117,7 +122,7 @@ def _due(levels: list[float], max_files: int) -> bool:
 def archive_merge_due(storage: Storage, max_files: int) -> bool:
     """Whether :func:`merge_archives` would merge now (tests check that it leaves none due)."""
     paths = archive_files(storage)
-    if max_files == 1 or len(paths) > max_files * _MOST_FILES_PER_LEVEL_BOUND:
+    if _merges_everything(paths, max_files):
         return len(paths) > 1
     newest = paths[-max_files:]
     return _due([archive_level(storage.size(path), max_files) for path in newest], max_files)
@@ -132,7 +137,7 @@ def merge_archives(storage: Storage, *, max_files: int) -> None:
     reports it); the readable files of a merge are still merged.
     """
     paths = archive_files(storage)
-    if max_files == 1 or len(paths) > max_files * _MOST_FILES_PER_LEVEL_BOUND:
+    if _merges_everything(paths, max_files):
         _merge(storage, paths)
         return
     sizes: dict[str, int] = {}

@@ -38,18 +38,19 @@ class PrefixedStorage:
     def put(self, path: str, data: bytes) -> None:
         self._inner.put(self._key(path), data)
 
-    def list_temporaries(self, prefix: str, *, recursive: bool = False) -> list[Temporary]:
+    def _folder(self, prefix: str) -> str:
+        """Listing prefix ``prefix`` of this view as the inner storage's prefix."""
         prefix = check_prefix(prefix)
+        return f"{self._prefix}/{prefix}" if prefix else self._prefix
+
+    def list_temporaries(self, prefix: str, *, recursive: bool = False) -> list[Temporary]:
         cut = len(self._prefix) + 1
-        inner = f"{self._prefix}/{prefix}" if prefix else self._prefix
-        return [Temporary(found.path[cut:], found.key[cut:], found.modified_ms)
-                for found in leftover_temporaries(self._inner, inner, recursive=recursive)]
+        return [Temporary(found.path[cut:], found.key[cut:], found.modified_ms) for found
+                in leftover_temporaries(self._inner, self._folder(prefix), recursive=recursive)]
 
     def list(self, prefix: str, *, recursive: bool = False) -> list[str]:
-        prefix = check_prefix(prefix)
         cut = len(self._prefix) + 1
-        inner = f"{self._prefix}/{prefix}" if prefix else self._prefix
-        return [key[cut:] for key in self._inner.list(inner, recursive=recursive)]
+        return [key[cut:] for key in self._inner.list(self._folder(prefix), recursive=recursive)]
 
     def delete(self, path: str) -> None:
         self._inner.delete(self._key(path))
