@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-test install-dev demo test lint typecheck bench bench-quick clean
+.PHONY: help install install-test install-dev demo test test-long lint typecheck bench bench-quick clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -25,8 +25,12 @@ install-dev: $(BIN)/python ## Also install the linters and the type checker
 demo: install ## Set up and run the main job on ./warehouse
 	$(BIN)/metatxn demo --warehouse warehouse
 
-test: install-test ## Set up and run the whole test suite
+test: install-test ## Set up and run the whole test suite (derandomized Hypothesis examples)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+HYPOTHESIS_PROFILE ?= dev
+test-long: install-test ## The suite with random Hypothesis examples (dev: about 35 min; or =long)
+	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install-dev ## ruff over the code and tests
 	$(BIN)/ruff check txn timeline indexes tests

@@ -191,13 +191,13 @@ def extend_two_phase(merged: pa.Table, blocks: Sequence[pa.Table], schema: pa.Sc
     if new.num_rows == 0:
         return merged
     if merged.num_rows == 0:
-        return new
+        return _bounded_chunks(new)
     merged = merged.select(schema.names)
     touched = pc.is_in(merged[KEY], value_set=new[KEY])
     positions = pc.indices_nonzero(touched).to_pylist()
     if len(positions) > _MAX_CHUNKS:  # a clean's purge: one copy beats thousands of slices
         new = merge_two_phase([merged.filter(touched), new], schema)
-        return pa.concat_tables([merged.filter(pc.invert(touched)), new])
+        return _bounded_chunks(pa.concat_tables([merged.filter(pc.invert(touched)), new]))
     kept, start = [], 0
     for position in positions:
         if position > start:
@@ -207,10 +207,17 @@ def extend_two_phase(merged: pa.Table, blocks: Sequence[pa.Table], schema: pa.Sc
         kept.append(merged.slice(start))
     if positions:
         new = merge_two_phase([merged.take(positions), new], schema)
-    extended = pa.concat_tables([*kept, new])
-    if extended[KEY].num_chunks > _MAX_CHUNKS:
-        extended = extended.combine_chunks()
-    return extended
+    return _bounded_chunks(pa.concat_tables([*kept, new]))
+
+
+def _bounded_chunks(table: pa.Table) -> pa.Table:
+    """``table``, merged into one chunk once it has more than ``_MAX_CHUNKS``.
+
+    Every path out of ``extend_two_phase`` goes through here: a filter keeps the chunks of the
+    table it filters, so the copying branch can pile them up as surely as the slicing one."""
+    if table[KEY].num_chunks > _MAX_CHUNKS:
+        return table.combine_chunks()
+    return table
 
 
 #: Chunks an extended table may have before ``extend_two_phase`` merges them (each chunk costs

@@ -160,7 +160,7 @@ def test_extending_block_by_block_equals_merging_everything(
         patch.setattr(records_module, "_MAX_CHUNKS", 2)
         for table in tables:
             extended = extend_two_phase(extended, [table], schema)
-            assert extended["path"].num_chunks <= 3
+            assert extended["path"].num_chunks <= 2
     assert extended.schema.equals(schema)
     key = lambda row: row["path"]  # noqa: E731 - a local sort key
     assert sorted(extended.to_pylist(), key=key) == sorted(_merge(schema, tables), key=key)
@@ -315,3 +315,21 @@ def test_statuses_only_move_forward(low: str, high: str) -> None:
 def test_segment_ids_order_numerically_with_compaction_levels() -> None:
     ids = ["10", "2", "0.1", "0", "1", "0.2", "1.1"]
     assert sorted(ids, key=indexes.segment_sort_key) == ["0", "0.1", "0.2", "1", "1.1", "2", "10"]
+
+
+def test_the_copying_branch_keeps_the_chunk_bound_too() -> None:
+    """Found by the ``dev`` profile: an extension touching more than ``_MAX_CHUNKS`` rows copies
+    instead of slicing, but a filter keeps the chunks of what it filters, so a table already at
+    the bound came back with one chunk more (4 with the bound patched to 2)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(records_module, "_MAX_CHUNKS", 2)
+        chunked = pa.concat_tables([
+            _records_table(FILES_SCHEMA, [(k, True) for k in KEYS[:3]]).combine_chunks(),
+            _records_table(FILES_SCHEMA, [(k, True) for k in KEYS[3:6]]).combine_chunks(),
+        ])
+        assert chunked["path"].num_chunks == 2
+        touching = _records_table(FILES_SCHEMA, [(KEYS[0], False), (KEYS[1], False), (KEYS[3], False)])
+        extended = extend_two_phase(chunked, [touching], FILES_SCHEMA)
+        assert extended["path"].num_chunks <= 2
+    assert sorted(extended.to_pylist(), key=lambda row: row["path"]) == \
+        merge_two_phase([chunked, touching], FILES_SCHEMA).to_pylist()
