@@ -33,12 +33,16 @@ ARCHIVE_FOLDER = "_timeline/archive"
 ARCHIVE_SUFFIX = ".archive"
 
 
-class ArchivedInstant(msgspec.Struct, frozen=True, kw_only=True):
+class ArchivedInstant(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     time: str
     action: str
     state: str
     completed_at: str | None = None
     metadata: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
+    #: The terminal file's bytes as archival found them, when they could not be decoded and the
+    #: instant was past retention (``Timeline.archive``): kept so that nothing is lost
+    #: silently; ``metadata`` is then null, and reading it raises naming the file.
+    damaged: bytes | None = None
 
 
 class ArchiveFile(msgspec.Struct, frozen=True, kw_only=True, tag="archive", tag_field="kind"):

@@ -9,6 +9,7 @@ are unique and strictly increasing, and completion order is total.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import time as _time
@@ -53,6 +54,8 @@ from ._view import TimelineView
 T = TypeVar("T")
 
 TIMELINE_FOLDER = "_timeline"
+
+log = logging.getLogger("metatxn")
 
 
 class TimelineOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -140,6 +143,7 @@ class Timeline:
         self.owner = owner or default_owner()
         self.options = options or TimelineOptions()
         self._last_issued: str | None = None
+        self._held_reported: set[str] = set()  # damaged files archival held, logged once each
         self._session: tuple[Lease, TimelineView] | None = None
         self._lock = TableLock(
             storage, owner=self.owner, clock=clock, lease_ms=self.options.lock_lease_ms,
@@ -220,6 +224,8 @@ class Timeline:
             archived = read_all(self.storage).get(instant.time)
             if archived is None:
                 raise
+            if archived.damaged is not None:
+                raise _archived_damaged(path, archived.damaged) from None
             return _decode_payload(archived.metadata, type, path)
 
     def _read_payload(self, path: str, type: type[T]) -> T:
@@ -440,13 +446,19 @@ class Timeline:
 
     # -- archival ------------------------------------------------------------------------------
 
-    def archive(self, *, lease: Lease, fence_exclusive: str | None = None) -> list[Instant]:
+    def archive(self, *, lease: Lease, fence_exclusive: str | None = None,
+                damaged_before: Callable[[], str] | None = None) -> list[Instant]:
         """Fold the oldest terminal instants into the archive; return those moved.
 
         Runs when more than ``archive_trigger`` completed instants are active and keeps the
         newest ``archive_retain``. Instants that completed after the oldest pending instant
         began are never archived, because that writer's conflict check must still see them;
         nor are instants at or after ``fence_exclusive`` (for the metadata table's needs).
+
+        An instant whose terminal file cannot be decoded is held active (:meth:`held_back`
+        reports it) until the file is repaired, or until it completed before
+        ``damaged_before()`` (the caller's retention, asked only when such a file is found):
+        then it is archived as damaged, its bytes kept in the archive record.
         """
         lease.ensure_held(verify=False)
         view = self.view(lease)
@@ -466,13 +478,29 @@ class Timeline:
         cutoff = chosen[-1].completed_at or ""
         chosen += [i for i in view.rolled_back() if i.time < cutoff]
         records = []
+        retained_from: str | None = None  # damaged_before(), asked once
         for instant in list(chosen):
             try:
                 records.append(self._archived(instant))
-            except CorruptMetadataError:
-                # A damaged instant file stays active (validate reports it): archiving it would
-                # lose what it holds, and stopping here would let the timeline grow for good.
-                chosen.remove(instant)
+                continue
+            except CorruptMetadataError as exc:
+                damage = exc
+            # Holding the damaged instant active keeps the file where it can be repaired, while
+            # a retained snapshot may still need what it says; the instants around it are
+            # archived as usual, so the timeline stays bounded either way.
+            if damaged_before is not None and retained_from is None:
+                retained_from = damaged_before()
+            if retained_from is not None and (instant.completed_at or instant.time) < retained_from:
+                records.append(self._archived_as_damaged(instant))
+                log.warning("archived instant %s as damaged, past retention: %s (its bytes are "
+                            "kept in the archive; reading its metadata raises)", instant.time, damage)
+                continue
+            chosen.remove(instant)
+            if damage.path not in self._held_reported:
+                self._held_reported.add(damage.path)
+                log.warning("archival keeps instant %s active: %s (validate() reports it; rewrite "
+                            "the file, or it is archived as damaged once past retention)",
+                            instant.time, damage)
         if not records:
             return []
         write_archive(self.storage, records)
@@ -511,9 +539,14 @@ class Timeline:
                 continue  # archived or rolled back since the listing
         for path in archive_files(self.storage):
             try:
-                read_archive(self.storage, path)
+                records = read_archive(self.storage, path)
             except CorruptMetadataError as exc:
                 damaged.append(exc)
+                continue
+            # What is lost stays reported: the instant's commit metadata, for good.
+            damaged += [_archived_damaged(_path(r.time, r.action, r.state, r.completed_at),
+                                          r.damaged, path)
+                        for r in records if r.damaged is not None]
         for folder, decode, expected in (
             (HEARTBEAT_FOLDER, _heartbeat_decoder.decode, "a JSON heartbeat (kind 'heartbeat')"),
             (LOCK_FOLDER, _lock_decoder.decode, "a JSON lock record (kind 'lock')"),
@@ -526,6 +559,27 @@ class Timeline:
                 except msgspec.DecodeError as exc:
                     damaged.append(CorruptMetadataError(path, expected, str(exc)))
         return damaged
+
+    def held_back(self) -> list[CorruptMetadataError]:
+        """The terminal instants of the active timeline whose file cannot be decoded: archival
+        keeps them active until the file is repaired or they are past retention (for
+        validation; nothing raises on damage)."""
+        held = []
+        for instant in self.load().instants:
+            if instant.is_pending:
+                continue
+            try:
+                self._archived(instant)
+            except CorruptMetadataError as exc:
+                held.append(exc)
+            except FileNotFoundError:
+                continue  # archived since the listing
+        return held
+
+    def _archived_as_damaged(self, instant: Instant) -> ArchivedInstant:
+        path = _path(instant.time, instant.action, instant.state, instant.completed_at)
+        return ArchivedInstant(time=instant.time, action=instant.action, state=instant.state,
+                               completed_at=instant.completed_at, damaged=self.storage.read(path))
 
     def _archived(self, instant: Instant) -> ArchivedInstant:
         path = _path(instant.time, instant.action, instant.state, instant.completed_at)
@@ -587,6 +641,19 @@ def _decode_file(path: str, data: bytes) -> InstantFile:
             f"{envelope.state}" + (f" @ {envelope.completed_at}" if envelope.completed_at else ""),
         )
     return envelope
+
+
+def _archived_damaged(path: str, data: bytes, archive: str | None = None) -> CorruptMetadataError:
+    """The error of an instant archived as damaged: its file's own decoding error, and where
+    its bytes are kept."""
+    try:
+        _decode_file(path, data)
+        found = "undecodable when it was archived"
+    except CorruptMetadataError as exc:
+        found = exc.found
+    where = archive or f"{TIMELINE_FOLDER}/archive/"
+    return CorruptMetadataError(path, "a JSON instant file (kind 'instant')",
+                                f"{found}; archived as damaged past retention, its bytes kept in {where}")
 
 
 def _decode_payload(raw: msgspec.Raw | bytes, type: type[T], path: str) -> T:

@@ -18,13 +18,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from indexes import SEGMENTS, segment_sort_key
-from timeline import Instant, Lease, TimelineView
+from timeline import COMPLETED, Instant, Lease, TimelineView, TxnError, format_time, read_archive
 
 from .._context import (
     DATA_ACTIONS,
     MaintenanceReport,
     TableContext,
     WritePlan,
+    clean_options,
     maintenance_mode,
     plan_segments,
 )
@@ -123,7 +124,33 @@ def _archive_data_timeline(context: TableContext, lease: Lease) -> list[Instant]
     if writes:
         retained = writes[max(0, len(writes) - metadata.options.retain_commits)][1]
         fence = min(fence, retained)
-    return timeline.archive(lease=lease, fence_exclusive=fence)
+    return timeline.archive(lease=lease, fence_exclusive=fence,
+                            damaged_before=lambda: _clean_retained_from(context, view))
+
+
+def _clean_retained_from(context: TableContext, view: TimelineView) -> str:
+    """The oldest completion time CLEAN FILES' retention keeps time travel to: that of the
+    ``clean.retain_commits``-th last data commit, or ``clean.retain_hours`` ago, the older
+    (design/segments.md, "Retention"); "" while it cannot tell. A damaged instant file completed
+    before it is archived as damaged: no retained snapshot is older. Asked only when archival
+    meets such a file, so the archive is read only then (archived commits count too)."""
+    options = clean_options(context.properties)
+    writes = [done for _, done in _writes(view)]
+    if len(writes) < options.retain_commits:
+        try:
+            archived = read_archive(context.storage)
+        except TxnError:
+            return ""  # what a damaged archive holds is unknown: keep the instant
+        writes = sorted([r.completed_at or "" for r in archived.values()
+                         if r.state == COMPLETED and r.action in DATA_ACTIONS
+                         and view.get(r.time) is None] + writes)
+    if len(writes) < options.retain_commits:
+        return ""
+    by_hours = format_time(max(0, context.timeline.clock() - options.retain_hours * _HOUR_MS))
+    return min(writes[-options.retain_commits], by_hours)
+
+
+_HOUR_MS = 3_600_000
 
 
 def _compact(context: TableContext, protocol: Protocol) -> tuple[str | None, str | None]:

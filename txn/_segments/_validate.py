@@ -18,6 +18,8 @@ Checks, for the latest snapshot:
   both timelines, every block and base of the metadata table and of the record index,
   ``retention.json``, data files, delete deltas and markers (``read_marker``'s check); and every
   block a completed instant recorded is there;
+* no completed or rolled-back instant's file is too damaged to archive (``archival blocked``:
+  archival keeps it active until it is repaired or, on the data timeline, past retention);
 * no instant is left pending by a writer that stopped beating (not rolled back yet: recovery
   retries it, but one that keeps failing shows here), and no ``rollback`` instant is pending.
 
@@ -77,6 +79,7 @@ def validate(context: TableContext) -> ValidationReport:
     except TxnError as exc:
         return ValidationReport(problems=[_damaged(exc)])
     problems += [_damaged(exc) for exc in context.timeline.damaged_files()]
+    problems += _check_held_back(context)
     problems += _check_pending(context, view)
     last = view.last_completed()
     completed = {i.time: i.completed_at or "" for i in view.completed()}
@@ -197,6 +200,32 @@ def _in_metadata(error: TxnError) -> TxnError:
     if isinstance(error, CorruptMetadataError) and error.path.startswith("_timeline/"):
         return CorruptMetadataError(f"{METADATA_FOLDER}/{error.path}", error.expected, error.found)
     return error
+
+
+def _check_held_back(context: TableContext) -> list[Problem]:
+    """Archival cannot move an instant whose terminal file does not decode: it stays active
+    (the instants around it are archived). Said here, since archival only logs it."""
+    problems = []
+    try:
+        held = context.timeline.held_back()
+    except TxnError as exc:
+        return [_damaged(exc)]
+    for damage in held:
+        problems.append(Problem("archival blocked", damage.path, (
+            f"archival keeps this instant on the active timeline: its file does not decode "
+            f"({damage.found}). Rewrite the file with its content and the next archival takes it; "
+            "otherwise it is archived as damaged, its bytes kept in the archive, once it is past "
+            "retention (clean.retain_commits and clean.retain_hours)")))
+    try:
+        held = context.metadata.timeline.held_back()
+    except TxnError as exc:
+        return [*problems, _damaged(_in_metadata(exc))]
+    for damage in held:
+        problems.append(Problem("archival blocked", f"{METADATA_FOLDER}/{damage.path}", (
+            f"archival of the metadata timeline keeps this instant active: its file does not "
+            f"decode ({damage.found}). Rewrite the file with its content and the next archival "
+            "takes it")))
+    return problems
 
 
 def _check_metadata_timeline(context: TableContext, completed: dict[str, str]) -> list[Problem]:

@@ -31,6 +31,7 @@ from timeline import (
     format_time,
     open_storage,
     parse_time,
+    read_archive,
 )
 from timeline._archive import archive_level, archive_merge_due
 
@@ -993,6 +994,7 @@ def test_history_read_while_another_writer_archives_still_lists_every_instant(
             assert moved, f"the reader made fewer than {nth} calls"
 
 
+@pytest.mark.allow_metatxn_warnings  # archival logs the instant it holds back
 def test_archival_skips_a_damaged_completed_file_and_the_timeline_stays_bounded(
     archiving: Timeline,
 ) -> None:
@@ -1007,6 +1009,43 @@ def test_archival_skips_a_damaged_completed_file_and_the_timeline_stays_bounded(
     assert len(completed) <= ARCHIVING.archive_trigger + 1
     assert first in completed, "the damaged instant stays active"
     assert len(archiving.history()) == 41
+    assert [e.path for e in archiving.damaged_files()] == [damaged]
+
+
+@pytest.mark.allow_metatxn_warnings  # archival logs what it holds back and archives as damaged
+def test_a_damaged_instant_past_the_callers_retention_is_archived_with_its_bytes(
+    archiving: Timeline,
+) -> None:
+    """Held active (``held_back`` names it) while it completed at or after ``damaged_before()``;
+    once before it, archived as damaged: still in the history, its bytes in the archive, its
+    metadata raising as the file did, and ``damaged_files`` still reporting it."""
+    first = commit_and_archive(archiving, 1)[0]
+    damaged = f"_timeline/{first.file_name}"
+    archiving.storage.put(damaged, b"{not json")
+    asked = []
+
+    def retained_from(floor: str) -> Callable[[], str]:
+        return lambda: asked.append(floor) or floor  # type: ignore[func-returns-value]
+
+    for _ in range(8):
+        commit(archiving)
+        with archiving.lock() as lease:
+            archiving.archive(lease=lease, damaged_before=retained_from(first.completed_at or ""))
+    assert archiving.load().get(first.time) == first
+    assert [e.path for e in archiving.held_back()] == [damaged]
+    assert asked, "asked only when a damaged file is met, and it was"
+
+    for _ in range(ARCHIVING.archive_trigger - ARCHIVING.archive_retain):  # to the trigger
+        commit(archiving)
+        with archiving.lock() as lease:
+            archiving.archive(lease=lease, damaged_before=retained_from("9" * 17))
+    assert archiving.load().get(first.time) is None
+    assert archiving.held_back() == []
+    assert first in archiving.history()
+    assert read_archive(archiving.storage)[first.time].damaged == b"{not json"
+    with pytest.raises(CorruptMetadataError, match="archived as damaged") as raised:
+        archiving.read_metadata(first)
+    assert raised.value.path == damaged
     assert [e.path for e in archiving.damaged_files()] == [damaged]
 
 

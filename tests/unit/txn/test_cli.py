@@ -299,6 +299,27 @@ def test_validate_exits_1_and_names_each_problem_of_a_damaged_table(loaded: txn.
     assert [p["path"] for p in report["problems"]] == [lost]
 
 
+@pytest.mark.allow_metatxn_warnings  # archival logs the instant it holds back
+def test_validate_says_archival_is_blocked_by_a_damaged_completed_file(tmp_path: Path) -> None:
+    t = txn.create_table(str(tmp_path / "t"), SCHEMA, properties={
+        "timeline.archive.trigger": "4", "timeline.archive.retain": "2"})
+    t.append(rows([0]))
+    first = timeline.Timeline(timeline.open_storage(t.uri)).load().completed()[0]
+    damaged = f"_timeline/{first.file_name}"
+    Path(t.uri, damaged).write_bytes(b"\x01 not an instant file")
+    for i in range(1, 8):
+        t.append(rows([i]))
+    result = metatxn("validate", t.uri)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert ["archival blocked", damaged] in [cells[:2] for cells in body(result.stdout)], result.stdout
+    as_json = metatxn("validate", t.uri, "--json")
+    report = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and report["ok"] is False
+    blocked = [p for p in report["problems"] if p["kind"] == "archival blocked"]
+    assert [p["path"] for p in blocked] == [damaged]
+    assert "Rewrite the file" in blocked[0]["detail"]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("compact", "{uri}", "--kind", "sideways"), "compaction kind 'sideways'"),
     (("compact", "{uri}", "--kind", "custom", "--segments", "1,,2"), "--segments: '1,,2'"),
