@@ -27,6 +27,12 @@ The table is keyed (``record_key="k"``) in one pair of variants and unkeyed in t
 * ``delete(keys=...)`` (keyed), ``delete(where=...)`` (a key range, a partition value, a value
   threshold, a disjunction, or everything) and ``update(where, values)`` (``v``, the partition
   column ``g`` or both);
+* two writers (keyed, ``RacingDeleteKeys``): ``delete(keys=...)`` of a live key and drawn ones,
+  mostly missing, while a second writer's upsert or keyed append, run between the delete's read
+  and its commit, inserts the delete's missing keys, upserts its live one, or inserts other
+  keys. The insert is judged like any write; then the delete must fail with
+  CommitConflictError naming the insert and leave nothing when the insert wrote a key it asked
+  for (found or not), else commit after it (issue 22), or commit nothing if it found no key;
 * ``add_segment(folder, partition="g:string")``: rows drawn like an append's (keyed: new unique
   keys, or on purpose a key already in the table or twice in the folder: DuplicateKeyError,
   nothing written, no instant) are written with pyarrow, not through the storage seam, as Parquet
@@ -260,6 +266,7 @@ from timeline import (
     parse_time,
 )
 from txn._context import TABLE_CONFIG_PATH, CommitMetadata, WritePlan, decode_config
+from txn._write import _state as write_state
 
 SCHEMA = pa.schema([("k", pa.int64()), ("g", pa.string()), ("v", pa.int64())])
 HEARTBEAT_TIMEOUT_MS = 60_000
@@ -458,6 +465,22 @@ class DeleteKeys:
 
 
 @dataclass(frozen=True)
+class RacingDeleteKeys:
+    """Keyed, two writers (issue 22): the writer's ``delete(keys=...)``, and between its read and
+    its commit a second writer (another process, on healthy storage) inserts, by ``via``, the
+    delete's keys missing from the table (``absent``), one it finds (``present``, upserted) or
+    keys it does not ask for (``other``; also when the table has no such key of the delete),
+    with ``rows``' groups and values. The insert commits first; the delete then fails with
+    CommitConflictError and leaves nothing when the insert wrote a key it asked for, else
+    commits after it; a delete that found none of its keys commits nothing."""
+
+    keys: list[KeySpec]
+    inserts: Literal["absent", "present", "other"]
+    via: Literal["upsert", "append"]
+    rows: list[Row]
+
+
+@dataclass(frozen=True)
 class Where:
     """A predicate of a delete or update.
 
@@ -611,7 +634,8 @@ class DropStream:
 
 Mutation = (Write | AddSegment | Upsert | DeleteKeys | DeleteWhere | Update | DeleteSegments
             | StreamWrite | DropStream)
-Action = Mutation | Compact | Clean | Maintain | Lookup | ReadLatest | ReadPast | ReadWithFault
+Action = (Mutation | Compact | Clean | Maintain | Lookup | ReadLatest | ReadPast | ReadWithFault
+          | RacingDeleteKeys)
 
 fault_plans = st.one_of(st.none(), st.builds(
     FaultPlan, when=st.sampled_from(["before", "after"]),
@@ -641,6 +665,16 @@ upserts = st.builds(
     fault=fault_plans, wait_ms=waits, app=app_specs)
 delete_keys = st.builds(DeleteKeys, keys=st.lists(key_specs, max_size=12), fault=fault_plans,
                         wait_ms=waits, app=app_specs)
+racing_delete_keys = st.builds(
+    # A key of the table (so that the delete commits unless it conflicts) and drawn ones, mostly
+    # not in the table: issue 22's delete(keys=[14, 11]).
+    RacingDeleteKeys, keys=st.tuples(st.builds(OldKey, st.integers(0, 999)),
+                                     st.lists(st.integers(-50, 50), min_size=1, max_size=5)).map(
+        lambda drawn: [drawn[0], *drawn[1]]),
+    inserts=st.sampled_from(["absent", "absent", "present", "other"]),
+    via=st.sampled_from(["upsert", "append"]),
+    rows=st.lists(st.tuples(st.integers(-50, 50), GROUPS, st.integers(0, 999)), min_size=1,
+                  max_size=3))
 wheres = st.builds(
     Where, kind=st.sampled_from(["keys", "keys", "keys", "group", "value", "value", "either", "all"]),
     low=st.integers(-55, 50), span=st.integers(0, 30), position=st.integers(0, 999), group=GROUPS)
@@ -699,7 +733,8 @@ reads: list[st.SearchStrategy[Action]] = [
 #: Stream actions on a table without ``streaming=true`` (a third of the runs) are refused.
 keyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, add_segments, add_segments, stream_writes, stream_writes, stream_writes,
-    drop_streams, upserts, upserts, delete_keys, delete_wheres, updates, updates, compactions,
+    drop_streams, upserts, upserts, delete_keys, racing_delete_keys, delete_wheres, updates,
+    updates, compactions,
     compactions, close_streamings, cleans, segment_deletes, maintenance, maintenance, lookups,
     *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
@@ -1852,6 +1887,94 @@ class TableMachine(RuleBasedStateMachine):
         if requested:
             self._check_owed(owed, calls, requested[0], fired)
 
+    # -- two writers: a delete by keys racing an insert ------------------------------------------
+
+    def _race_delete_keys(self, action: RacingDeleteKeys) -> None:
+        """The writer deletes keys; a second writer's insert (judged like any write, by
+        ``_write``) runs once, right after the delete read the table."""
+        serial = next(self.serials)
+        keys = [self._key(spec) for spec in action.keys]
+        self.seen_keys.update(keys)
+        live = self._live()
+        hit = set(keys) & live.keys()
+        absent = sorted(set(keys) - live.keys())
+        inserts, via = action.inserts, action.via
+        if inserts == "absent" and absent:
+            inserted = absent
+        elif inserts == "present" and hit:
+            inserted, via = [min(hit)], "upsert"
+        else:
+            inserts, taken, inserted = "other", live.keys() | set(keys), []
+            for k, _, _ in action.rows:
+                inserted.append(_free_key(k, taken | set(inserted)))
+        drawn = [(k, g, v) for k, (_, g, v) in zip(inserted, itertools.cycle(action.rows),
+                                                   strict=False)]
+        insert: Mutation = (Upsert(rows=list(drawn), fault=None, wait_ms=0) if via == "upsert"
+                            else Write("append", drawn, fault=None, wait_ms=0))
+        conflict = bool(hit) and inserts != "other"
+        note(f"delete(keys={keys}) racing an {via} of {inserts} keys {inserted}")
+
+        racer_errors: list[BaseException] = []
+        read_state = write_state.read_state
+
+        def then_insert(context: object) -> object:
+            state = read_state(context)  # type: ignore[arg-type]
+            if write_state.read_state is then_insert:
+                write_state.read_state = read_state  # once: the insert reads the table too
+                saved = self.store, self.writer
+                self.store, self.writer = self._new_writer()
+                try:
+                    self._write(insert)
+                except BaseException as exc:  # judged below, not taken for the delete's error
+                    racer_errors.append(exc)
+                finally:
+                    self.store, self.writer = saved
+            return state
+
+        acked = len(self.acked)
+        started_ms = self.clock()
+        write_state.read_state = then_insert  # type: ignore[assignment]
+        try:
+            outcome, _, calls = self._armed(self.store, None, lambda: self.writer.delete(keys=keys))
+        finally:
+            write_state.read_state = read_state
+        if racer_errors:
+            raise racer_errors[0]
+        assert len(self.acked) == acked + 1, "the second writer's insert was not acknowledged"
+        made = self._instants_of(calls)
+        instant = made[0] if made else None
+        if not hit:
+            assert outcome is None and instant is None, (
+                f"a delete that found none of its keys returned {outcome!r}, instant {instant}")
+            event(f"racing delete(keys) of no live key beside an {via} of {inserts} keys")
+            return
+        assert instant is not None, f"the racing delete made no instant: {outcome!r}"
+        found = self.observer_timeline.history()
+        state = next(i for i in found if i.time == instant.time)
+        if conflict:
+            winner = self.acked[-1].instant
+            assert isinstance(outcome, txn.CommitConflictError), (
+                f"a delete of {keys} committed after an {via} of {inserted} ({winner}) that it "
+                f"did not see: {outcome!r}")
+            assert f"conflicts with {via} {winner}" in str(outcome), outcome
+            assert state.state == ROLLEDBACK, f"the conflicting delete left {state}"
+            self.failed_instants.add(instant.time)
+            self.failed_serials.add(serial)
+            self._lock_is_free()
+            event(f"racing delete(keys): conflict with an {via} of {inserts} keys")
+            return
+        assert isinstance(outcome, txn.Commit), f"racing delete(keys) failed: {outcome!r}"
+        assert state.is_completed and state.completed_at is not None
+        # The insert wrote none of the delete's keys: the delete applies to the model as it is now.
+        expected = self._expect_mutation(DeleteKeys(keys, fault=None, wait_ms=0), serial, {})
+        assert (outcome.rows_added, outcome.rows_deleted) == (0, expected.deleted) == (0, len(hit))
+        metadata = self.observer_timeline.read_metadata(state, CommitMetadata)
+        self._record(Acked(instant=state.time, completed_at=state.completed_at, operation="delete",
+                           serial=serial, rows=expected.after),
+                     self._segments_after(expected, state.time, metadata))
+        self._clean_run("delete", calls, started_ms)
+        event(f"racing delete(keys) committed after an {via} of other keys")
+
     # -- compaction ------------------------------------------------------------------------------
 
     def _minor_choice(self, segments: dict[str, SegmentModel], busy: set[str]) -> list[str]:
@@ -2310,6 +2433,9 @@ class TableMachine(RuleBasedStateMachine):
             self._wait(action.wait_ms)
             self._settle()
             self._compact(action)
+        elif isinstance(action, RacingDeleteKeys):
+            self._revive_if_dead()
+            self._race_delete_keys(action)
         elif isinstance(action, Lookup):
             keys = [self._key(spec) for spec in action.keys]
             self._check_lookup(self.reader if self.dead else self.writer, keys)

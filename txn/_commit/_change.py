@@ -177,6 +177,10 @@ class Change:
     deleted: dict[str, Positions] = field(default_factory=dict)
     #: Index keys whose rows are deleted and not rewritten (their index entries are tombstoned).
     removed_keys: pa.Table | None = None
+    #: Index keys the write looked up, found or not, and wrote nothing for when not found (a
+    #: delete by keys): a commit completed after ``read_at`` that wrote any of them conflicts,
+    #: as one that wrote a key the write writes does.
+    read_keys: pa.Table | None = None
     #: Replace the whole table (overwrite).
     replace: bool = False
     #: A compaction: the segments it replaces (None for every other write).
@@ -410,6 +414,21 @@ def _written_keys(context: TableContext, view: TimelineView, change: Change, pen
     return index.instant_entries(pending.instant.time, sorted(written.index_sizes)).select(index.keys)
 
 
+def _checked_keys(context: TableContext, view: TimelineView, change: Change, pending: Pending,
+                  written: Written) -> pa.Table | None:
+    """The keys a concurrent commit must not have written: those this write writes, and those
+    it read (``Change.read_keys``), each once."""
+    keys = _written_keys(context, view, change, pending, written)
+    read = change.read_keys
+    if read is None or read.num_rows == 0 or not view.completed_after(change.read_at or ""):
+        return keys
+    if keys is None or keys.num_rows == 0:
+        both = read
+    else:
+        both = pa.concat_tables([keys, read.select(keys.column_names).cast(keys.schema)])
+    return both.group_by(both.column_names).aggregate([])
+
+
 def _progressed(context: TableContext, view: TimelineView, change: Change, pending: Pending,
                 rows: int) -> list[StreamRecord]:
     """Under the lock: the producer's record moved to this batch, or ``AlreadyCommitted`` if a
@@ -516,7 +535,7 @@ def builder(context: TableContext, change: Change, extra: dict[str, str] | None,
             elif not change.replace:
                 _conflicts.check(context, view, operation=change.operation,
                                  instant_time=pending.instant.time, read_at=change.read_at,
-                                 keys=_written_keys(context, view, change, pending, written),
+                                 keys=_checked_keys(context, view, change, pending, written),
                                  files=set(change.deleted))
             if change.external is not None:
                 statuses = change.external.statuses

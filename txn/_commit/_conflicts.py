@@ -7,10 +7,14 @@ a commit records:
 * files: the data files it wrote delete deltas for or removed (``deltas_added``,
   ``files_removed``), against the data files this write deletes rows from;
 * keys: the record-index entries it wrote, read from its own log blocks in the shards this write
-  touches, against this write's keys. If cleaning already folded such a block into a base (many
-  commits completed while this write ran), the keys are looked up in the latest index instead,
-  entries still carrying their writer's instant: an entry a concurrent commit wrote is either
-  still there or was replaced by a later concurrent commit, which is then reported.
+  touches, against this write's keys: those it writes entries for and those it read without
+  writing (a delete by keys asks for keys it may not find; an insert of one of them completed
+  meanwhile must fail the delete, or the key outlives a delete acknowledged after it). Only
+  the concurrent commits' blocks in those shards are read, never the table. If cleaning
+  already folded such a block into a base (many commits completed while this write ran), the
+  keys are looked up in the latest index instead, entries still carrying their writer's
+  instant: an entry a concurrent commit wrote is either still there or was replaced by a later
+  concurrent commit, which is then reported.
 
 Appends to an unkeyed table touch neither, so they never conflict.
 """

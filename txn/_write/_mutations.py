@@ -201,8 +201,10 @@ def delete(context: TableContext, where: Any = None, *, keys: Any = None,
         if not deleted:
             log.info("delete matched no rows: nothing to commit")
             return None
+        # Every key asked for, found or not: a key inserted by a commit that completes before
+        # this one would otherwise outlive a delete acknowledged after it.
         return Change("delete", None, state.read_at, state.deltas, deleted=deleted,
-                      removed_keys=removed, rows_bytes=0)
+                      removed_keys=removed, read_keys=wanted, rows_bytes=0)
 
     return commit_planned(context, plan, extra, progress=progress)
 

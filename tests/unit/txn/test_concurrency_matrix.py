@@ -18,7 +18,8 @@ The base table: four loads of ten rows (ids 0-9 in segment 0, ... 30-39 in segme
 id / 2), so a MINOR compaction merges all four into ``0.1``. The CLEAN FILES cells use that table
 compacted, plus four more loads, so that a clean has files to move.
 
-Two cells have a second test: load x IUD when both insert the same key, and IUD x CLEAN FILES
+Two cells have more tests: load x IUD when both insert the same key, and when a delete by keys
+asks for a key the load inserts (``test_delete_by_keys_x_insert``); and IUD x CLEAN FILES
 when a compaction overtook the IUD before a forced clean (other interleaving points: after the
 IUD read its snapshot, and in its write phase).
 """
@@ -33,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 import txn
@@ -314,6 +316,82 @@ def test_load_x_iud_same_new_key(monkeypatch: pytest.MonkeyPatch, memory_uri: st
         model.update({205: 1.0, 206: 1.0})
     assert_a_was_running(run)
     assert_left_nothing(a, memory_uri, run.a_instant)
+    assert prices(a) == model
+
+
+#: The inserts of the delete-by-keys cell: a load, an upsert of a new key, a stream's batch and
+#: ADD SEGMENT (each records its own operation name).
+INSERTS = ["append", "upsert", "stream", "add_segment"]
+
+
+def insert(table: txn.Table, how: str, ids: list[int], price: float, folder: Any) -> txn.Commit | None:
+    data = priced(ids, price)
+    if how == "append":
+        return table.append(data)
+    if how == "upsert":
+        return table.upsert(data)
+    if how == "stream":
+        return table.stream("feed").write(0, data)
+    assert how == "add_segment", how
+    folder.mkdir()
+    pq.write_table(data, folder / "part-0.parquet")
+    return table.add_segment(folder, "parquet")
+
+
+# ADD SEGMENT commits under one hold of the lock, so nothing completes beside it: never running.
+DELETE_BY_KEYS_X_INSERT = [
+    pytest.param(first, keys, how, id=f"{first}-running-{how}-{keys}")
+    for first, keys in [("delete", "its-absent-key"), ("delete", "other-keys"),
+                        ("insert", "its-absent-key")]
+    for how in INSERTS if not (first == "insert" and how == "add_segment")
+]
+
+
+@pytest.mark.parametrize(("first", "keys", "how"), DELETE_BY_KEYS_X_INSERT)
+def test_delete_by_keys_x_insert(monkeypatch: pytest.MonkeyPatch, memory_uri: str, tmp_path: Any,
+                                 first: str, keys: str, how: str) -> None:
+    """The IUD x load cell for ``delete(keys=[5, 205])`` when key 205 is not in the table as the
+    delete reads it, and the load (an append, an upsert, a stream's batch, ADD SEGMENT) inserts
+    205 (``its-absent-key``) or only keys the delete did not ask for (206, 207).
+
+    CarbonData: the DELETE is refused while the load runs (see ``test_load_x_iud``); it has no
+    record key to delete by.
+
+    metatxn (issue 22 item 3): a delete by keys conflicts with a commit completed after its
+    read that wrote any key it asked for, found or not. A running delete fails with
+    ``CommitConflictError`` naming the insert and key 205, and leaves nothing (had it committed,
+    205 would outlive a delete acknowledged after its insert); the insert's rows stand. Inserts
+    of other keys, or a running insert of 205 (the delete completed first, so it is ordered
+    before the insert), both commit.
+    """
+    a = txn.create_table(memory_uri, SCHEMA, record_key="id", properties={"streaming": "true"})
+    for n in range(4):
+        a.append(rows(range(n * 10, n * 10 + 10)))
+    b = txn.open_table(memory_uri)
+    inserted = [205] if keys == "its-absent-key" else [206, 207]
+    model = {**initial(), **dict.fromkeys(inserted, 1.0)}
+    if first == "delete":
+        run = race(monkeypatch, a, lambda: insert(b, how, inserted, 1.0, tmp_path / "ext"))
+        if keys == "its-absent-key":
+            with pytest.raises(txn.CommitConflictError) as info:
+                a.delete(keys=[5, 205])
+            message = str(info.value)
+            assert message.startswith(f"delete {run.a_instant} conflicts with {how} {run.b_commit.instant}")
+            assert "1 record key(s) [205]" in message and "retry the delete" in message
+            assert_left_nothing(a, memory_uri, run.a_instant)
+        else:
+            commit = a.delete(keys=[5, 205])
+            assert commit is not None and commit.rows_deleted == 1 and run.b_commit.operation == how
+            del model[5]
+            assert_both_landed(a)
+    else:
+        run = race(monkeypatch, a, lambda: b.delete(keys=[5, 205]))
+        commit = insert(a, how, inserted, 1.0, tmp_path / "ext")
+        assert commit is not None and commit.operation == how
+        assert run.b_commit.rows_deleted == 1
+        del model[5]
+        assert_both_landed(a)
+    assert_a_was_running(run)
     assert prices(a) == model
 
 

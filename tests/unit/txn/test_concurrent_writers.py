@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 import txn
@@ -283,6 +284,101 @@ def test_a_delete_conflicts_with_a_concurrent_upsert_of_the_same_key(
     assert prices(a) == {**initial(range(100)), 5: 555.0}
 
 
+def _insert_of(b: txn.Table, how: str, tmp_path: Any) -> Callable[[list[int], float], Any]:
+    """Writer B's insert of new keys (price ``price``): a keyed append, an upsert, a stream's
+    batch or ADD SEGMENT of a Parquet folder (the table has ``streaming=true``)."""
+
+    def insert(ids: list[int], price: float) -> Any:
+        data = priced(ids, price)
+        if how == "append":
+            return b.append(data)
+        if how == "upsert":
+            return b.upsert(data)
+        if how == "stream":
+            return b.stream("feed").write(0, data)
+        assert how == "add_segment", how
+        folder = tmp_path / "external"
+        folder.mkdir()
+        pq.write_table(data, folder / "part-0.parquet")
+        return b.add_segment(folder, "parquet")
+
+    return insert
+
+
+INSERTS = ["upsert", "append", "stream", "add_segment"]
+#: What each insert records as its operation (a stream's batch is a ``stream`` commit).
+INSERT_OPERATIONS = {"upsert": "upsert", "append": "append", "stream": "stream",
+                     "add_segment": "add_segment"}
+
+
+@pytest.mark.parametrize("how", INSERTS)
+@pytest.mark.parametrize("point", POINTS)
+def test_a_delete_by_keys_conflicts_with_a_concurrent_insert_of_a_key_it_did_not_find(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, point: str, how: str) -> None:
+    """Issue 22 item 3: A deletes keys 14 and 11 (11 not in the table when A reads it), B
+    inserts key 11 and commits, then A commits. Had A committed, key 11 would stay in the table
+    although a delete of it was acknowledged after B's insert: A must fail, naming B and key
+    11, and leave nothing; its retry reads B's row and deletes both."""
+    uri = str(tmp_path / "table")
+    a = txn.create_table(uri, SCHEMA, record_key="id", properties={"streaming": "true"})
+    a.append(rows([*range(11), *range(12, 20)]))
+    b = txn.open_table(uri)
+    outcome = run_between(monkeypatch, point, lambda: _insert_of(b, how, tmp_path)([11], 1.0))
+
+    with pytest.raises(txn.CommitConflictError) as info:
+        a.delete(keys=[14, 11])
+
+    assert outcome.result is not None
+    loser = assert_loser_left_no_trace(a, uri)
+    message = str(info.value)
+    assert message.startswith(f"delete {loser} conflicts with {INSERT_OPERATIONS[how]} "
+                              f"{outcome.result.instant}"), message
+    assert "1 record key(s) [11]" in message and "retry the delete" in message
+    before = {**initial([*range(11), *range(12, 20)]), 11: 1.0}
+    assert prices(a) == before
+
+    monkeypatch.undo()
+    a.delete(keys=[14, 11])  # the retry finds key 11
+    assert prices(a) == {k: v for k, v in before.items() if k not in (11, 14)}
+    assert a.lookup([11, 14]).num_rows == 0
+    assert a.validate().ok
+
+
+@pytest.mark.parametrize("how", INSERTS)
+@pytest.mark.parametrize("point", POINTS)
+def test_a_delete_by_keys_and_a_concurrent_insert_of_other_keys_both_commit(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, point: str, how: str) -> None:
+    """The same race when B inserts keys A did not ask for (30, 31; A asks for 14 and the
+    absent 11): no overlap, both commit."""
+    uri = str(tmp_path / "table")
+    a = txn.create_table(uri, SCHEMA, record_key="id", properties={"streaming": "true"})
+    a.append(rows([*range(11), *range(12, 20)]))
+    b = txn.open_table(uri)
+    outcome = run_between(monkeypatch, point, lambda: _insert_of(b, how, tmp_path)([30, 31], 1.0))
+
+    commit = a.delete(keys=[14, 11])
+
+    assert outcome.result is not None and commit is not None and commit.rows_deleted == 1
+    expected = {**initial([*range(11), *range(12, 20)]), 30: 1.0, 31: 1.0}
+    del expected[14]
+    assert prices(a) == expected
+    assert_no_conflict_happened(a)
+
+
+def test_a_delete_by_keys_that_finds_none_of_them_commits_nothing_beside_their_insert(
+        monkeypatch: pytest.MonkeyPatch, local_uri: str) -> None:
+    """A delete that finds none of its keys commits nothing (no instant, so no write phase to
+    interleave with): it is ordered at its read, before B's insert of those keys, which stays."""
+    a, b = keyed_table(local_uri, range(20))
+    outcome = run_between(monkeypatch, "read", lambda: b.upsert(priced([50, 51], 1.0)))
+
+    assert a.delete(keys=[50, 51]) is None
+
+    assert outcome.result is not None
+    assert prices(a) == {**initial(range(20)), 50: 1.0, 51: 1.0}
+    assert_no_conflict_happened(a)
+
+
 def test_the_conflict_names_the_first_overlapping_commit_and_counts_the_others(
         monkeypatch: pytest.MonkeyPatch, local_uri: str) -> None:
     a, b = keyed_table(local_uri, range(100))
@@ -478,8 +574,10 @@ def test_an_overwrite_replaces_a_commit_that_completed_before_it_began(
 _CLEANING_COMMITS = 25
 
 
+@pytest.mark.parametrize("write", ["upsert", "delete"])
 def test_a_key_overlap_is_found_after_the_concurrent_commits_index_blocks_were_cleaned(
-        monkeypatch: pytest.MonkeyPatch, local_uri: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, local_uri: str, write: str) -> None:
+    """A writes key 500 (an upsert), or deletes keys 5 and 500 (500 absent when it read)."""
     a, b = keyed_table(local_uri, range(100))
 
     def b_then_many() -> txn.Commit | None:
@@ -491,9 +589,12 @@ def test_a_key_overlap_is_found_after_the_concurrent_commits_index_blocks_were_c
     outcome = run_between(monkeypatch, "write", b_then_many)
 
     with pytest.raises(txn.CommitConflictError):
-        a.upsert(priced([500], 2.0))  # once committed too: key 500 was held by two live rows
+        if write == "upsert":
+            a.upsert(priced([500], 2.0))  # once committed too: key 500 was held by two live rows
+        else:
+            a.delete(keys=[5, 500])  # once committed too: 500 outlived a delete acknowledged after it
     assert outcome.result is not None
-    assert prices(a)[500] == 1.0
+    assert prices(a)[500] == 1.0 and 5 in prices(a)
     assert a.validate().ok
 
 
@@ -590,6 +691,73 @@ def test_threads_upserting_overlapping_keys_through_one_table_keep_the_last_ackn
     assert {p: r for p, r in reports.items() if isinstance(r, str)} == {}
     acknowledged, _ = _check_against_acknowledged(table, reports)
     assert acknowledged == PROCESSES * PROCESS_COMMITS
+
+
+#: Rounds of the three-thread race below (each round's keys are new).
+RACE_ROUNDS = 20
+
+
+def test_threads_deleting_keys_while_another_inserts_one_keep_the_acknowledged_order(
+        local_uri: str) -> None:
+    """Issue 22 item 3 as it was found, without patching: three threads, each with a handle of
+    its own, start every round together. One deletes keys ``r`` (in the table) and ``1000 + r``
+    (not yet), one upserts ``1000 + r``, one appends ``2000 + r``. Whatever order they land in,
+    the table is what the acknowledged commits make of the initial load in completion order: a
+    delete acknowledged after the upsert removed ``1000 + r``, and one that could not do so
+    failed with ``CommitConflictError`` and left nothing. The upserts and appends never
+    conflict."""
+    table = txn.create_table(local_uri, SCHEMA, record_key="id")
+    table.append(rows(range(RACE_ROUNDS)))
+    handles = [txn.open_table(local_uri) for _ in range(3)]
+    start = threading.Barrier(3)
+    guard = threading.Lock()
+    acknowledged: list[tuple[str, str, list[int], int]] = []
+    conflicts: list[int] = []
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        handle = handles[n]
+        try:
+            for r in range(RACE_ROUNDS):
+                start.wait(timeout=60)
+                if n == 0:
+                    keys = [r, 1000 + r]
+                    try:
+                        commit = handle.delete(keys=keys)
+                    except txn.CommitConflictError:
+                        with guard:
+                            conflicts.append(r)
+                        continue
+                else:
+                    keys = [1000 * n + r]
+                    commit = (handle.upsert if n == 1 else handle.append)(priced(keys, float(r)))
+                assert commit is not None
+                with guard:
+                    acknowledged.append((commit.completed_at, commit.operation, keys, r))
+        except BaseException as exc:
+            errors.append(exc)
+            start.abort()
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+
+    assert errors == []
+    model = initial(range(RACE_ROUNDS))
+    for _, operation, keys, r in sorted(acknowledged):
+        for key in keys:
+            if operation == "delete":
+                model.pop(key, None)
+            else:
+                model[key] = float(r)
+    assert prices(table) == model
+    assert len(acknowledged) == 3 * RACE_ROUNDS - len(conflicts)
+    history = table.timeline()
+    assert len([i for i in history if i.state == "rolledback"]) == len(conflicts)
+    assert [i for i in history if i.is_pending] == []
+    assert table.validate().ok
 
 
 # -- 3. processes ------------------------------------------------------------------------------------
