@@ -52,7 +52,16 @@ from ._segments import (
     merge_segment,
     segment_sort_key,
 )
-from ._streams import ACTIVE, APP, DROPPED, STREAM, STREAMS_SCHEMA, StreamKey, StreamRecord
+from ._streams import (
+    ACTIVE,
+    APP,
+    DROPPED,
+    MAX_BATCH,
+    STREAM,
+    STREAMS_SCHEMA,
+    StreamKey,
+    StreamRecord,
+)
 
 __all__ = [
     "ACTIVE",
@@ -67,6 +76,7 @@ __all__ = [
     "INSERT_IN_PROGRESS",
     "LIVE_STATUSES",
     "MARKED_FOR_DELETE",
+    "MAX_BATCH",
     "METADATA_FOLDER",
     "PARTITIONS",
     "RECORD_INDEX",

@@ -28,6 +28,9 @@ ACTIVE: Final = "Active"
 DROPPED: Final = "Dropped"
 _STATUS_RANK: Final = {ACTIVE: 0, DROPPED: 1}
 
+#: The largest batch id (or version) a record holds: ``last_batch`` is stored as an int64.
+MAX_BATCH: Final = 2**63 - 1
+
 
 class StreamRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One producer's progress. Times are epoch milliseconds."""

@@ -82,6 +82,23 @@ class StreamNotFoundError(TxnError, LookupError):
     """A stream name the table has no (undropped) stream of."""
 
 
+class StreamDroppedError(StreamNotFoundError):
+    """A producer's stream was dropped after the producer (its ``Stream``) was opened: its
+    batches are refused, and nothing is written. ``generation`` is the producer's, ``current``
+    the stream's now (the generation a new ``t.stream(name)`` writes)."""
+
+    def __init__(self, name: str, generation: int, current: int) -> None:
+        self._init_args = (name, generation, current)
+        self.name = name
+        self.generation = generation
+        self.current = current
+        super().__init__(
+            f"stream {name!r} was dropped after this producer opened it (its generation "
+            f"{generation}; the stream's is now {current}); nothing was written\n"
+            f"Help: open the stream again with t.stream({name!r}) to start it afresh, from "
+            "batch ids of your choosing")
+
+
 class CorruptMetadataError(TxnError, ValueError):
     """A metadata file cannot be decoded or contradicts its own name.
 
@@ -179,6 +196,6 @@ class WorkerEnvironmentError(TxnError, RuntimeError):
 for _error in (TxnError, TableNotFoundError, TableExistsError, SchemaMismatchError,
                DuplicateKeyError, CommitConflictError, CommitStateUnknownError, InvalidOptionError,
                SegmentNotFoundError, CorruptMetadataError, IllegalTransitionError, StorageError,
-               LockTimeoutError, LockLostError, WorkerEnvironmentError):
+               LockTimeoutError, LockLostError, WorkerEnvironmentError, StreamDroppedError):
     _error.__module__ = "txn"
 del _error

@@ -174,7 +174,9 @@ Invariants (checked after every step, on the undisturbed inner store):
   lists the model's streams that are not dropped (``Running`` while the writer holds their
   ``Stream`` open, else ``Stopped``; last batch id, rows, segment), then its apps (last version,
   rows; started no later than updated); a ``Stream`` opened now reports the model's
-  ``last_batch_id``. The rows of every acknowledged batch (by their serial tag) are in the latest
+  ``last_batch_id``, and one opened at an earlier step (as another process's, which DROP STREAM
+  cannot close) is refused with StreamDroppedError, writing nothing, once its generation was
+  dropped. The rows of every acknowledged batch (by their serial tag) are in the latest
   snapshot exactly as the model has them: once, whole, less what later deletes, updates and
   DELETE SEGMENT took out (a failure names the batches seen otherwise); no row of a replayed or
   failed batch shows, and each stream's acknowledged batch ids rise within a generation.
@@ -1091,6 +1093,9 @@ class TableMachine(RuleBasedStateMachine):
         self.auto_handoff = True
         self.stream_model: dict[str, StreamModel] = {}
         self.open_streams: dict[str, txn.Stream] = {}
+        #: A ``Stream`` of each name as another process holds it (out of DROP STREAM's reach),
+        #: with the generation it was opened in (see ``_check_producer_elsewhere``).
+        self.elsewhere: dict[str, tuple[txn.Stream, int]] = {}
         self.app_model: dict[str, tuple[int, int]] = {}
         self.batches: list[tuple[str, int, int, tuple[Row, ...]]] = []
         self.steps = 0
@@ -2602,6 +2607,37 @@ class TableMachine(RuleBasedStateMachine):
                     f"stream {name}: last_batch_id {probe.last_batch_id}, the model has {model}")
             finally:
                 probe.close()
+            self._check_producer_elsewhere(name)
+
+    def _check_producer_elsewhere(self, name: str) -> None:
+        """A ``Stream`` opened at an earlier step on the reader, as another process's (DROP
+        STREAM closes the ``Stream`` objects of its own process only): once the model has
+        dropped the generation it was opened in, a batch through it raises StreamDroppedError
+        and writes nothing (issue 22: it brought the dropped stream back, and a fresh producer's
+        batches were then skipped as replays); until then it reports the model's last batch id.
+        A refused one is replaced by one opened now, so later drops are tried too."""
+        from txn._streams import _stream
+
+        model = self.stream_model.get(name)
+        held = self.elsewhere.pop(name, None)
+        if held is not None:
+            producer, generation = held
+            if model is None or not (model.generation > generation
+                                     or (model.generation == generation and model.dropped)):
+                assert producer.last_batch_id == (None if model is None or model.dropped
+                                                  else model.last), (name, generation, model)
+                self.elsewhere[name] = held
+                return
+            before = len(self.reader.timeline())
+            with pytest.raises(txn.StreamDroppedError, match=name):
+                producer.write(0 if model.last is None else model.last + 1, _arrow([]))
+            assert len(self.reader.timeline()) == before, "a dropped stream's producer wrote"
+            event("a dropped stream's producer elsewhere: refused")
+        producer = self.reader.stream(name)
+        with _stream._RUNNING_LOCK:  # another process's: not Running here, not closed by a drop
+            _stream._RUNNING[(producer._context.uri, name)].discard(producer)
+        generation = 0 if model is None else model.generation + (1 if model.dropped else 0)
+        self.elsewhere[name] = (producer, generation)
 
     @invariant()
     def record_index_equals_the_model(self) -> None:

@@ -197,3 +197,40 @@ def test_an_upsert_stream_into_a_table_without_key_is_refused_up_front(
     else:
         query.stop()
         pytest.fail("the query started")
+
+
+def test_a_running_query_whose_stream_is_dropped_stops_and_a_new_one_starts_afresh(
+        spark: Any, tmp_path: Path) -> None:
+    """Issue 22, item 4, on Spark: on a table without ``streaming=true`` no ``Stream`` object
+    ties the query to DROP STREAM, so, like a query in another process, it wrote on: its next
+    micro-batch brought the dropped stream back. It now fails with StreamDroppedError."""
+    uri = str(tmp_path / "orders")
+    table = txn.create_table(uri, ORDERS, record_key="id")
+    source, checkpoint = tmp_path / "source", tmp_path / "checkpoint"
+    _add_file(source, "f0", orders(range(10)))
+    query = txn.spark.write_stream(_source(spark, source), uri, checkpoint_location=str(checkpoint),
+                                   name="job", trigger={"processingTime": "200 milliseconds"})
+    try:
+        deadline = time.monotonic() + 120
+        while not table.streams() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [(i.name, i.last_batch_id) for i in table.streams()] == [("job", 0)]
+        table.drop_stream("job")
+        _add_file(source, "f1", orders(range(10, 20)))
+        with pytest.raises(Exception, match=r"StreamDroppedError|was dropped"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert table.streams() == [], "the dropped stream stays dropped"
+    assert rows_by(table.to_arrow()) == rows_by(orders(range(10)))
+
+    # A query started after the drop (here from the same checkpoint) writes the next generation.
+    query = txn.spark.write_stream(_source(spark, source), uri, checkpoint_location=str(checkpoint),
+                                   name="job", trigger={"availableNow": True})
+    try:
+        assert query.awaitTermination(120), "the query did not finish"
+    finally:
+        query.stop()
+    assert [(i.name, i.last_batch_id) for i in table.streams()] == [("job", 1)]
+    assert rows_by(table.to_arrow()) == rows_by(orders(range(20)))
+    assert table.validate().ok

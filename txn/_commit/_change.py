@@ -27,7 +27,9 @@ from indexes import (
     DROPPED,
     FILES_SCHEMA,
     MARKED_FOR_DELETE,
+    MAX_BATCH,
     SEGMENTS,
+    STREAM,
     STREAMING,
     STREAMING_FINISH,
     STREAMS,
@@ -41,7 +43,7 @@ from indexes import (
     segment_sort_key,
     tombstones,
 )
-from timeline import CommitConflictError, Lease, TimelineView, TxnError, parse_time
+from timeline import CommitConflictError, Lease, StreamDroppedError, TimelineView, TxnError, parse_time
 
 from .._context import (
     ACTION_OF,
@@ -154,6 +156,24 @@ def generation_of(record: StreamRecord | None) -> int:
     if record is None:
         return 0
     return record.generation + 1 if record.status == DROPPED else record.generation
+
+
+def in_range(batch: object) -> bool:
+    """Whether ``batch`` is a batch id (or version) a record can hold: an int from 0 to
+    :data:`MAX_BATCH` (not a bool)."""
+    return not isinstance(batch, bool) and isinstance(batch, int) and 0 <= batch <= MAX_BATCH
+
+
+def check_generation(record: StreamRecord | None, progress: Progress) -> None:
+    """Refuse a stream's batch whose generation the stream has left: it was dropped after the
+    producer opened it (``StreamDroppedError``). Without this check the batch would start the
+    next generation itself, bringing the dropped stream back with the old producer's batch ids,
+    and a fresh producer's first batches would then be skipped as replays."""
+    if progress.kind != STREAM or record is None:
+        return
+    if record.generation > progress.generation or (
+            record.generation == progress.generation and record.status == DROPPED):
+        raise StreamDroppedError(progress.name, progress.generation, generation_of(record))
 
 
 def committed(record: StreamRecord | None, progress: Progress) -> bool:
@@ -432,7 +452,8 @@ def _checked_keys(context: TableContext, view: TimelineView, change: Change, pen
 def _progressed(context: TableContext, view: TimelineView, change: Change, pending: Pending,
                 rows: int) -> list[StreamRecord]:
     """Under the lock: the producer's record moved to this batch, or ``AlreadyCommitted`` if a
-    commit since the write began recorded it (two retries of one batch never both commit)."""
+    commit since the write began recorded it (two retries of one batch never both commit), or
+    ``StreamDroppedError`` if a DROP STREAM committed since the producer opened the stream."""
     progress = change.progress
     if progress is None:
         return []
@@ -440,6 +461,8 @@ def _progressed(context: TableContext, view: TimelineView, change: Change, pendi
     dropping = change.stream is not None and change.stream.drop
     if dropping and (held is None or held.status == DROPPED or held.generation != progress.generation):
         raise AlreadyCommitted(f"stream {progress.name!r} was dropped meanwhile")
+    if not dropping:
+        check_generation(held, progress)
     if not dropping and committed(held, progress):
         raise AlreadyCommitted(f"{progress.kind} {progress.name!r} committed batch {progress.batch}")
     same = held is not None and held.generation == progress.generation
@@ -461,7 +484,9 @@ def admit_progress(context: TableContext, change: Change) -> Admission | None:
         return None
 
     def admit(view: TimelineView) -> None:
-        if committed(producer_record(context, view, progress.kind, progress.name), progress):
+        record = producer_record(context, view, progress.kind, progress.name)
+        check_generation(record, progress)
+        if committed(record, progress):
             raise AlreadyCommitted(f"{progress.kind} {progress.name!r} committed batch {progress.batch}")
 
     return admit

@@ -3,6 +3,9 @@
 A stream commits each batch exactly once into its open ``Streaming`` segment: one commit per
 batch, the batch id and the stream's progress recorded in the ``streams`` partition in the same
 commit (see design/streaming.md). A batch id at or below the last committed one is skipped.
+A ``Stream`` belongs to the stream's generation when it was opened: once the stream is dropped,
+by any process, its batches are refused (``StreamDroppedError``), and a ``Stream`` opened after
+the drop starts the next generation from no batch.
 Past ``streaming.segment.max_size`` the open segment becomes ``Streaming Finish`` in the commit
 of the batch that opens the next one. Several streams may write one table at once, each into a
 segment of its own.
@@ -18,10 +21,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from indexes import DROPPED, SEGMENTS, STREAM, STREAMING, StreamRecord
+from indexes import DROPPED, MAX_BATCH, SEGMENTS, STREAM, STREAMING, StreamRecord
 from timeline import DuplicateKeyError, InvalidOptionError, TxnError
 
-from .._commit import Change, Progress, StreamStep, committed, generation_of, producer_record
+from .._commit import (
+    Change,
+    Progress,
+    StreamStep,
+    check_generation,
+    committed,
+    generation_of,
+    in_range,
+    producer_record,
+)
 from .._context import (
     Commit,
     TableContext,
@@ -82,6 +94,10 @@ class Stream:
                 f"stream {name!r}: the table at {context.uri!r} is not a streaming table; expected "
                 "one created with properties={'streaming': 'true'}")
         self.closed = False
+        #: The stream's generation this object writes: the current one, or the next if the
+        #: stream was dropped. Fixed now, so a DROP STREAM committed later (by any process) fences
+        #: this object off instead of letting its next batch start a generation of its own.
+        self._generation = generation_of(record_of(context, self.name))
         #: Batches this object committed (it looks for files to merge every FANOUT of them).
         self._batches = 0
         #: Whether a write went through this object yet (see :meth:`write`).
@@ -97,7 +113,8 @@ class Stream:
     def last_batch_id(self) -> int | None:
         """The last batch id this stream committed (None before its first)."""
         record = record_of(self._context, self.name)
-        if record is None or record.status == DROPPED or record.last_batch < 0:
+        if record is None or record.status == DROPPED or record.last_batch < 0 \
+                or record.generation != self._generation:
             return None
         return record.last_batch
 
@@ -109,13 +126,18 @@ class Stream:
         it is skipped too), writing no data file.
 
         Raises:
-            InvalidOptionError: ``batch_id`` is not an int >= 0, or the stream was closed.
+            InvalidOptionError: ``batch_id`` is not an int from 0 to 2**63 - 1 (batch ids are
+                stored as 64-bit integers), or the stream was closed.
+            StreamDroppedError: the stream was dropped (by any process) after this object was
+                opened; nothing is written.
             SchemaMismatchError: the data does not fit the table's schema; nothing is written.
         """
         if self.closed:
             raise InvalidOptionError(f"stream {self.name!r} is closed; open it again with t.stream(name)")
-        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
-            raise InvalidOptionError(f"batch_id must be an int >= 0; got {batch_id!r}")
+        if not in_range(batch_id):
+            raise InvalidOptionError(
+                f"stream {self.name!r}: batch_id {batch_id!r} is not an int from 0 to {MAX_BATCH} "
+                "(batch ids are stored as 64-bit integers); nothing was written")
         context = self._context
         if not self._wrote:
             self._wrote = True
@@ -142,7 +164,8 @@ class Stream:
             # The replay check reads the state the write reads anyway (one look at the table);
             # it is made again under the lock at begin and at commit.
             record = producer_record(context, state.view, STREAM, self.name)
-            progress = Progress(STREAM, self.name, batch_id, generation_of(record))
+            progress = Progress(STREAM, self.name, batch_id, self._generation)
+            check_generation(record, progress)
             if committed(record, progress):
                 return None
             if columns and rows.num_rows:
@@ -168,9 +191,12 @@ class Stream:
         return commit
 
     def _replayed(self, batch_id: int) -> bool:
-        """Whether the stream committed ``batch_id`` (or a later batch) already."""
+        """Whether the stream committed ``batch_id`` (or a later batch) already
+        (``StreamDroppedError`` if it was dropped since this object was opened)."""
         record = record_of(self._context, self.name)
-        if committed(record, Progress(STREAM, self.name, batch_id, generation_of(record))):
+        progress = Progress(STREAM, self.name, batch_id, self._generation)
+        check_generation(record, progress)
+        if committed(record, progress):
             log.info("stream %s batch %d: skipped, already committed", self.name, batch_id)
             return True
         return False

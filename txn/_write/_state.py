@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import APP, DELETES, FILES, MetadataSnapshot, SnapshotExpiredError, live
+from indexes import APP, DELETES, FILES, MAX_BATCH, MetadataSnapshot, SnapshotExpiredError, live
 from timeline import InvalidOptionError, ObjectNotFoundError, TimelineView
 
 from .._commit import (
@@ -21,8 +21,10 @@ from .._commit import (
     Pending,
     Progress,
     Written,
+    check_generation,
     commit_change,
     committed,
+    in_range,
     producer_record,
 )
 from .._context import CLEAN_ACTION, Commit, TableContext
@@ -138,11 +140,12 @@ def app_progress(app_id: object, version: object) -> Progress | None:
     """The producer's batch of an idempotent write (``app_id`` and ``version`` on any write)."""
     if app_id is None and version is None:
         return None
-    if not isinstance(app_id, str) or not app_id or isinstance(version, bool) \
-            or not isinstance(version, int) or version < 0:
+    if not isinstance(app_id, str) or not app_id or not in_range(version):
         raise InvalidOptionError(
             f"an idempotent write needs both app_id (a non-empty string) and version (an int "
-            f">= 0); got app_id={app_id!r}, version={version!r}")
+            f"from 0 to {MAX_BATCH}, stored as a 64-bit integer); got app_id={app_id!r}, "
+            f"version={version!r}; nothing was written")
+    assert isinstance(version, int)
     return Progress(APP, app_id, version)
 
 
@@ -152,6 +155,7 @@ def already_committed(context: TableContext, progress: Progress | None) -> bool:
     if progress is None:
         return False
     record = producer_record(context, context.timeline.load(), progress.kind, progress.name)
+    check_generation(record, progress)
     return committed(record, progress)
 
 

@@ -16,6 +16,10 @@ did not record the batch as done in its checkpoint (a crash between our commit a
 restart). A batch at or below the record's batch id is skipped, checked against that one record
 before the batch, at its begin and at its commit under the lock. A crash before our commit point
 leaves nothing visible, so the replay writes the batch for the first time.
+
+A query writes the stream's generation current when it started: once the stream is dropped (by
+any process), its next batch fails with ``StreamDroppedError`` (the query stops with it), and a
+query started after the drop begins the next generation (design/streaming.md).
 """
 
 from __future__ import annotations
@@ -59,12 +63,18 @@ def last_batch(table: TableContext, stream: str) -> int | None:
 
 def write_batch(frame: Any, uri: str, stream: str, batch_id: int, *, mode: str = "append",
                 storage_options: dict[str, Any] | None = None,
-                sink: Stream | None = None) -> Commit | None:
-    """Commit one micro-batch unless this stream already committed it (or a later one)."""
+                sink: Stream | None = None, generation: int | None = None) -> Commit | None:
+    """Commit one micro-batch unless this stream already committed it (or a later one).
+
+    ``generation``: the stream's generation when the query started (None: the current one); a
+    batch of a generation the stream has left (dropped since) raises ``StreamDroppedError``.
+    On a streaming table ``sink`` holds it."""
     if sink is not None:  # a streaming table: the batch goes to the stream's open segment
         return sink.write(batch_id, frame.toArrow())
     table = open_context(uri, storage_options)
-    progress = Progress(STREAM, stream, batch_id, generation_of(record_of(table, stream)))
+    if generation is None:
+        generation = generation_of(record_of(table, stream))
+    progress = Progress(STREAM, stream, batch_id, generation)
     return write(frame, uri, mode, storage_options=storage_options, progress=progress,
                  extra={"stream": stream, "batch": str(batch_id)})
 
@@ -90,10 +100,11 @@ def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "ap
     ensure_workers_run_metatxn(df.sparkSession)
     stream = name or query_name or stream_id(checkpoint_location)
     sink: list[Stream] = []
+    generation: list[int] = []
 
     def each(frame: Any, batch_id: int) -> None:
         write_batch(frame, uri, stream, batch_id, mode=mode, storage_options=storage_options,
-                    sink=sink[0] if sink else None)
+                    sink=sink[0] if sink else None, generation=generation[0])
 
     # The query is configured (trigger arguments checked) before the table may be created.
     writer = df.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint_location)
@@ -108,6 +119,8 @@ def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "ap
         if mode != "append":
             raise InvalidOptionError(f"a stream on a streaming table appends; got mode {mode!r}")
         sink.append(Stream(table, stream))
+    # Fixed at the start, as a Stream's: a DROP STREAM after it fences this query off.
+    generation.append(generation_of(record_of(table, stream)))
     query = writer.start()
     if sink:
         sink[0].feed_by(lambda: bool(query.isActive), query.stop)

@@ -102,3 +102,38 @@ def test_progress_survives_metadata_compaction(memory_uri: str) -> None:
     assert fresh.append(rows(100), app_id="feed", version=7) is None
     assert fresh.append(rows(8), app_id="feed", version=8) is not None
     assert fresh.snapshot().count() == 9
+
+
+@pytest.mark.parametrize("bad", [2**63, 2**70])
+@pytest.mark.parametrize("operation", ["append", "upsert", "delete", "update", "overwrite"])
+def test_a_version_past_the_stored_range_is_refused(memory_uri: str, operation: str,
+                                                     bad: int) -> None:
+    """Issue 22, item 7: a version of 2**70 raised a bare OverflowError."""
+    t = txn.create_table(memory_uri, SCHEMA, record_key="id")
+    t.append(rows(1, 2, 3))
+    calls: dict[str, Any] = {
+        "append": lambda **kw: t.append(rows(4), **kw),
+        "upsert": lambda **kw: t.upsert(rows(1, v="new"), **kw),
+        "delete": lambda **kw: t.delete(keys=[2], **kw),
+        "update": lambda **kw: t.update(pc.field("id") == 3, {"v": "upd"}, **kw),
+        "overwrite": lambda **kw: t.overwrite(rows(9), **kw),
+    }
+    before = t.timeline()
+    expected = rf"version \(an int from 0 to {2**63 - 1}.*version={bad}"
+    with pytest.raises(txn.InvalidOptionError, match=expected):
+        calls[operation](app_id="job", version=bad)
+    assert t.timeline() == before and t.streams() == []
+    assert calls[operation](app_id="job", version=2**63 - 1) is not None
+    assert calls[operation](app_id="job", version=2**63 - 1) is None
+
+
+@pytest.mark.parametrize("bad", [-1, 2**63, 2**70])
+def test_spark_writes_check_the_version_range_before_spark_runs(memory_uri: str, bad: int) -> None:
+    """``txn.spark.write`` takes the same ``version``: checked before the DataFrame is touched
+    (a stand-in without a Spark session shows that no Spark work ran)."""
+    from txn import spark
+
+    t = txn.create_table(memory_uri, SCHEMA)
+    with pytest.raises(txn.InvalidOptionError, match=rf"version.*version={bad}"):
+        spark.write(object(), memory_uri, app_id="job", version=bad)
+    assert t.timeline() == []

@@ -373,3 +373,141 @@ def test_a_replay_is_skipped_whatever_its_rows(memory_uri: str) -> None:
         s.write(2, batch(5, 5))
     with pytest.raises(txn.SchemaMismatchError):
         s.write(2, pa.table({"other": [1]}))
+
+
+def _as_if_in_another_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DROP STREAM closes the ``Stream`` objects of its own process; a producer in another
+    process is out of its reach. Modelled here by a drop that reaches no ``Stream`` object."""
+    from txn._streams import _drop
+
+    monkeypatch.setattr(_drop, "close_running", lambda uri, name: None)
+
+
+def test_a_dropped_streams_producer_elsewhere_is_refused_and_a_fresh_one_starts_afresh(
+        memory_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22, item 4: the old producer's next batch used to be accepted and bring the dropped
+    stream back (SHOW STREAMS listed it with last_batch_id 4), after which a fresh producer's
+    batch 0 returned None, its rows never written."""
+    _as_if_in_another_process(monkeypatch)
+    t = txn.create_table(memory_uri, SCHEMA, properties={**STREAMING, "streaming.auto_handoff": "false"})
+    old = t.stream("job1")
+    for batch_id in range(4):
+        old.write(batch_id, batch(batch_id))
+    other = txn.open_table(memory_uri)  # the table handle of the process that drops it
+    other.drop_stream("job1")
+    before = t.timeline()
+    assert not old.closed
+    with pytest.raises(txn.StreamDroppedError, match="job1") as refused:
+        old.write(4, batch(4))
+    assert isinstance(refused.value, txn.TxnError)
+    assert (refused.value.name, refused.value.generation) == ("job1", 0)
+    with pytest.raises(txn.StreamDroppedError):
+        old.write(2, batch(2))  # a replay of a batch it did commit: the stream is gone all the same
+    assert t.timeline() == before, "nothing written"
+    assert t.streams() == [] and other.streams() == []
+
+    fresh = other.stream("job1")
+    assert fresh.last_batch_id is None
+    commit = fresh.write(0, batch(10))
+    assert commit is not None and commit.rows_added == 1
+    assert fresh.write(0, batch(11)) is None, "its own replay is still skipped"
+    with pytest.raises(txn.StreamDroppedError, match="job1"):
+        old.write(5, batch(5))  # the old producer stays fenced off the new generation
+    assert old.last_batch_id is None, "the new generation's batches are not the old producer's"
+    assert [(i.name, i.last_batch_id, i.rows) for i in t.streams()] == [("job1", 0, 1)]
+    assert sorted(t.to_arrow()["id"].to_pylist()) == [0, 1, 2, 3, 10]
+    assert t.validate().ok
+
+
+def test_a_producer_opened_before_the_drop_is_refused_at_its_first_write(
+        memory_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``Stream`` belongs to the generation current when it was opened, written or not."""
+    _as_if_in_another_process(monkeypatch)
+    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    t.stream("job1").write(0, batch(0))
+    idle = txn.open_table(memory_uri).stream("job1")
+    t.drop_stream("job1")
+    with pytest.raises(txn.StreamDroppedError, match="job1"):
+        idle.write(1, batch(1))
+    assert t.stream("job1").write(0, batch(2)) is not None
+
+
+def test_a_drop_committed_while_a_batch_runs_refuses_the_batch_under_the_lock(
+        memory_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch read the stream's record before the drop committed: the check at the commit
+    point (under the table lock) refuses it, and the instant is rolled back."""
+    from txn._streams import _stream
+
+    _as_if_in_another_process(monkeypatch)
+    t = txn.create_table(memory_uri, SCHEMA, properties={**STREAMING, "streaming.auto_handoff": "false"})
+    s = t.stream("job1")
+    s.write(0, batch(0))
+    other = txn.open_table(memory_uri)
+    step = _stream._step
+
+    def dropped_meanwhile(*args: Any) -> Any:
+        other.drop_stream("job1")
+        return step(*args)
+
+    monkeypatch.setattr(_stream, "_step", dropped_meanwhile)
+    with pytest.raises(txn.StreamDroppedError, match="job1"):
+        s.write(1, batch(1))
+    monkeypatch.setattr(_stream, "_step", step)
+    assert t.streams() == []
+    assert sorted(t.to_arrow()["id"].to_pylist()) == [0]
+    assert t.stream("job1").write(0, batch(5)) is not None
+    assert t.validate().ok
+
+
+def _write_after_the_drop_in_child(uri: str, opened: Any, dropped: Any, results: Any) -> None:
+    """A producer in a process of its own: opens the stream, waits for the drop, writes on."""
+    try:
+        s = txn.open_table(uri).stream("job1")
+        s.write(0, batch(0))
+        opened.set()
+        assert dropped.wait(timeout=120)
+        try:
+            s.write(1, batch(1))
+            results.put("accepted")
+        except txn.StreamDroppedError as exc:
+            results.put(f"refused: {exc}")
+    except BaseException as exc:  # reported to the parent, which fails the test
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_a_dropped_streams_producer_in_another_process_is_refused(tmp_path: Any) -> None:
+    import multiprocessing
+
+    uri = str(tmp_path / "sink")
+    t = txn.create_table(uri, SCHEMA, properties=STREAMING)
+    context = multiprocessing.get_context("spawn")
+    opened, dropped, results = context.Event(), context.Event(), context.Queue()
+    child = context.Process(target=_write_after_the_drop_in_child, args=(uri, opened, dropped, results))
+    child.start()
+    try:
+        assert opened.wait(timeout=120), "the producer process did not start"
+        t.drop_stream("job1")
+        dropped.set()
+        report = results.get(timeout=120)
+    finally:
+        dropped.set()
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+    assert report.startswith("refused: ") and "job1" in report, report
+    assert t.streams() == []
+    fresh = t.stream("job1")
+    assert fresh.write(0, batch(7)) is not None
+    assert sorted(t.to_arrow()["id"].to_pylist()) == [0, 7]
+
+
+@pytest.mark.parametrize("bad", [2**63, 2**70])
+def test_a_batch_id_past_the_stored_range_is_refused(memory_uri: str, bad: int) -> None:
+    """Issue 22, item 7: 2**70 raised a bare OverflowError."""
+    t = txn.create_table(memory_uri, SCHEMA, properties=STREAMING)
+    s = t.stream("job1")
+    with pytest.raises(txn.InvalidOptionError, match=rf"batch_id.*{bad}.*{2**63 - 1}"):
+        s.write(bad, batch(1))
+    assert t.timeline() == [] and s.last_batch_id is None
+    assert s.write(2**63 - 1, batch(1)) is not None, "the largest stored batch id is accepted"
+    assert s.last_batch_id == 2**63 - 1
