@@ -15,6 +15,8 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._records import ADDED_LATER
+
 T = TypeVar("T", int, str)
 
 INSERT_IN_PROGRESS: Final = "Insert In Progress"
@@ -56,10 +58,19 @@ class SegmentEntry(msgspec.Struct, frozen=True, kw_only=True):
     merged_to: str | None = None
     #: The instant that created the segment.
     instant: str = ""
+    #: The CLEAN FILES instant that removed the last of its files (``Compacted`` and ``Marked for
+    #: Delete`` segments only): from then on SHOW SEGMENTS leaves it out and its history lists
+    #: it (CarbonData's ``visibility=false``, moved to ``tablestatus.history``). None: visible.
+    cleaned: str | None = None
 
     @property
     def is_live(self) -> bool:
         return self.status in LIVE_STATUSES
+
+    @property
+    def visible(self) -> bool:
+        """Whether SHOW SEGMENTS lists it (not yet cleaned)."""
+        return self.cleaned is None
 
 
 def merge_segment(a: SegmentEntry, b: SegmentEntry) -> SegmentEntry:
@@ -79,6 +90,9 @@ def merge_segment(a: SegmentEntry, b: SegmentEntry) -> SegmentEntry:
         load_end_ms=max(a.load_end_ms, b.load_end_ms),
         merged_to=high.merged_to or low.merged_to,
         instant=_smallest_set(a.instant, b.instant),
+        # Only one clean hides a segment (it is no candidate after); the first one set wins so
+        # that the join stays idempotent and order-free even if two records disagreed.
+        cleaned=_smallest_set(a.cleaned or "", b.cleaned or "") or None,
     )
 
 
@@ -101,6 +115,8 @@ SEGMENTS_SCHEMA: Final = pa.schema([
     ("load_end_ms", pa.int64()),
     ("merged_to", pa.string()),
     ("instant", pa.string()),
+    #: Added with segment history: older blocks and bases read it as null (visible).
+    pa.field("cleaned", pa.string(), metadata={ADDED_LATER: b"1"}),
 ])
 
 

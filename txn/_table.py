@@ -297,11 +297,15 @@ class Table:
     def clean(self, *, dry_run: bool = False, force: bool = False) -> CleanResult:
         """CLEAN FILES: remove what no retained snapshot needs; returns what was removed.
 
-        Files of ``Compacted`` and ``Marked for Delete`` segments, replaced delete deltas, files
-        of failed writes and orphans go to the table's trash (kept ``clean.trash_hours``), once
-        no snapshot within ``clean.retain_commits`` commits and ``clean.retain_hours`` hours
-        needs them. ``force`` ignores retention but never touches what a running writer or the
-        current snapshot needs. ``dry_run`` changes nothing. External files are never removed.
+        As in CarbonData, the files of ``Compacted`` and ``Marked for Delete`` segments and
+        replaced delete deltas are deleted for good once no snapshot within
+        ``clean.retain_commits`` commits and ``clean.retain_hours`` hours needs them, and those
+        segments then leave :meth:`segments` for its history; files of no segment (orphans of
+        failed writes) go to the table's trash, kept ``clean.trash_hours``. ``force`` ignores
+        retention (time travel before the last commit then expires) and empties the trash, but
+        never touches what a running writer or the current snapshot needs. ``dry_run`` changes
+        nothing. External files are never removed. The result tells freed bytes
+        (``freed_bytes``) from bytes moved to the trash (``trashed_bytes``).
         """
         return _segments.clean(self._context, dry_run=dry_run, force=force)
 
@@ -343,9 +347,14 @@ class Table:
         """
         return _write.lookup(self._context, keys)
 
-    def segments(self) -> list[Segment]:
-        """SHOW SEGMENTS: every segment, newest first; loads still running are ``Insert In Progress``."""
-        return _segments.segments(self._context)
+    def segments(self, *, history: bool = False) -> list[Segment]:
+        """SHOW SEGMENTS: every segment, newest first; loads still running are ``Insert In Progress``.
+
+        A ``Compacted`` or ``Marked for Delete`` segment leaves the list once CLEAN FILES removed
+        its files. ``history=True`` (CarbonData's SHOW HISTORY SEGMENTS) lists those too, after
+        the others, each with its final status and ``cleaned`` / ``cleaned_instant`` set.
+        """
+        return _segments.segments(self._context, history=history)
 
     def partitions(self) -> list[dict[str, object]]:
         """SHOW PARTITIONS: the partition values that hold live data, sorted."""

@@ -182,13 +182,13 @@ Invariants (checked after every step, on the undisturbed inner store):
   failed batch shows, and each stream's acknowledged batch ids rise within a generation.
 
 Around every CLEAN FILES: the files that the markers of live writers' instants (pending, heartbeat
-not expired) name are still there after it, whatever fault hit it; a dry run makes no write
-call and no instant; a clean that returned moved each file it names into ``_trash/<T>/``, its
-instant is completed, and it rolled back every instant that had expired; one that failed is
-rolled back by the cleaner (from its first heartbeat on) or left pending for the next writer;
-another clean still running (alive), or a pending rollback of a clean, refuses it with
-CommitConflictError. Every file of a live writer must also survive every other step
-(``live_writers_keep_their_files``).
+not expired) name are still there after it, whatever fault hit it; a dry run makes no write call
+and no instant; a clean that returned removed each file it names from its place (the orphans it
+reports as ``trashed`` into ``_trash/<T>/``), its instant is completed, and it rolled back every
+instant that had expired; one that failed is rolled back by the cleaner (from its first heartbeat
+on) or left pending for the next writer; another clean still running (alive), or a pending
+rollback of a clean, refuses it with CommitConflictError. Every file of a live writer must also
+survive every other step (``live_writers_keep_their_files``).
 
 Around every write the machine also checks the outcome a caller sees: a write that saw no fault
 returns its commit, with the rows it added and deleted; a write that returned a commit is
@@ -2236,11 +2236,16 @@ class TableMachine(RuleBasedStateMachine):
             if outcome.instant is not None:
                 assert found is not None and found.time == outcome.instant and found.is_completed, (
                     f"{operation} returned {outcome.instant}; its instant is {found}")
-            moved = [path for path in outcome.files
-                     if not path.startswith(("_trash/", f"{METADATA_FOLDER}/"))]
-            for path in moved:
-                assert outcome.trash is not None and not self.inner.exists(path), path
+            # Orphans go to the trash; files of expired segments and replaced deltas are deleted
+            # for good (as in CarbonData): gone from their place either way.
+            gone = [path for path in outcome.files
+                    if not path.startswith(("_trash/", f"{METADATA_FOLDER}/"))]
+            for path in gone:
+                assert not self.inner.exists(path), path
+            for path in outcome.trashed:
+                assert outcome.trash is not None, outcome
                 assert self.inner.exists(f"{outcome.trash}/{path}"), f"{path} is not in the trash"
+            assert outcome.bytes == outcome.freed_bytes + outcome.trashed_bytes, outcome
             event(f"{operation} removed {', '.join(sorted(outcome.reasons)) or 'nothing'}")
             if fired is None and not self.dead:
                 self._lock_is_free()
@@ -2772,7 +2777,17 @@ class TableMachine(RuleBasedStateMachine):
         id first, and the segment of each pending write as Insert In Progress."""
         model = self.segment_model
         pending = self._pending_data_instants()
-        shown = self.reader.segments()
+        # A Compacted or Marked for Delete segment whose files CLEAN FILES removed leaves SHOW
+        # SEGMENTS for its history (CarbonData's visibility=false): listed after the visible ones.
+        every = self.reader.segments(history=True)
+        shown = [segment for segment in every if segment.visible]
+        hidden = every[len(shown):]
+        assert all(not segment.visible for segment in hidden), f"history order: {every}"
+        assert [s.id for s in self.reader.segments()] == [s.id for s in shown]
+        for segment in hidden:
+            assert segment.status in ("Compacted", "Marked for Delete") and segment.cleaned_instant, (
+                f"segment {segment.id} left SHOW SEGMENTS as {segment.status}")
+            assert not any(f.segment == segment.id for f in self.reader.snapshot().files()), segment
         ids = [segment.id for segment in shown]
         assert len(ids) == len(set(ids)), f"segment ids twice: {ids}"
         assert ids == sorted(ids, key=segment_sort_key, reverse=True), f"SHOW SEGMENTS order: {ids}"
@@ -2793,7 +2808,11 @@ class TableMachine(RuleBasedStateMachine):
             assert got_source == want_source, (
                 f"segment {segment.id}: (format, external, path, partitions) {got_source}, the "
                 f"model says {want_source}")
-        missing = model.keys() - set(ids)
+        for segment in hidden:
+            expected = model.get(segment.id)
+            assert expected is not None and (segment.status, segment.rows, segment.merged_to) == (
+                expected.status, expected.rows, expected.merged_to), (segment, expected)
+        missing = model.keys() - set(ids) - {segment.id for segment in hidden}
         assert not missing, f"segments missing from SHOW SEGMENTS: {sorted(missing)}"
         # A streaming segment's totals are added up batch by batch, under the lock: they must be
         # those of its files (the roll-over is decided by its data size).
@@ -2939,10 +2958,11 @@ def test_a_resumed_clean_rollback_restores_no_file_a_later_clean_removed(memory_
     store, writer = process()
     load(0)
     load(1)
-    writer.delete_segments(["0"])
-    clock.advance(5)
     load(2)
-    [removed] = [key for key in inner.list("segment_0", recursive=True) if key.endswith(".parquet")]
+    # Only orphans (files of no segment) go to the trash, removed segments' files are deleted
+    # for good after the commit point: the file the clean moves is an orphan.
+    removed = f"segment_0/part-0-09999-0123456789abcdef_{writer.timeline()[0].time}.parquet"
+    inner.put(removed, b"a file of a failed task attempt")
     dying, cleaner = process()
     dying.arm(1, when="after", ops={"delete"}, match=lambda path: path == removed, crash=True)
     with pytest.raises(InjectedFault):

@@ -370,10 +370,9 @@ def test_segment_statement_errors(sql: Any, warehouse: Path) -> None:
         ("ALTER TABLE people COMPACT MINOR", "as a quoted string", "COMPACT"),
         ("ALTER TABLE people RENAME TO folks", "COMPACT and ... ADD SEGMENT only", "ADD SEGMENT OPTIONS"),
         ("SHOW SEGMENTS FOR people", "expected TABLE but found 'people'",
-         "Expected: SHOW SEGMENTS FOR TABLE"),
-        ("SHOW SEGMENTS people", "expected FOR TABLE or ON", "SHOW SEGMENTS ON"),
+         "Expected: SHOW [HISTORY] SEGMENTS FOR TABLE"),
+        ("SHOW SEGMENTS people", "expected FOR TABLE or ON", "SHOW [HISTORY] SEGMENTS ON"),
         ("SHOW SEGMENTS FOR TABLE people LIMIT -1", "the LIMIT", "[LIMIT n]"),
-        ("SHOW HISTORY SEGMENTS FOR TABLE people", "not supported", "SHOW SEGMENTS FOR TABLE"),
         ("SHOW SEGMENTS FOR TABLE a.b.c", "at most two parts", "[db.]table"),
         ("CLEAN FILES FOR TABLE people OPTIONS('force'='yes')", "'true' or 'false'", "CLEAN FILES FOR TABLE"),
         ("CLEAN FILES FOR TABLE people OPTIONS('speed'='fast')", "unknown option(s) ['speed']", "dryrun"),
@@ -412,6 +411,33 @@ def test_clean_files_dry_run_force_and_statistics(sql: Any, warehouse: Path) -> 
         {"Size Freed": to_free}
     assert sql("CLEAN FILES FOR TABLE people OPTIONS('statistics'='false')").collect() == []
     assert ids_of(table) == [50]
+    # CarbonData's TestCleanFileCommand: the Marked for Delete segment is gone from SHOW SEGMENTS
+    # after a forced clean and listed, invisible, by SHOW HISTORY SEGMENTS (issue 22, item 12)
+    assert [r["Status"] for r in sql("SHOW SEGMENTS FOR TABLE people").collect()] == ["Success"]
+    assert [(r["ID"], r["Status"], r["Visibility"])
+            for r in sql("SHOW HISTORY SEGMENTS FOR TABLE people").collect()] == [
+        ("1", "Success", "true"), ("0", "Marked for Delete", "false")]
+    assert [r["ID"] for r in sql("SHOW HISTORY SEGMENTS FOR TABLE people LIMIT 1").collect()] == ["1"]
+
+
+def test_clean_files_counts_stale_files_in_the_trash_not_as_freed(sql: Any, warehouse: Path) -> None:
+    """Issue 22, item 11: a file of no segment goes to the trash; Size Freed does not count it,
+    Trash Data Remaining does, and a forced clean empties the trash."""
+    table = people(sql, warehouse)
+    sql("INSERT INTO people VALUES (50, 'z', 0.0, DATE '2021-01-01')")
+    first = table.timeline()[0].time  # decided, and older than the newest commit: its leftover
+    stale = warehouse / "people" / "segment_0" / f"part-0-09999-0123456789abcdef_{first}.parquet"
+    stale.write_bytes(b"x" * 2048)
+    dry = sql("CLEAN FILES FOR TABLE people OPTIONS('dryrun'='true')").first().asDict()
+    assert dry == {"Size To Be Freed": "0 Byte", "Trash Data Remaining": "2 KB"}
+    assert sql("CLEAN FILES FOR TABLE people").first().asDict() == {"Size Freed": "0 Byte"}
+    assert not stale.exists()
+    assert sql("CLEAN FILES FOR TABLE people OPTIONS('dryrun'='true')").first().asDict() == \
+        {"Size To Be Freed": "0 Byte", "Trash Data Remaining": "2 KB"}
+    assert sql("CLEAN FILES FOR TABLE people OPTIONS('force'='true')").first().asDict() == \
+        {"Size Freed": "2 KB"}
+    assert not (warehouse / "people" / "_trash").exists() or not any(
+        p.is_file() for p in (warehouse / "people" / "_trash").rglob("*"))
 
 
 def test_add_segment_of_a_parquet_folder(sql: Any, warehouse: Path, tmp_path: Path) -> None:

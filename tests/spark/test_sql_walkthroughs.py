@@ -2,7 +2,8 @@
 
 1. CarbonData's ``orders`` session: CREATE TABLE with SORT_COLUMNS, four LOAD DATA of a
    pipe-delimited TPC-H-like file without a header (FILEHEADER), SHOW SEGMENTS, COMPACT 'MINOR',
-   CLEAN FILES, more loads and COMPACT 'MAJOR', UPDATE twice; and the partitioned variant with
+   CLEAN FILES (then SHOW SEGMENTS shows only 0.1, SHOW HISTORY SEGMENTS the rest), more loads
+   and COMPACT 'MAJOR', UPDATE twice; and the partitioned variant with
    SHOW PARTITIONS.
 2. The ADD SEGMENT session (docs/addsegment-guide.md, as
    tests/unit/txn/test_add_segment.py::test_seed_walkthrough_result_and_error_tables replays it
@@ -128,8 +129,18 @@ def test_orders_session(sql: Any, tmp_path: Path) -> None:
     assert all(Path(p).exists() for p in compacted)
     freed = sql("CLEAN FILES FOR TABLE orders OPTIONS('force'='true')").first().asDict()
     assert freed == {"Size Freed": dry["Size To Be Freed"]} and freed["Size Freed"].endswith("KB")
+    assert dry["Trash Data Remaining"] == "0 Byte", "deleted for good, as CarbonData: no trash"
     assert not any(Path(p).exists() for p in compacted)
     assert sql("SELECT count(*) FROM orders").first()[0] == 4 * ROWS
+    # as in CarbonData's walk-through, SHOW SEGMENTS shows only 0.1 now; the compacted loads are
+    # in SHOW HISTORY SEGMENTS, not visible any more (issue 22, items 10 and 12)
+    assert segments(sql("SHOW SEGMENTS FOR TABLE orders")) == [("0.1", "Success")]
+    history = sql("SHOW HISTORY SEGMENTS FOR TABLE orders")
+    assert history.columns[-2:] == ["Visibility", "Cleaned Time"]
+    assert [(r["ID"], r["Status"], r["Visibility"]) for r in history.collect()] == [
+        ("0.1", "Success", "true"), ("3", "Compacted", "false"), ("2", "Compacted", "false"),
+        ("1", "Compacted", "false"), ("0", "Compacted", "false")]
+    assert history.collect()[0]["Cleaned Time"] == "NA" != history.collect()[1]["Cleaned Time"]
 
     # two more loads, then COMPACT 'MAJOR': every Success segment under the size limit merges
     more = [orders_rows(1 + i * ROWS) for i in (4, 5)]

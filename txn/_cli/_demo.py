@@ -10,11 +10,12 @@ upserts a Spark DataFrame of repriced existing orders and new ones, deletes some
 predicate (both through the record-level index and delete deltas: no data file is rewritten),
 reads one week of orders with :func:`txn.spark.read` (showing how many files the snapshot skips)
 and aggregates it in Spark, and reads the same week as of the last load (time travel: the
-compacted segments' files are still there). CLEAN FILES then frees the compacted segments'
+compacted segments' files are still there). CLEAN FILES then deletes the compacted segments'
 files (the table keeps a short retention, two commits, so that the demo has something to clean)
-and the same time travel is refused with its reason. Last: SHOW SEGMENTS, the timeline and a
-validation report. Its tables (SHOW SEGMENTS among them) are printed by the command line's renderer
-(``_render``), as ``metatxn segments`` prints them.
+and the same time travel is refused with its reason. Last: SHOW SEGMENTS (of the walk-through's
+segments only ``0.1`` is left, as in CarbonData; the compacted ones are in its history), the
+timeline and a validation report. Its tables (SHOW SEGMENTS among them) are printed by the
+command line's renderer (``_render``), as ``metatxn segments`` prints them.
 """
 
 from __future__ import annotations
@@ -242,8 +243,9 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     _step("CLEAN FILES: the files of the Compacted segments, past the retention of 2 commits")
     started = time.perf_counter()
     cleaned = table.clean()
-    print(f"clean {cleaned.instant}: {len(cleaned.files):,} files, {cleaned.bytes:,} bytes moved to "
-          f"{cleaned.trash} (deleted for good after clean.trash_hours) ({_ms(started)})")
+    print(f"clean {cleaned.instant}: {len(cleaned.files):,} files deleted, {cleaned.freed_bytes:,} "
+          f"bytes freed; segments {', '.join(cleaned.segments)} leave SHOW SEGMENTS for its history "
+          f"({_ms(started)})")
     try:
         table.snapshot(as_of=last_load).count()
     except SnapshotExpiredError as refused:
@@ -253,6 +255,8 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
 
     _step("SHOW SEGMENTS")
     show(segments_table(table.segments()))
+    cleaned_ids = [s.id for s in table.segments(history=True) if not s.visible]
+    print(f"SHOW HISTORY SEGMENTS adds {', '.join(cleaned_ids)} (metatxn segments --history)")
     intact = _folder_bytes(legacy) == legacy_bytes
     print(f"the added folder {legacy} is {'untouched' if intact else 'CHANGED'} by CLEAN FILES")
     assert intact

@@ -47,11 +47,11 @@ def _layout(t: Table) -> Grid:
 
 
 def segments(args: argparse.Namespace) -> int:
-    found = _open(args).segments()
+    found = _open(args).segments(history=args.history)
     if args.json:
         _json.emit([_json.segment(s) for s in found])
     else:
-        show(segments_table(found))
+        show(segments_table(found, history=args.history))
     return 0
 
 
@@ -106,11 +106,15 @@ def validate(args: argparse.Namespace) -> int:
 
 def register(commands: Commands) -> None:
     add_command(commands, "describe", describe, "show a table's schema, layout and properties")
-    add_command(commands, "segments", segments, "SHOW SEGMENTS: each segment's status and sizes",
-                description="SHOW SEGMENTS: every segment, newest first, with CarbonData's columns "
-                            "(ID, Status, Load Start Time, Load Time Taken, Partition, Data Size, "
-                            "Index Size, File Format), then Merged To, Rows and Path (external "
-                            "segments).")
+    parser = add_command(
+        commands, "segments", segments, "SHOW SEGMENTS: each segment's status and sizes",
+        description="SHOW SEGMENTS: every segment, newest first, with CarbonData's columns (ID, "
+                    "Status, Load Start Time, Load Time Taken, Partition, Data Size, Index Size, "
+                    "File Format), then Merged To, Rows and Path (external segments). A Compacted "
+                    "or Marked for Delete segment leaves it once CLEAN FILES removed its files.")
+    parser.add_argument("--history", action="store_true",
+                        help="SHOW HISTORY SEGMENTS: also the segments CLEAN FILES removed, after "
+                             "the others, with Visibility false and when they were cleaned")
     add_command(commands, "timeline", timeline, "list every instant of a table and its state")
     add_command(commands, "partitions", partitions, "SHOW PARTITIONS: partitions holding live data")
     add_command(commands, "streams", streams, "SHOW STREAMS: the table's streams and producers",

@@ -66,17 +66,23 @@ def clean(args: argparse.Namespace) -> int:
         _json.emit(_json.clean(result))
         return 0
     reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(result.reasons.items())) or "-"
+    # What leaves storage and what only moves into the trash are reported apart: the trash still
+    # takes its space until clean.trash_hours (or a --force clean) deletes it.
+    left = ([f"segment{'s' if len(result.segments) > 1 else ''} {', '.join(result.segments)} "
+             f"{'would leave' if args.dry_run else 'left'} SHOW SEGMENTS (metatxn segments "
+             "--history lists them)"] if result.segments else [])
     if args.dry_run:
         listing: list[RenderableType] = \
             [table(("File",), ((path,) for path in result.files)), ""] if result.files else []
         show(*listing,
-             table(("Size To Be Freed", "Files", "Reasons"),
-                   [(size(result.bytes), len(result.files), reasons)], numeric=("Files",)), "",
-             "dry run: nothing was removed")
+             table(("Size To Be Freed", "To Be Moved To Trash", "Files", "Reasons"),
+                   [(size(result.freed_bytes), size(result.trashed_bytes), len(result.files), reasons)],
+                   numeric=("Files",)), "", *left, "dry run: nothing was removed")
     else:
-        show(table(("Size Freed", "Files", "Reasons", "Trash"),
-                   [(size(result.bytes), len(result.files), reasons, result.trash or "-")],
-                   numeric=("Files",)))
+        show(table(("Size Freed", "Moved To Trash", "Files", "Reasons", "Trash"),
+                   [(size(result.freed_bytes), size(result.trashed_bytes), len(result.files), reasons,
+                     result.trash or "-")],
+                   numeric=("Files",)), *(["", *left] if left else []))
     return 0
 
 
@@ -144,15 +150,18 @@ def register(commands: Commands) -> None:
 
     parser = add_command(commands, "clean", clean,
                          "CLEAN FILES: remove what no snapshot needs",
-                         description="CLEAN FILES: move what no retained snapshot needs to the "
-                                     "table's trash and show the bytes freed; --dry-run lists it "
-                                     "and changes nothing.",
+                         description="CLEAN FILES: delete the files of Compacted and Marked for "
+                                     "Delete segments past the retention (those segments then "
+                                     "leave SHOW SEGMENTS: see segments --history), move files "
+                                     "of no segment to the table's trash, and show the bytes "
+                                     "freed and moved; --dry-run lists it and changes nothing.",
                          json_help="print what was (or would be) removed as JSON")
     parser.add_argument("--dry-run", action="store_true",
                         help="list what would be removed and change nothing")
     parser.add_argument("--force", action="store_true",
-                        help="ignore the retention (never what a running writer or the current "
-                             "snapshot needs)")
+                        help="ignore the retention and empty the trash (never what a running "
+                             "writer or the current snapshot needs; time travel to before the "
+                             "last commit then expires)")
 
     parser = add_command(commands, "add-segment", add_segment,
                          "ADD SEGMENT: register files, read in place",

@@ -182,16 +182,22 @@ SEGMENT_HEADERS = ("ID", "Status", "Load Start Time", "Load Time Taken", "Partit
                    "Index Size", "File Format", "Merged To", "Rows", "Path")
 
 
-def segments_table(segments: Iterable[Segment]) -> Table:
+#: What SHOW HISTORY SEGMENTS adds (CarbonData's ``Visibility``, and when CLEAN FILES hid it).
+HISTORY_HEADERS = ("Visibility", "Cleaned At")
+
+
+def segments_table(segments: Iterable[Segment], *, history: bool = False) -> Table:
     """SHOW SEGMENTS, newest first as ``Table.segments()`` lists them.
 
     External segments (ADD SEGMENT) have no index of their own: Index Size is ``NA``, and Path
-    is where their files are read in place (``NA`` for the table's own segments).
+    is where their files are read in place (``NA`` for the table's own segments). ``history``:
+    SHOW HISTORY SEGMENTS, with the Visibility and Cleaned At columns.
     """
-    return table(SEGMENT_HEADERS, (
+    return table((*SEGMENT_HEADERS, *(HISTORY_HEADERS if history else ())), (
         (s.id, s.status, moment(s.load_start), load_time_taken(s.load_start, s.load_end),
          partition_cell(s.partitions), size(s.data_size), NA if s.external else size(s.index_size),
-         s.format, s.merged_to or NA, f"{s.rows:,}", s.path or NA)
+         s.format, s.merged_to or NA, f"{s.rows:,}", s.path or NA,
+         *((str(s.visible).lower(), moment(s.cleaned)) if history else ()))
         for s in segments), numeric=("Data Size", "Index Size", "Rows"))
 
 

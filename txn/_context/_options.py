@@ -232,7 +232,7 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
         "CLEAN FILES keeps what time travel this many hours back needs"),
     "clean.trash_hours": (
         _WholeNumber(0, 87_600, "hours"),
-        "CLEAN FILES keeps removed files in the table's trash this long"),
+        "CLEAN FILES keeps orphan files (of no segment) in the table's trash this long"),
 }
 
 #: Record-index shards when a keyed table does not choose: tens of millions of keys make shards

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 import msgspec
 
 from indexes import SegmentEntry
+from timeline import parse_time
 
 from .._files import DeltaStatus, FileStatus
 
@@ -96,6 +97,13 @@ MARKED_FILE = "marked_for_delete"
 REMOVED_FILE = "removed"
 REPLACED_DELTA = "replaced_delta"
 ORPHAN = "orphan"
+#: A file whose record a completed clean purged, still on storage: that clean died between its
+#: commit point and deleting it (or the file was put back by hand).
+LEFTOVER = "leftover"
+#: The reasons whose files go to the trash (CarbonData's stale segments: files of no segment);
+#: every other planned file is deleted for good, expired trash before the commit point, the
+#: files of expired segments and replaced deltas after it (their records purged first).
+TRASHED_REASONS = frozenset({ORPHAN})
 
 
 def trash_folder(instant_time: str) -> str:
@@ -120,7 +128,8 @@ class CleanEntry(msgspec.Struct, frozen=True, kw_only=True):
 
 class CleanPlan(msgspec.Struct, frozen=True, kw_only=True, tag="clean_plan", tag_field="kind"):
     """The plan in a clean instant's ``requested`` file: what it moves to ``_trash/<T>/`` (or
-    deletes for good), so that a clean that dies is undone from it by the next writer."""
+    deletes for good), so that a clean that dies is undone from it by the next writer. (Plans
+    written before direct deletion moved every file to the trash; their undo is the same.)"""
 
     files: list[CleanEntry] = msgspec.field(default_factory=list)
     #: The time-travel floor the clean publishes before it moves anything (the newest removal it
@@ -129,6 +138,10 @@ class CleanPlan(msgspec.Struct, frozen=True, kw_only=True, tag="clean_plan", tag
     #: The retention floor it decided by: removals completed at or before it may go.
     retained_from: str = ""
     force: bool = False
+    #: The ``Compacted`` and ``Marked for Delete`` segments that leave SHOW SEGMENTS for its
+    #: history with this clean: every file record of theirs is purged by it or before (external
+    #: files: removed past retention, never deleted).
+    segments: list[str] = msgspec.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -211,6 +224,15 @@ class Segment:
     load_end: datetime | None
     merged_to: str | None
     instant: str
+    #: The CLEAN FILES instant that removed its files, and when that clean began: set only on the
+    #: entries of SHOW SEGMENTS' history (``t.segments(history=True)``); None while visible.
+    cleaned_instant: str | None = None
+    cleaned: datetime | None = None
+
+    @property
+    def visible(self) -> bool:
+        """Whether plain SHOW SEGMENTS lists it (CarbonData's ``Visibility``)."""
+        return self.cleaned_instant is None
 
     @classmethod
     def from_entry(cls, entry: SegmentEntry) -> Segment:
@@ -219,7 +241,8 @@ class Segment:
             path=entry.path, partitions=list(entry.partitions), rows=entry.rows,
             data_size=entry.data_size, index_size=entry.index_size,
             load_start=_moment(entry.load_start_ms), load_end=_moment(entry.load_end_ms),
-            merged_to=entry.merged_to, instant=entry.instant,
+            merged_to=entry.merged_to, instant=entry.instant, cleaned_instant=entry.cleaned,
+            cleaned=_moment(parse_time(entry.cleaned)) if entry.cleaned else None,
         )
 
 

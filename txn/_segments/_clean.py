@@ -1,25 +1,29 @@
-"""CLEAN FILES (``t.clean``): remove what no retained snapshot needs, through the table's trash.
+"""CLEAN FILES (``t.clean``): remove what no retained snapshot needs, as CarbonData does.
 
 A clean is an instant with action ``clean`` (not a data action: it changes no snapshot's rows):
 
-1. plan, without the lock (``_clean_plan``): the removed files past retention, orphans and
-   expired trash, with their sizes;
+1. plan, without the lock (``_clean_plan``): the removed files past retention, leftovers,
+   orphans and expired trash, with their sizes, and the segments that leave SHOW SEGMENTS;
 2. ``begin``, under the lock: refuse if another clean is running (its instant pending, its
    heartbeat live); write the plan as the instant's ``requested`` file;
 3. publish the new time-travel floor (``retention.json``, under the lock) *before* anything
    moves, so time travel past it raises ``SnapshotExpiredError`` instead of missing a file;
-4. move each planned file to ``_trash/<T>/<path>`` (one that is gone already is skipped) and
-   delete for good the expired trash;
+4. move each orphan (CarbonData's stale segment data) to ``_trash/<T>/<path>`` (one that is
+   gone already is skipped) and delete for good the expired trash;
 5. commit, under the lock: clean the metadata table's old bases and blocks and sweep the markers
    of decided instants (as the maintenance after a commit does), delete the temporary files of
-   writers killed inside a put (local disk), then a metadata delta purging the moved paths from
-   ``files``, ``column_stats`` and ``deletes``, then the completed instant with what was moved.
+   writers killed inside a put (local disk), then a metadata delta purging the planned paths
+   from ``files``, ``column_stats`` and ``deletes`` and marking the planned segments cleaned
+   (they leave SHOW SEGMENTS for its history), then the completed instant;
+6. after the commit point, delete for good the files of expired ``Compacted`` and ``Marked for
+   Delete`` segments, replaced deltas and leftovers (CarbonData deletes these directly, after
+   writing its table status and releasing the lock). Best effort: what a failure or a crash
+   leaves is a leftover (purged record, file on storage) that the next clean deletes.
 
 An error before the commit point rolls the clean back, and a clean that dies is rolled back by
 the next writer once its heartbeat expires: the rollback moves every file of the plan that is in
-``_trash/<T>/`` back where it was (``Protocol._undo_clean``), so the table is as it was. The
-trash keeps files ``clean.trash_hours`` (a mistaken clean can be undone by hand: move the files
-back; time travel past the published floor stays expired).
+``_trash/<T>/`` back where it was (``Protocol._undo_clean``); nothing else was touched yet, so
+the table is as it was. The trash keeps orphans ``clean.trash_hours``; ``force`` empties it.
 
 The crash argument is in design/segments.md ("CLEAN FILES").
 """
@@ -35,10 +39,16 @@ from typing import cast
 import msgspec
 
 from indexes import (
+    COMPACTED,
+    DELETES,
     DELETES_SCHEMA,
+    FILES,
     FILES_SCHEMA,
+    MARKED_FOR_DELETE,
     METADATA_FOLDER,
+    SEGMENTS,
     MetadataChanges,
+    SegmentEntry,
     column_stats_schema,
     purges,
 )
@@ -60,6 +70,7 @@ from .._context import (
     CLEAN_ACTION,
     DATA_ACTIONS,
     EXPIRED_TRASH,
+    TRASHED_REASONS,
     CleanEntry,
     CleanPlan,
     TableContext,
@@ -70,7 +81,7 @@ from .._files import MARKERS_FOLDER
 from ._clean_plan import plan_clean
 from ._clean_retention import HOUR_MS
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("metatxn")
 
 #: Where metatxn's own puts stage temporaries (data files are written in place, under markers).
 _STAGING_FOLDERS = ("_timeline", METADATA_FOLDER, MARKERS_FOLDER)
@@ -80,19 +91,28 @@ _STAGING_FOLDERS = ("_timeline", METADATA_FOLDER, MARKERS_FOLDER)
 class CleanResult:
     """What a clean removed (or, in a dry run, would remove)."""
 
-    #: Table-relative paths moved to the trash or deleted for good, sorted: data files, delete
-    #: deltas, expired trash, and old files of the metadata table.
+    #: Table-relative paths removed from their place, sorted: deleted for good (files of expired
+    #: segments, replaced delete deltas, leftovers, expired trash, old files of the metadata
+    #: table, temporaries) or moved to the trash (``trashed``).
     files: list[str]
-    #: Their total size in bytes.
+    #: Their total size in bytes (``freed_bytes + trashed_bytes``).
     bytes: int
-    #: The clean instant's time; None for a dry run or when there was nothing to move.
+    #: The clean instant's time; None for a dry run or when there was nothing to do.
     instant: str | None = None
     #: The trash folder files were moved to (``_trash/<instant>``), if any were.
     trash: str | None = None
     dry_run: bool = False
-    #: Per reason (compacted, marked_for_delete, replaced_delta, removed, orphan, expired_trash,
-    #: metadata, temporary): how many files.
+    #: Per reason (compacted, marked_for_delete, replaced_delta, removed, leftover, orphan,
+    #: expired_trash, metadata, temporary): how many files.
     reasons: dict[str, int] = field(default_factory=dict)
+    #: Bytes deleted for good: the space this clean freed (CarbonData's ``Size Freed``).
+    freed_bytes: int = 0
+    #: The paths (table-relative, before the move) moved to ``trash``: orphans, files no record
+    #: names (CarbonData's stale segments). They take space until the trash expires.
+    trashed: list[str] = field(default_factory=list)
+    trashed_bytes: int = 0
+    #: The segments that left SHOW SEGMENTS for its history (``t.segments(history=True)``).
+    segments: list[str] = field(default_factory=list)
 
 
 class CleanMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="clean", tag_field="kind"):
@@ -109,6 +129,11 @@ class CleanMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="clean", tag_
     bytes: int = 0
     #: The time-travel floor published (None: unchanged).
     floor: str | None = None
+    #: Table-relative paths purged here and deleted for good just after the commit point (files
+    #: of expired segments, replaced deltas, leftovers). Cleans before this field moved them.
+    removed: list[str] = msgspec.field(default_factory=list)
+    #: The segments this clean marked cleaned (they left SHOW SEGMENTS for its history).
+    segments_cleaned: list[str] = msgspec.field(default_factory=list)
 
 
 @dataclass
@@ -140,18 +165,20 @@ def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) 
         with context.timeline.lock() as lease:
             protocol.recover(lease)
     plan = plan_clean(context, force=force).plan
+    direct = [e for e in plan.files if _after_commit(e)]
     if dry_run:
         view = context.timeline.load()
         old = context.metadata.cleanable(_writes(view))
         return _result(plan.files, _Swept(_sized(storage, old), _leftover_temporaries(context, delete=False)),
-                       dry_run=True)
-    if not plan.files:
+                       segments=plan.segments, dry_run=True)
+    if not plan.files and not plan.segments:
         with context.timeline.lock() as lease:
             return _result([], _clean_metadata(context, protocol, lease))
     pending = protocol.begin("clean", CLEAN_ACTION, plan=plan,
                              admit=lambda view: _refuse_running_clean(context, view))
     swept = _Swept()
     outcome = _Done()
+    hidden: list[SegmentEntry] = []
 
     def write(begun: Pending) -> _Done:
         if plan.floor is not None:
@@ -165,25 +192,71 @@ def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) 
             now_swept = _clean_metadata(context, protocol, lease)
             swept.metadata.update(now_swept.metadata)
             swept.temporaries.update(now_swept.temporaries)
-            files = [e.path for e in done.moved if e.record == "files"]
-            deltas = [e.path for e in done.moved if e.record == "deletes"]
+            # Purged now, deleted after the commit point: a crash in between leaves files no
+            # snapshot needs (leftovers), never a record of a file that is gone.
+            files = [e.path for e in direct if e.record == FILES]
+            deltas = [e.path for e in direct if e.record == DELETES]
+            hidden[:] = _still_shown(context, view, plan.segments)
+            cleaned = [msgspec.structs.replace(entry, cleaned=begun.instant.time) for entry in hidden]
             changes = MetadataChanges(
                 files=purges(FILES_SCHEMA, files),
                 column_stats=purges(column_stats_schema(context.schema), files),
-                deletes=purges(DELETES_SCHEMA, deltas))
+                deletes=purges(DELETES_SCHEMA, deltas),
+                segments=cleaned)
             record = CleanMetadata(
                 moved=[e.path for e in done.moved], deleted=[e.path for e in done.deleted],
                 metadata_deleted=sorted(swept.metadata),
                 temporaries_deleted=sorted(swept.temporaries),
-                bytes=sum(e.size for e in (*done.moved, *done.deleted)) + swept.bytes(),
-                floor=plan.floor)
+                bytes=sum(e.size for e in (*done.moved, *done.deleted, *direct)) + swept.bytes(),
+                floor=plan.floor, removed=[e.path for e in direct],
+                segments_cleaned=[entry.id for entry in hidden])
             return changes, record
 
         return cast(Builder, under_lock)
 
     completed, _ = protocol.finish(pending, write, build)
-    return _result([*outcome.moved, *outcome.deleted], swept, instant=completed.time,
-                   trash=trash_folder(completed.time) if outcome.moved else None)
+    freed = _delete_after_commit(storage, direct, completed.time)
+    return _result([*outcome.moved, *outcome.deleted, *freed], swept, instant=completed.time,
+                   trash=trash_folder(completed.time) if outcome.moved else None,
+                   segments=[entry.id for entry in hidden])
+
+
+def _still_shown(context: TableContext, view: TimelineView, ids: Sequence[str]) -> list[SegmentEntry]:
+    """The planned segments, under the lock, that are still ``Compacted`` or ``Marked for
+    Delete`` and shown. Those statuses are final and one clean runs at a time, so this only
+    guards against a plan gone stale; the entries are copied whole (with ``cleaned`` set) so
+    that the join of the two records keeps every field."""
+    if not ids:
+        return []
+    current = context.metadata_at(view, None, (SEGMENTS,)).segments or {}
+    found = [current.get(segment_id) for segment_id in ids]
+    return [entry for entry in found if entry is not None and entry.visible
+            and entry.status in (COMPACTED, MARKED_FOR_DELETE)]
+
+
+def _after_commit(entry: CleanEntry) -> bool:
+    """Whether the clean deletes this file for good after its commit point (not a move to the
+    trash, not expired trash deleted before it)."""
+    return entry.reason != EXPIRED_TRASH and entry.reason not in TRASHED_REASONS
+
+
+def _delete_after_commit(storage: Storage, entries: Sequence[CleanEntry],
+                         instant: str) -> list[CleanEntry]:
+    """Delete the files whose records the clean purged; return those deleted. Past the commit
+    point a failure cannot undo the clean: it is logged, and the next clean deletes what is
+    left (a leftover)."""
+    deleted = []
+    for entry in progress("deleting files", entries, len(entries)):
+        try:
+            if not storage.exists(entry.path):
+                continue  # gone already: nothing freed here
+            storage.delete(entry.path)
+        except Exception:
+            log.warning("clean %s could not delete %s after its commit point; the next clean "
+                        "deletes it", instant, entry.path, exc_info=True)
+            continue
+        deleted.append(entry)
+    return deleted
 
 
 def _refuse_running_clean(context: TableContext, view: TimelineView) -> None:
@@ -211,9 +284,10 @@ def _refuse_running_clean(context: TableContext, view: TimelineView) -> None:
 
 
 def _move(storage: Storage, plan: CleanPlan, folder: str, done: _Done) -> None:
-    """Move each planned file to the trash (expired trash: delete it), noting each in ``done``.
-    A file that is gone already is skipped."""
-    for entry in progress("moving files to the trash", plan.files, len(plan.files)):
+    """Move each orphan to the trash and delete expired trash, noting each in ``done``. A file
+    that is gone already is skipped. The rest of the plan is deleted after the commit point."""
+    chosen = [e for e in plan.files if not _after_commit(e)]
+    for entry in progress("moving files to the trash", chosen, len(chosen)):
         if entry.reason == EXPIRED_TRASH:
             storage.delete(entry.path)
             done.deleted.append(entry)
@@ -221,7 +295,7 @@ def _move(storage: Storage, plan: CleanPlan, folder: str, done: _Done) -> None:
         try:
             move(storage, entry.path, f"{folder}/{entry.path}")
         except ObjectNotFoundError:
-            continue  # gone since the plan: nothing to move, nothing to purge
+            continue  # gone since the plan: nothing to move
         done.moved.append(entry)
 
 
@@ -289,7 +363,7 @@ def _sized(storage: Storage, paths: Sequence[str]) -> dict[str, int]:
 
 def _result(entries: Sequence[CleanEntry], swept: _Swept, *,
             instant: str | None = None, trash: str | None = None,
-            dry_run: bool = False) -> CleanResult:
+            segments: Sequence[str] = (), dry_run: bool = False) -> CleanResult:
     reasons: dict[str, int] = {}
     for entry in entries:
         reasons[entry.reason] = reasons.get(entry.reason, 0) + 1
@@ -297,10 +371,14 @@ def _result(entries: Sequence[CleanEntry], swept: _Swept, *,
         reasons["metadata"] = len(swept.metadata)
     if swept.temporaries:
         reasons["temporary"] = len(swept.temporaries)
+    trashed = [e for e in entries if e.reason in TRASHED_REASONS]
+    total = sum(e.size for e in entries) + swept.bytes()
+    trashed_bytes = sum(e.size for e in trashed)
     return CleanResult(
         files=sorted([*(e.path for e in entries), *swept.metadata, *swept.temporaries]),
-        bytes=sum(e.size for e in entries) + swept.bytes(),
-        instant=instant, trash=trash, dry_run=dry_run, reasons=reasons)
+        bytes=total, instant=instant, trash=trash, dry_run=dry_run, reasons=reasons,
+        freed_bytes=total - trashed_bytes, trashed=sorted(e.path for e in trashed),
+        trashed_bytes=trashed_bytes, segments=list(segments))
 
 
 __all__ = ["CleanMetadata", "CleanResult", "clean"]

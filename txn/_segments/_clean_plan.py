@@ -11,6 +11,12 @@ A file may go when no snapshot the table still promises needs it:
   claims.
 * **expired trash**: files in ``_trash/<T>/`` of a decided clean ``T`` older than
   ``clean.trash_hours`` (``force``: any age), deleted for good.
+* **leftovers**: files whose record a completed clean purged, still on storage (that clean died
+  between its commit point and deleting them).
+
+Only orphans go to the trash (CarbonData's stale segments); everything else is deleted for good.
+The plan also names the ``Compacted`` and ``Marked for Delete`` segments that leave SHOW
+SEGMENTS for its history with this clean (:func:`_cleaned_segments`).
 
 Never: a path outside the table (absolute, ``..``), files of external segments, anything in
 ``_timeline/``, ``_metadata/`` or ``_markers/``, or a name metatxn does not write.
@@ -29,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from indexes import (
     COMPACTED,
@@ -40,6 +47,7 @@ from indexes import (
     SegmentEntry,
     live,
     removed,
+    segment_sort_key,
 )
 from timeline import (
     InvalidOptionError,
@@ -55,6 +63,7 @@ from .._context import (
     CLEAN_ACTION,
     COMPACTED_FILE,
     EXPIRED_TRASH,
+    LEFTOVER,
     MARKED_FILE,
     ORPHAN,
     REMOVED_FILE,
@@ -102,14 +111,17 @@ def plan_clean(context: TableContext, *, force: bool) -> Planned:
     floor = retention_floor(context, view, history, now, options.retain_commits,
                             options.retain_hours, force)
 
-    entries = _removed(metadata.files, metadata.deletes, metadata.segments, history, floor)
+    entries, outside = _removed(metadata.files, metadata.deletes, metadata.segments, history, floor)
+    cleared = {e.path for e in entries if e.record == FILES} | outside
+    segments = _cleaned_segments(metadata.files, metadata.segments, cleared)
     referenced = set(metadata.files["path"].to_pylist()) | set(metadata.deletes["path"].to_pylist())
+    entries += _leftovers(storage, on_storage, metadata.files, metadata.deletes)
     entries += _orphans(storage, view, on_storage, referenced, claimed, metadata.segments)
     entries += _expired_trash(storage, view, trash, now, options.trash_hours * HOUR_MS, force)
     entries.sort(key=lambda entry: entry.path)
     removals = [e.removed_at for e in entries if e.removed_at is not None]
     plan = CleanPlan(files=entries, floor=max(removals, default=None), retained_from=floor,
-                     force=force)
+                     force=force, segments=segments)
     return Planned(plan, view)
 
 
@@ -128,12 +140,15 @@ def _inside(path: str) -> bool:
 
 
 def _removed(files: pa.Table, deletes: pa.Table, segments: Mapping[str, SegmentEntry],
-             history: History, floor: str) -> list[CleanEntry]:
+             history: History, floor: str) -> tuple[list[CleanEntry], set[str]]:
+    """The removed files and deltas past retention, and the external files (never cleaned)
+    whose removal is past retention too."""
     gone_files = removed(files).select(["path", "segment", "size"]).to_pylist()
     gone_deltas = removed(deletes).select(["path", "file", "size"]).to_pylist()
     if not (gone_files or gone_deltas) or not floor:
-        return []
+        return [], set()
     external = {entry.id for entry in segments.values() if entry.external}
+    outside = {row["path"] for row in gone_files if row["segment"] in external}
     reasons = {COMPACTED: COMPACTED_FILE, MARKED_FOR_DELETE: MARKED_FILE}
     live_files = set(live(files)["path"].to_pylist())
     segment_of = {row["path"]: row["segment"] for row in gone_files}
@@ -154,9 +169,45 @@ def _removed(files: pa.Table, deletes: pa.Table, segments: Mapping[str, SegmentE
             entry = segments.get(segment_of.get(data_file, ""))
             reason = reasons.get(entry.status, REMOVED_FILE) if entry is not None else REMOVED_FILE
         candidates.append((row["path"], row["size"] or 0, reason, DELETES))
-    found = history.removals({path for path, *_ in candidates}, floor)
-    return [CleanEntry(path=path, size=size, reason=reason, removed_at=found[path], record=record)
-            for path, size, reason, record in candidates if path in found]
+    found = history.removals({path for path, *_ in candidates} | outside, floor)
+    return ([CleanEntry(path=path, size=size, reason=reason, removed_at=found[path], record=record)
+             for path, size, reason, record in candidates if path in found],
+            outside & found.keys())
+
+
+def _cleaned_segments(files: pa.Table, segments: Mapping[str, SegmentEntry],
+                      cleared: set[str]) -> list[str]:
+    """The ``Compacted`` and ``Marked for Delete`` segments still shown whose every file record
+    not purged yet is ``cleared``: purged by this clean, or an external file removed past
+    retention (its record stays: a removed file never joins the table again).
+
+    A purged record keeps only its path, so a segment whose files an earlier clean purged
+    (before segments had a history) has no record left and goes now.
+    """
+    held = files.filter(pc.is_valid(files["deleted"])).select(["path", "segment"]).to_pylist()
+    blocked = {row["segment"] for row in held if row["path"] not in cleared}
+    return sorted((entry.id for entry in segments.values()
+                   if entry.status in (COMPACTED, MARKED_FOR_DELETE) and entry.visible
+                   and entry.id not in blocked), key=segment_sort_key)
+
+
+def _leftovers(storage: Storage, on_storage: Iterable[str], files: pa.Table,
+               deletes: pa.Table) -> list[CleanEntry]:
+    """Files on storage whose record is purged: a clean purges at its commit point and deletes
+    after it, so one that died in between left them; no snapshot needs them."""
+    purged = set()
+    for part in (files, deletes):
+        purged.update(part.filter(pc.is_null(part["deleted"]))["path"].to_pylist())
+    found = []
+    for path in on_storage:
+        if path not in purged or not _inside(path):
+            continue
+        try:
+            size = storage.size(path)
+        except ObjectNotFoundError:
+            continue
+        found.append(CleanEntry(path=path, size=size, reason=LEFTOVER))
+    return found
 
 
 def _claimed(storage: Storage, done: set[str]) -> set[str]:

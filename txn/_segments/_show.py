@@ -9,8 +9,12 @@ from .._context import DATA_ACTIONS, Segment, TableContext, WritePlan, plan_segm
 from .._read import snapshot
 
 
-def segments(context: TableContext) -> list[Segment]:
-    """Every segment, newest first; loads still running are ``Insert In Progress``."""
+def segments(context: TableContext, *, history: bool = False) -> list[Segment]:
+    """Every segment not cleaned, newest first; loads still running are ``Insert In Progress``.
+
+    ``history``: then the segments CLEAN FILES removed (their final status, ``cleaned`` set),
+    newest first, as CarbonData's SHOW HISTORY SEGMENTS lists ``tablestatus`` then its history.
+    """
     view = context.timeline.load()
     entries = dict(context.metadata_at(view, None, (SEGMENTS,)).segments or {})
     for instant in view.pending():
@@ -23,7 +27,10 @@ def segments(context: TableContext) -> list[Segment]:
                     id=segment, status=INSERT_IN_PROGRESS, instant=instant.time,
                     load_start_ms=parse_time(instant.time))
     ordered = sorted(entries.values(), key=lambda e: segment_sort_key(e.id), reverse=True)
-    return [Segment.from_entry(e) for e in ordered]
+    shown = [e for e in ordered if e.visible]
+    if history:
+        shown += [e for e in ordered if not e.visible]
+    return [Segment.from_entry(e) for e in shown]
 
 
 def partitions(context: TableContext) -> list[dict[str, object]]:

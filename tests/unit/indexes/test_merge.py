@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc as ipc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,6 +26,7 @@ from indexes import (
     FILES_SCHEMA,
     INSERT_IN_PROGRESS,
     MARKED_FOR_DELETE,
+    SEGMENTS_SCHEMA,
     STATUS_RANK,
     STREAMING,
     STREAMING_FINISH,
@@ -36,6 +39,9 @@ from indexes import (
     purges,
     tombstones,
 )
+from indexes._blocks import read_block
+from indexes._segments import segments_from_arrow, segments_to_arrow
+from timeline import MemoryStorage
 
 KEYS = [f"seg/part-{k}.parquet" for k in "abcdefgh"]
 STATS_SCHEMA = column_stats_schema(pa.schema([("id", pa.int64()), ("name", pa.string())]))
@@ -247,6 +253,9 @@ def lifecycles(draw: st.DrawFn) -> list[SegmentEntry]:
                                     load_end_ms=end))
     if draw(st.booleans()):
         records.append(SegmentEntry(id=segment, status=MARKED_FOR_DELETE, load_end_ms=end))
+    if records[-1].status in (COMPACTED, MARKED_FOR_DELETE) and draw(st.booleans()):
+        # CLEAN FILES records a copy of the whole entry with the clean instant set.
+        records.append(msgspec.structs.replace(_join(records), cleaned="20260201000000000"))
     return draw(st.permutations(records))
 
 
@@ -299,6 +308,32 @@ def test_the_joined_segment_has_the_furthest_status_and_keeps_the_loads_facts(
     assert whole.load_end_ms == max(r.load_end_ms for r in records)
     compacted = [r for r in records if r.status == COMPACTED]
     assert whole.merged_to == (compacted[0].merged_to if compacted else None)
+
+
+@given(lifecycles())
+def test_a_cleaned_segment_stays_cleaned_whatever_it_is_joined_with(records: list[SegmentEntry]) -> None:
+    whole = _join(records)
+    cleaned = [r.cleaned for r in records if r.cleaned]
+    assert whole.cleaned == (cleaned[0] if cleaned else None)
+    assert whole.visible == (not cleaned)
+    assert segments_from_arrow(segments_to_arrow([whole])) == [whole]
+
+
+def test_a_segments_block_written_before_segment_history_reads_every_segment_visible() -> None:
+    """Blocks and bases of tables written before the ``cleaned`` column lack it: read as null."""
+    entries = [SegmentEntry(id="0", status=COMPACTED, merged_to="0.1", rows=3),
+               SegmentEntry(id="0.1", status=SUCCESS, rows=3)]
+    old_schema = pa.schema([f for f in SEGMENTS_SCHEMA if f.name != "cleaned"])
+    old = segments_to_arrow(entries).drop_columns(["cleaned"]).cast(old_schema)
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, old_schema) as writer:
+        writer.write_table(old)
+    storage = MemoryStorage("/metatxn-old-segments-block")
+    storage.put_if_absent("segments/1.log.arrow", bytes(sink.getvalue()))
+    read = read_block(storage, "segments/1.log.arrow", SEGMENTS_SCHEMA)
+    assert read.schema.equals(SEGMENTS_SCHEMA)
+    assert segments_from_arrow(read) == entries
+    assert all(e.visible and e.cleaned is None for e in segments_from_arrow(read))
 
 
 @pytest.mark.parametrize(("low", "high"), [

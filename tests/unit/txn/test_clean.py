@@ -6,8 +6,10 @@ Invariants, checked on the durable state of storage:
   commits and the last ``clean.retain_hours`` hours reads the same rows after a clean; older
   snapshots raise ``SnapshotExpiredError`` naming the oldest reachable instant;
 * ``force`` ignores retention but keeps the current snapshot and every file of a live writer;
-* removed files go to ``_trash/<clean instant>/`` and leave it for good ``clean.trash_hours``
-  later; ``dry_run`` changes nothing;
+* as in CarbonData, the files of expired ``Compacted`` and ``Marked for Delete`` segments (and
+  replaced deltas) are deleted for good, and those segments leave SHOW SEGMENTS for its history;
+  only orphans (files of no segment) go to ``_trash/<clean instant>/``, which they leave for good
+  ``clean.trash_hours`` later (``force``: at once); ``dry_run`` changes nothing;
 * a clean that fails or dies is undone (by itself, or by the next writer once its heartbeat
   expired): the table reads the same rows and ``validate()`` is clean.
 
@@ -109,10 +111,11 @@ def test_nothing_is_removed_until_both_retentions_passed(table_uri: str, clock: 
     assert result.files == sorted(doomed)
     assert result.bytes == sum(doomed.values())
     assert result.reasons == {"marked_for_delete": len(doomed)}
-    assert result.instant is not None and result.trash == f"_trash/{result.instant}"
+    assert result.instant is not None and result.trash is None, "deleted, not moved to the trash"
+    assert (result.freed_bytes, result.trashed, result.trashed_bytes) == (result.bytes, [], 0)
     assert not result.dry_run
     assert not set(doomed) & set(_data_files(table_uri))
-    assert _trash(table_uri) == sorted(f"{result.trash}/{path}" for path in doomed)
+    assert _trash(table_uri) == []
     assert [(i.action, i.state) for i in table.timeline()][-1] == ("clean", "completed")
     assert table.snapshot().count() == 20
     _ok(table)
@@ -270,37 +273,167 @@ def test_files_of_a_live_writer_and_names_metatxn_does_not_write_are_never_remov
 
 def test_trash_is_deleted_for_good_after_clean_trash_hours(table_uri: str, clock: FakeClock) -> None:
     table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
+    orphan = _orphan(table)
     first = table.clean()
     trashed = _trash(table_uri)
-    assert trashed and first.files
+    assert trashed == [f"{first.trash}/{orphan}"] and first.trashed == [orphan]
     clock.advance(23 * HOUR_MS)
     assert table.clean().files == [] and _trash(table_uri) == trashed
     clock.advance(HOUR_MS)
     gone = table.clean()
     assert gone.files == trashed and gone.reasons == {"expired_trash": len(trashed)}
-    assert gone.bytes == first.bytes and gone.trash is None
+    assert gone.bytes == gone.freed_bytes == first.trashed_bytes and gone.trash is None
     assert _trash(table_uri) == []
     _ok(table)
 
 
 def test_force_empties_the_trash(table_uri: str, clock: FakeClock) -> None:
     table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
-    assert table.clean().files
+    _orphan(table)
+    assert table.clean().trashed
     trashed = _trash(table_uri)
-    assert table.clean(force=True).files == trashed
+    assert trashed
+    emptied = table.clean(force=True)
+    assert emptied.files == trashed and emptied.reasons == {"expired_trash": len(trashed)}
     assert _trash(table_uri) == []
 
 
-def test_a_mistaken_clean_can_be_undone_by_hand(table_uri: str, clock: FakeClock) -> None:
+def test_an_orphan_put_back_from_the_trash_by_hand_is_read_as_before(
+    table_uri: str, clock: FakeClock
+) -> None:
     """The trash keeps each file under its table-relative path: moving it back restores it."""
     table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
+    orphan = _orphan(table)
     result = table.clean()
     storage = storage_of(table_uri)
-    for path in result.files:
-        storage.put_if_absent(path, storage.read(f"{result.trash}/{path}"))
-        storage.delete(f"{result.trash}/{path}")
-    assert set(result.files) <= set(_data_files(table_uri))
-    assert table.snapshot().count() == 10
+    storage.put_if_absent(orphan, storage.read(f"{result.trash}/{orphan}"))
+    storage.delete(f"{result.trash}/{orphan}")
+    assert storage.exists(orphan) and table.snapshot().count() == 10
+
+
+# -- CarbonData's CLEAN FILES: direct deletion, the trash, and SHOW SEGMENTS' history --------------
+
+
+def test_expired_segments_are_deleted_for_good_and_only_orphans_go_to_the_trash(
+    table_uri: str, clock: FakeClock
+) -> None:
+    """Issue 22, item 11: CarbonData deletes expired Compacted and Marked-for-Delete segments
+    directly; only stale data (files of no segment) goes to the trash, and the report says
+    which is which: freed bytes are what left storage, not what moved into the trash."""
+    table, _ = _overwritten(table_uri, clock)
+    doomed = _removed_files(table)
+    orphan = _orphan(table)
+    orphan_size = storage_of(table_uri).size(orphan)
+    result = table.clean(force=True)
+    assert result.reasons == {"marked_for_delete": len(doomed), "orphan": 1}
+    assert result.trashed == [orphan] and result.trashed_bytes == orphan_size
+    assert result.freed_bytes == sum(doomed.values())
+    assert result.bytes == result.freed_bytes + result.trashed_bytes
+    assert _trash(table_uri) == [f"{result.trash}/{orphan}"], "only the orphan is in the trash"
+    assert not set(doomed) & set(_data_files(table_uri)), "the deleted segment's files are gone"
+    assert sorted_rows(table.to_arrow()) == sorted_rows(rows(range(100, 110)))
+    _ok(table)
+
+
+def test_a_cleaned_segment_leaves_show_segments_for_its_history(table_uri: str, clock: FakeClock) -> None:
+    """Issue 22, items 10 and 12: CarbonData's walk-through, four loads, a MINOR compaction into
+    0.1 and CLEAN FILES: SHOW SEGMENTS shows only 0.1 afterwards; SHOW HISTORY SEGMENTS lists
+    the compacted ones with their final status and the clean that removed them."""
+    table = _table(table_uri, clock)
+    for i in range(4):
+        table.append(rows(range(i * 10, i * 10 + 10)))
+    assert table.compact("minor").segment == "0.1"
+    shown = [(s.id, s.status) for s in table.segments()]
+    assert shown == [("3", "Compacted"), ("2", "Compacted"), ("1", "Compacted"), ("0.1", "Success"),
+                     ("0", "Compacted")]
+    assert table.clean().segments == [], "within retention the files stay, and so do the segments"
+    assert [s.id for s in table.segments()] == ["3", "2", "1", "0.1", "0"]
+
+    result = table.clean(force=True)
+    assert result.segments == ["0", "1", "2", "3"]
+    assert [(s.id, s.status) for s in table.segments()] == [("0.1", "Success")]
+    fresh = txn.open_table(table_uri, clock=clock)
+    assert [s.id for s in fresh.segments()] == ["0.1"]
+    history = fresh.segments(history=True)
+    assert [(s.id, s.status, s.merged_to, s.visible) for s in history] == [
+        ("0.1", "Success", None, True), ("3", "Compacted", "0.1", False), ("2", "Compacted", "0.1", False),
+        ("1", "Compacted", "0.1", False), ("0", "Compacted", "0.1", False)]
+    for segment in history[1:]:
+        assert segment.cleaned_instant == result.instant
+        assert segment.cleaned == datetime.fromtimestamp(
+            timeline.parse_time(result.instant) / 1000, tz=timezone.utc)
+        assert segment.rows == 10 and segment.load_start is not None
+    assert history[0].cleaned_instant is None and history[0].cleaned is None
+    assert table.clean(force=True).segments == [], "a segment leaves once"
+    assert table.append(rows([99])).segment == "4", "ids are never reused"
+    _ok(table)
+
+
+def test_a_deleted_segment_leaves_only_once_its_files_are_removed(table_uri: str, clock: FakeClock) -> None:
+    """DELETE SEGMENT marks; the segment stays listed (Marked for Delete) until CLEAN FILES
+    removed its files past retention, and a segment removed inside retention stays."""
+    table = _table(table_uri, clock, **{"clean.retain_commits": "2", "clean.retain_hours": "0"})
+    for i in range(3):
+        table.append(rows(range(i * 10, i * 10 + 10)))
+        clock.advance(1_000)
+    table.delete_segments(["0"])
+    clock.advance(1_000)
+    table.append(rows([50]))
+    clock.advance(1_000)
+    table.delete_segments(["1"])  # inside retention (2 commits): its files stay
+    clock.advance(1_000)
+    result = table.clean()
+    assert result.segments == ["0"] and result.reasons == {"marked_for_delete": 1}
+    assert [(s.id, s.status) for s in table.segments()] == [
+        ("3", "Success"), ("2", "Success"), ("1", "Marked for Delete")]
+    assert [(s.id, s.status, s.visible) for s in table.segments(history=True)][-1] == (
+        "0", "Marked for Delete", False)
+    with pytest.raises(txn.SegmentNotFoundError):
+        table.delete_segments(["0"])
+
+
+@pytest.mark.allow_metatxn_warnings  # each file it could not delete is logged
+def test_a_clean_that_dies_after_its_commit_point_leaves_files_the_next_clean_deletes(
+    table_uri: str, clock: FakeClock
+) -> None:
+    """The clean purges the records at its commit point and deletes the files after it, as
+    CarbonData writes its table status before deleting: a crash in between leaves files no
+    snapshot needs, and the next clean deletes them (not into the trash)."""
+    table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
+    doomed = _removed_files(table)
+    faulty = Faulty(storage_of(table_uri))
+    faulty.arm(1, ops={"delete"}, match=lambda p: p in doomed, crash=True)
+    died = table_on(table_uri, faulty, clock=clock).clean()  # past its commit point: it returns
+    assert faulty.dead and died.files == [] and died.segments == ["0"]
+    assert [(i.action, i.state) for i in table.timeline()][-1] == ("clean", "completed")
+    assert set(doomed) <= set(_data_files(table_uri)), "died before deleting"
+    assert [s.id for s in table.segments()] == ["1"]
+    _ok(table)
+    result = table.clean()
+    assert result.files == sorted(doomed) and result.reasons == {"leftover": len(doomed)}
+    assert result.trashed == [] and _trash(table_uri) == []
+    assert not set(doomed) & set(_data_files(table_uri))
+    assert table.clean().files == []
+    _ok(table)
+
+
+def test_a_clean_of_an_external_segment_hides_it_and_never_deletes_its_files(
+    table_uri: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    folder = tmp_path / "external"
+    folder.mkdir()
+    import pyarrow.parquet as pq
+
+    pq.write_table(rows(range(500, 505)), folder / "part-0.parquet")
+    table = _table(table_uri, clock, **NO_RETENTION)
+    table.append(rows(range(5)))
+    added = table.add_segment(str(folder))
+    table.delete_segments([added.segment])
+    clock.advance(1_000)
+    result = table.clean()
+    assert result.segments == [added.segment] and result.files == []
+    assert [s.id for s in table.segments()] == ["0"]
+    assert (folder / "part-0.parquet").exists()
     _ok(table)
 
 
@@ -309,8 +442,9 @@ def test_a_mistaken_clean_can_be_undone_by_hand(table_uri: str, clock: FakeClock
 
 def test_a_second_clean_is_refused_while_one_runs(table_uri: str, clock: FakeClock) -> None:
     table, _ = _overwritten(table_uri, clock, **NO_RETENTION)
+    _orphan(table)
     faulty = Faulty(storage_of(table_uri))
-    faulty.arm(1, ops={"delete"}, match=lambda p: not p.startswith("_timeline"), crash=True)
+    faulty.arm(1, match=lambda p: p.startswith("_trash/"), crash=True)
     with pytest.raises(InjectedFault):  # dies while moving: its instant stays pending
         table_on(table_uri, faulty, clock=clock).clean()
     running = next(i for i in table.timeline() if i.action == "clean")
@@ -350,6 +484,7 @@ def test_a_failure_at_any_storage_call_of_a_clean_loses_nothing(tmp_path: Path, 
     expected = sorted_rows(table.to_arrow())
     expected_then = sorted_rows(table.snapshot(as_of=kept).to_arrow())
     after_append = sorted_rows(pa.Table.from_pylist(expected + rows([900]).to_pylist(), schema=SCHEMA))
+    doomed = _removed_files(table)
     clock.advance(1_000)  # clean.retain_hours 0: what was removed before now
 
     probe_uri = tmp_path / "probe"
@@ -378,7 +513,10 @@ def test_a_failure_at_any_storage_call_of_a_clean_loses_nothing(tmp_path: Path, 
             survivor.clean()
             assert sorted_rows(survivor.to_arrow()) == after_append, case
             assert survivor.validate().ok, (case, str(survivor.validate()))
-            assert _trash(str(uri)), case
+            left = set(doomed) & set(_data_files(str(uri)))
+            assert not left, (case, "a later clean finishes the job", left)
+            assert not _trash(str(uri)), (case, "nothing of this table is an orphan")
+            assert [s.id for s in survivor.segments()][-1] == "1", (case, "segment 0 left")
             shutil.rmtree(uri)
 
 
@@ -428,6 +566,15 @@ def test_a_writer_committing_at_any_point_of_a_clean_loses_nothing(tmp_path: Pat
 
 def _is_marker(path: str) -> bool:
     return path.startswith("_markers")
+
+
+def _orphan(table: txn.Table) -> str:
+    """Put a data file no record names, written by the table's first (decided) instant, as a
+    failed Spark task attempt leaves one: CarbonData's stale segment data."""
+    first = table.timeline()[0].time
+    path = f"segment_0/part-0-09999-0123456789abcdef_{first}.parquet"
+    storage_of(table.uri).put(path, b"a file of a failed task attempt")
+    return path
 
 
 def _live(table: txn.Table) -> list[str]:

@@ -212,17 +212,59 @@ def test_clean_lists_in_a_dry_run_then_removes_with_the_bytes_freed(loaded: txn.
     listed = [r[0] for r in body(files)]
     would_free = loaded.clean(dry_run=True)
     assert set(would_free.files) <= set(listed) and len(would_free.files) == 4
-    assert body(summary) == [[size(would_free.bytes), "4", "compacted: 4"]]
-    assert note == "dry run: nothing was removed\n"
+    assert body(summary) == [[size(would_free.bytes), "0.0B", "4", "compacted: 4"]]
+    assert note == ("segments 0, 1, 2, 3 would leave SHOW SEGMENTS (metatxn segments --history "
+                    "lists them)\ndry run: nothing was removed\n")
     assert data_files_on_storage(loaded.uri) == before, "a dry run changes nothing"
 
     cleaned = ok_json("clean", loaded.uri)
     assert isinstance(cleaned, dict)
     assert (cleaned["dry_run"], cleaned["bytes"], cleaned["reasons"]) == (
         False, would_free.bytes, {"compacted": 4})
+    assert (cleaned["freed_bytes"], cleaned["trashed"], cleaned["segments"]) == (
+        would_free.bytes, [], ["0", "1", "2", "3"])
     assert sorted(cleaned["files"]) == sorted(would_free.files)
     assert len(data_files_on_storage(loaded.uri)) == len(before) - 4
-    assert body(ok("clean", loaded.uri)) == [["0.0B", "0", "-", "-"]], "nothing left to free"
+    assert body(ok("clean", loaded.uri)) == [["0.0B", "0.0B", "0", "-", "-"]], "nothing left to free"
+
+
+def test_clean_reports_bytes_moved_to_the_trash_apart_from_bytes_freed(loaded: txn.Table) -> None:
+    """Issue 22, item 11: files of no segment go to the trash; they are not freed space."""
+    loaded.compact("minor")
+    folder = next(Path(loaded.uri).glob("region=eu"))
+    stale = folder / f"part-0-09999-0123456789abcdef_{loaded.timeline()[0].time}.parquet"
+    stale.write_bytes(b"x" * 3000)
+    freed = loaded.clean(dry_run=True).freed_bytes
+    out = ok("clean", loaded.uri)
+    [[size_freed, moved, files, reasons, trash]] = body(out.split("\n\n")[0])
+    assert (size_freed, moved, files) == (size(freed), size(3000), "5")
+    assert reasons == "compacted: 4, orphan: 1" and trash.startswith("_trash/")
+    assert "segments 0, 1, 2, 3 left SHOW SEGMENTS" in out
+    assert (Path(loaded.uri) / trash / stale.relative_to(loaded.uri)).exists()
+
+
+def test_segments_history_lists_what_clean_files_removed(loaded: txn.Table) -> None:
+    """Issue 22, item 10: after CLEAN FILES, ``metatxn segments`` shows only 0.1, as CarbonData's
+    SHOW SEGMENTS does; ``--history`` lists the compacted segments too, with their final status,
+    Visibility false and when they were cleaned."""
+    loaded.compact("minor")
+    ok("clean", loaded.uri)
+    assert [(r[0], r[1]) for r in body(ok("segments", loaded.uri))] == [("0.1", "Success")]
+    assert [s["id"] for s in ok_json("segments", loaded.uri)] == ["0.1"]
+    out = ok("segments", loaded.uri, "--history")
+    header = re.split(r"\s{2,}", out.splitlines()[0])
+    assert header[-2:] == ["Visibility", "Cleaned At"]
+    shown = body(out)
+    assert [(r[0], r[1], r[8], r[-2]) for r in shown] == [
+        ("0.1", "Success", "NA", "true"), ("3", "Compacted", "0.1", "false"),
+        ("2", "Compacted", "0.1", "false"), ("1", "Compacted", "0.1", "false"),
+        ("0", "Compacted", "0.1", "false")]
+    assert shown[0][-1] == "NA" and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", shown[1][-1])
+    listed = ok_json("segments", loaded.uri, "--history")
+    assert isinstance(listed, list)
+    clean = next(i for i in loaded.timeline() if i.action == "clean")
+    assert [(s["id"], s["cleaned_instant"]) for s in listed] == [
+        ("0.1", None), *((i, clean.time) for i in ("3", "2", "1", "0"))]
 
 
 def test_add_segment_registers_a_folder_in_place(loaded: txn.Table, tmp_path: Path) -> None:
@@ -423,12 +465,16 @@ def test_the_demo_loads_reads_time_travels_and_validates(
     assert spark.sparkContext._jsc is not None, "a session passed in is left running"
     # four loads compacted into 0.1 (CarbonData's walk-through), the upsert's segment, the
     # added folder's three partition folders; the delete writes delete deltas, no segment; the
-    # clean moves the compacted segments' files
+    # clean deletes the compacted segments' files: they leave SHOW SEGMENTS for its history,
+    # and of the walk-through's segments only 0.1 is shown, as in CarbonData
     external = [(s.id, s.format, s.external) for s in table.segments() if s.external]
     assert external == [("7", "parquet", True), ("6", "parquet", True), ("5", "parquet", True)]
     assert [(s.id, s.status, s.merged_to) for s in table.segments() if not s.external] == [
-        ("4", "Success", None), ("3", "Compacted", "0.1"), ("2", "Compacted", "0.1"),
-        ("1", "Compacted", "0.1"), ("0.1", "Success", None), ("0", "Compacted", "0.1")]
+        ("4", "Success", None), ("0.1", "Success", None)]
+    assert [(s.id, s.status, s.merged_to) for s in table.segments(history=True) if not s.visible] == [
+        ("3", "Compacted", "0.1"), ("2", "Compacted", "0.1"), ("1", "Compacted", "0.1"),
+        ("0", "Compacted", "0.1")]
+    assert "SHOW HISTORY SEGMENTS adds 3, 2, 1, 0" in out
     assert [i.action for i in table.timeline()] == ["commit"] * 4 + ["compaction"] + ["commit"] * 3 + [
         "clean"]
     for step in ("== load", "== compact MINOR", "== upsert", "== delete", "== ADD SEGMENT",

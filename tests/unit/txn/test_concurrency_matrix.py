@@ -81,7 +81,14 @@ def prices(table: txn.Table) -> dict[int, float]:
 
 
 def statuses(table: txn.Table) -> dict[str, str]:
-    return {s.id: s.status + (f" -> {s.merged_to}" if s.merged_to else "") for s in table.segments()}
+    """SHOW SEGMENTS, and its history: a segment CLEAN FILES removed ends with "(cleaned)"."""
+    return {s.id: s.status + (f" -> {s.merged_to}" if s.merged_to else "")
+            + ("" if s.visible else " (cleaned)") for s in table.segments(history=True)}
+
+
+def cleaned(shown: dict[str, str]) -> dict[str, str]:
+    """``shown`` as SHOW HISTORY SEGMENTS lists segments whose files CLEAN FILES removed."""
+    return {segment: f"{status} (cleaned)" for segment, status in shown.items()}
 
 
 def compacted(*ids: str, into: str = "0.1") -> dict[str, str]:
@@ -917,8 +924,9 @@ def test_delete_segment_x_delete_segment(monkeypatch: pytest.MonkeyPatch, memory
 #
 # The table a clean has work on: the base table compacted (0-3 -> 0.1, their four files removed
 # by that commit), then four more loads 4-7 (ids 40-79). ``clean(force=True)`` ignores retention,
-# so it moves exactly the four compacted files to the trash, and never what a running writer
-# announced (its markers) or what the current snapshot reads.
+# so it deletes exactly the four compacted files (for good, as CarbonData: segments 0-3 then
+# leave SHOW SEGMENTS for its history), and never what a running writer announced (its markers)
+# or what the current snapshot reads.
 
 ALL = range(80)
 
@@ -990,7 +998,7 @@ def test_load_x_clean(monkeypatch: pytest.MonkeyPatch, memory_uri: str, first: s
     assert_a_was_running(run)
     assert_clean_completed(a, result.instant)
     assert prices(a) == {**everything(), **dict.fromkeys(LOADED, 1.0)}
-    assert statuses(a) == {**compacted("0", "1", "2", "3"), **success("0.1", *LOADED_SEGMENTS, "8")}
+    assert statuses(a) == {**cleaned(compacted("0", "1", "2", "3")), **success("0.1", *LOADED_SEGMENTS, "8")}
     assert_both_landed(a)
 
 
@@ -1121,7 +1129,7 @@ def test_overwrite_x_clean(monkeypatch: pytest.MonkeyPatch, memory_uri: str, fir
     assert_a_was_running(run)
     assert_clean_completed(a, result.instant)
     assert prices(a) == dict.fromkeys(range(500, 505), 5.0)
-    assert statuses(a) == {**compacted("0", "1", "2", "3"), **marked("0.1", *LOADED_SEGMENTS),
+    assert statuses(a) == {**cleaned(compacted("0", "1", "2", "3")), **marked("0.1", *LOADED_SEGMENTS),
                            **success("8")}
     assert_both_landed(a)
     later = a.clean(force=True)  # what the overwrite marked goes now
@@ -1171,8 +1179,8 @@ def test_compaction_x_clean(monkeypatch: pytest.MonkeyPatch, memory_uri: str, fi
     assert_a_was_running(run)
     assert_clean_completed(a, result.instant)
     assert prices(a) == everything()
-    assert statuses(a) == {**compacted("0", "1", "2", "3"), **compacted(*LOADED_SEGMENTS, into="4.1"),
-                           **success("0.1", "4.1")}
+    assert statuses(a) == {**cleaned(compacted("0", "1", "2", "3")),
+                           **compacted(*LOADED_SEGMENTS, into="4.1"), **success("0.1", "4.1")}
     assert_both_landed(a)
 
 
@@ -1208,7 +1216,8 @@ def test_delete_segment_x_clean(monkeypatch: pytest.MonkeyPatch, memory_uri: str
     assert_clean_completed(a, result.instant)
     model = {k: v for k, v in everything().items() if not 40 <= k < 50}
     assert prices(a) == model
-    assert statuses(a) == {**compacted("0", "1", "2", "3"), **marked("4"), **success("0.1", "5", "6", "7")}
+    assert statuses(a) == {**cleaned(compacted("0", "1", "2", "3")), **marked("4"),
+                           **success("0.1", "5", "6", "7")}
     assert_both_landed(a)
     later = a.clean(force=True)
     assert {p for p in later.files if not p.startswith(("_metadata/", "_trash/"))} == segment_4

@@ -25,8 +25,8 @@ from ._frames import (
 from ._parse import Cursor, Token, boolean_option
 from ._select import fresh_frame
 
-SHOW_SEGMENTS = ("SHOW SEGMENTS FOR TABLE [db.]table [LIMIT n] [AS <query of table_segments>]  "
-                 "(or SHOW SEGMENTS ON [db.]table ...)")
+SHOW_SEGMENTS = ("SHOW [HISTORY] SEGMENTS FOR TABLE [db.]table [LIMIT n] [AS <query of "
+                 "table_segments>]  (or SHOW [HISTORY] SEGMENTS ON [db.]table ...)")
 COMPACT = ("ALTER TABLE [db.]table COMPACT 'MINOR' | 'MAJOR' | 'CUSTOM' WHERE SEGMENT.ID IN (id, ...) "
            "| 'CLOSE_STREAMING'")
 ADD_SEGMENT = ("ALTER TABLE [db.]table ADD SEGMENT OPTIONS('path'='<folder>', "
@@ -41,6 +41,9 @@ SHOW_PARTITIONS = "SHOW PARTITIONS [db.]table [PARTITION (column='value', ...)]"
 #: CarbonData's SHOW SEGMENTS columns (2.x), in its order.
 SEGMENT_COLUMNS = ("ID", "Status", "Load Start Time", "Load Time Taken", "Partition", "Data Size",
                    "Index Size", "File Format")
+#: What SHOW HISTORY SEGMENTS adds at the end: CarbonData's ``Visibility`` (false once CLEAN FILES
+#: removed the segment's files) and when that clean ran (``NA`` while visible).
+HISTORY_COLUMNS = ("Visibility", "Cleaned Time")
 
 _KINDS = ("MINOR", "MAJOR", "CUSTOM", "CLOSE_STREAMING")
 #: CarbonData compaction types metatxn has no counterpart for.
@@ -68,9 +71,7 @@ def _partition_cell(partitions: list[str]) -> str:
 def show_segments(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> Any:
     cursor = Cursor(statement, SHOW_SEGMENTS, tokens)
     cursor.expect("SHOW")
-    if cursor.at_word("HISTORY"):
-        raise cursor.error("SHOW HISTORY SEGMENTS is not supported: metatxn lists every segment it "
-                           "still holds metadata of, and none after CLEAN FILES removed it")
+    history = cursor.accept("HISTORY")
     cursor.expect("SEGMENTS")
     if cursor.accept("FOR"):
         cursor.expect("TABLE")
@@ -87,14 +88,17 @@ def show_segments(spark: Any, catalog: Catalog, statement: str, tokens: list[Tok
     else:
         cursor.end()
     table = catalog.open(name)
-    shown = table.segments()[:limit] if limit is not None else table.segments()
+    found = table.segments(history=history)
+    shown = found[:limit] if limit is not None else found
     if query is not None:
         return _segments_query(spark, catalog, cursor, name.table, shown, query)
     zone = session_zone(spark)
     rows = [(s.id, s.status, timestamp_text(s.load_start, zone), load_time_taken(s.load_start, s.load_end),
              _partition_cell(s.partitions), segment_size(s.data_size),
-             "NA" if s.external else segment_size(s.index_size), s.format) for s in shown]
-    return strings_frame(spark, SEGMENT_COLUMNS, rows)
+             "NA" if s.external else segment_size(s.index_size), s.format,
+             *((str(s.visible).lower(), timestamp_text(s.cleaned, zone)) if history else ()))
+            for s in shown]
+    return strings_frame(spark, (*SEGMENT_COLUMNS, *(HISTORY_COLUMNS if history else ())), rows)
 
 
 def _segments_query(spark: Any, catalog: Catalog, cursor: Cursor, table: str, shown: list[Segment],
@@ -201,17 +205,19 @@ def clean(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> 
     # CarbonData's 'stale_inprogress' choice does not arise (the option is checked, not used).
     boolean_option(cursor, options, "stale_inprogress", False)
     table = catalog.open(name)
+    # Size Freed counts what left storage; files moved to the trash (orphans: CarbonData's stale
+    # segments) still take their space, so they count in the trash, not as freed.
     if dry_run:
         trash_before = _trash_bytes(table)
         result = table.clean(dry_run=True, force=force)
         expiring = sum(size for path, size in trash_before.items() if path in set(result.files))
-        remaining = sum(trash_before.values()) - expiring
+        remaining = sum(trash_before.values()) - expiring + result.trashed_bytes
         return strings_frame(spark, ("Size To Be Freed", "Trash Data Remaining"),
-                             [(freed_size(result.bytes), freed_size(remaining))])
+                             [(freed_size(result.freed_bytes), freed_size(remaining))])
     result = table.clean(force=force)
     if not statistics:
         return no_result(spark)
-    return strings_frame(spark, ("Size Freed",), [(freed_size(result.bytes),)])
+    return strings_frame(spark, ("Size Freed",), [(freed_size(result.freed_bytes),)])
 
 
 def _trash_bytes(table: Table) -> dict[str, int]:
