@@ -108,6 +108,20 @@ def test_add_segment_reads_spark_timestamp_partition_folders(tmp_path: object, l
         {"id": 7, "ts": datetime(2026, 1, 1, 10, 0, 0, 250000, tzinfo=UTC)}]
 
 
+def test_add_segment_of_nanosecond_timestamp_folders(tmp_path: object, local_uri: str) -> None:
+    root = Path(str(tmp_path)) / "external"
+    folder = root / "ts=2026-01-01 10%3A00%3A00.000000001"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"id": pa.array([7], pa.int64())}), folder / "part-0.parquet")
+    schema = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("ns"))])
+    table = txn.create_table(local_uri, schema, partition_by=["ts"])
+    table.add_segment(url_of(root), partition="ts:timestamp")
+    assert table.to_arrow().column("ts").cast(pa.int64()).to_pylist() == [1_767_261_600 * 10**9 + 1]
+    later = pa.scalar(1_767_261_600 * 10**9 + 2, pa.int64()).cast(pa.timestamp("ns"))
+    assert table.to_arrow(filter=pc.field("ts") < later).num_rows == 1
+    assert table.validate().ok
+
+
 def test_float_partition_columns_stay_refused(memory_uri: str) -> None:
     schema = pa.schema([("id", pa.int64()), ("x", pa.float64())])
     with pytest.raises(txn.InvalidOptionError, match="timestamps"):
