@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
 
@@ -130,20 +130,33 @@ class Table:
         return commit
 
     def overwrite(self, data: WriteInput, *, extra: dict[str, str] | None = None,
-                  app_id: str | None = None, version: int | None = None) -> Commit | None:
+                  app_id: str | None = None, version: int | None = None,
+                  partitions: str | Mapping[str, Any] | None = None) -> Commit | None:
         """Replace the whole content with ``data`` in one commit (None: ``app_id`` committed
         ``version`` already, see :meth:`append`).
 
-        The segments live at the commit become ``Marked for Delete``; their files stay for time
-        travel until cleaned.
+        ``partitions`` (partitioned tables without a record key) narrows what is replaced:
+        ``"dynamic"`` replaces only the partitions ``data``'s rows go to and keeps the others
+        (Spark's dynamic partition overwrite, Hudi's ``insert_overwrite``; no rows: nothing is
+        committed); a mapping of every partition column to a value replaces that one partition
+        (``data`` must hold only its rows; no rows empty it). The default, None, replaces the
+        whole table (Hudi's ``insert_overwrite_table``).
+
+        Segments whose every live row is replaced become ``Marked for Delete``; a segment that
+        keeps rows in other partitions stays, its rows in the replaced partitions deleted by
+        delete deltas. Replaced files stay for time travel until cleaned.
 
         Raises:
-            CommitConflictError: another write committed after this one began.
+            CommitConflictError: another write committed after this one began (a
+                partition-scoped overwrite: one that touched a partition it replaces).
+            InvalidOptionError: a bad ``partitions``.
+            SchemaMismatchError: a row of ``data`` outside the partition ``partitions`` names.
         """
         progress = _write.app_progress(app_id, version)
         if _write.already_committed(self._context, progress):
             return None
-        return _write.overwrite(self._context, data, extra=extra, progress=progress)
+        return _write.overwrite(self._context, data, extra=extra, progress=progress,
+                                partitions=partitions)
 
     def upsert(self, data: WriteInput, *, extra: dict[str, str] | None = None,
                app_id: str | None = None, version: int | None = None) -> Commit | None:

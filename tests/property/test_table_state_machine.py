@@ -22,6 +22,9 @@ The table is keyed (``record_key="k"``) in one pair of variants and unkeyed in t
   runs), or on purpose one key already in the table or twice in the data, which must raise
   DuplicateKeyError, write nothing and create no instant;
 * ``overwrite``: replaces every row (keyed: unique keys; a key twice in the data is refused);
+* ``overwrite(partitions="dynamic")``: replaces the rows of the groups ``g`` the data holds and
+  keeps the others; a segment whose live rows are all in them is marked for delete, the others
+  lose those rows (no rows: nothing is committed; keyed tables refuse it);
 * ``upsert`` (keyed): rows whose keys are partly in the table, partly new, sometimes repeated in
   the data (the last row of a key wins);
 * ``delete(keys=...)`` (keyed), ``delete(where=...)`` (a key range, a partition value, a value
@@ -410,7 +413,7 @@ class App:
 
 @dataclass(frozen=True)
 class Write:
-    operation: Literal["append", "overwrite"]
+    operation: Literal["append", "overwrite", "overwrite_partitions"]
     rows: list[Row]
     #: None half of the time: a write that must succeed.
     fault: FaultPlan | None
@@ -650,7 +653,7 @@ app_specs = st.sampled_from([st.none(), st.none(), st.builds(
     by=st.integers(1, 3))]).flatmap(lambda chosen: chosen)
 writes = st.builds(
     Write,
-    operation=st.sampled_from(["append", "append", "overwrite"]),
+    operation=st.sampled_from(["append", "append", "overwrite", "overwrite_partitions"]),
     rows=rows_strategy,
     fault=fault_plans,
     wait_ms=waits,
@@ -1270,6 +1273,8 @@ class TableMachine(RuleBasedStateMachine):
         tag = serial * 1000
         if isinstance(action, AddSegment):
             return self._expect_add(action, serial)
+        if isinstance(action, Write) and action.operation == "overwrite_partitions":
+            return self._expect_partition_overwrite(action, tag, kw)
         if isinstance(action, Write):
             refused: type[Exception] | None = None
             if action.operation == "append" or (self.keyed and action.clash == "batch"):
@@ -1657,6 +1662,32 @@ class TableMachine(RuleBasedStateMachine):
         return Expected("delete_segments", lambda t: t.delete_segments(ids), after, added=0,
                         deleted=len(gone), segment=False, refused=refused, label=label,
                         marks=targets)
+
+    def _expect_partition_overwrite(self, action: Write, tag: int, kw: dict[str, object]) -> Expected:
+        """``overwrite(data, partitions="dynamic")``: the groups the data holds are replaced; a
+        segment whose live rows are all in them is marked for delete, the others lose those rows."""
+        rows = [(k, g, tag + v) for k, g, v in action.rows]
+        data = _arrow(rows)
+        before = self.expected
+
+        def call(t: txn.Table) -> object:
+            return t.overwrite(data, partitions="dynamic", **kw)
+
+        if self.keyed:
+            return Expected("overwrite", call, before, added=0, deleted=0, segment=False,
+                            refused=txn.InvalidOptionError, label="partition overwrite of a keyed table")
+        if not rows:
+            return Expected("overwrite", call, before, added=0, deleted=0, segment=False, noop=True,
+                            label="partition overwrite of no rows")
+        self.seen_keys.update(r[0] for r in rows)
+        groups = {g for _, g, _ in rows}
+        marks = frozenset(s.id for s in self.segment_model.values() if s.status in HOLDS_ROWS and s.live
+                          and all(row[1] in groups for row in s.live))
+        kept = [row for row in before if row[1] not in groups]
+        return Expected("overwrite", call, _sort([*kept, *rows]), added=len(rows),
+                        deleted=len(before) - len(kept), segment=True, written=_sort(rows),
+                        removes=lambda row: row[1] in groups, marks=marks,
+                        label="partition overwrite" + (" of every group" if not kept else ""))
 
     def _segments_after(self, expected: Expected, instant: str,
                         metadata: CommitMetadata) -> dict[str, SegmentModel]:

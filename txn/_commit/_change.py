@@ -14,10 +14,12 @@ data files (delete deltas), or both. How a change is found differs per operation
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 
 from indexes import (
@@ -63,6 +65,7 @@ from .._files import (
     KeyLocations,
     LiveDeltas,
     Positions,
+    canonical_partition,
     delete_rows,
     sort_memory_bytes,
     stage_deletes,
@@ -203,6 +206,9 @@ class Change:
     read_keys: pa.Table | None = None
     #: Replace the whole table (overwrite).
     replace: bool = False
+    #: A partition-scoped overwrite (with ``replace``): the partitions (Hive paths) it replaces
+    #: besides those its new rows are written to; None: it replaces the whole table.
+    partitions: frozenset[str] | None = None
     #: A compaction: the segments it replaces (None for every other write).
     merge: Merge | None = None
     #: Bytes of the new rows in memory, when known before the write begins (None: a stream).
@@ -388,9 +394,18 @@ def to_commit(instant_time: str, completed_at: str, metadata: CommitMetadata) ->
     )
 
 
-def _replacement(context: TableContext, view: TimelineView, pending: Pending,
-                 change: Change) -> tuple[list[str], list[str], list[SegmentEntry], int]:
-    """What an overwrite removes: (files, their deltas, segments marked for delete, live rows)."""
+def _replacement(context: TableContext, view: TimelineView, pending: Pending, change: Change,
+                 statuses: Sequence[FileStatus]) -> tuple[list[str], list[str], list[SegmentEntry], int,
+                                                          list[DeltaStatus]]:
+    """What an overwrite removes: (files, their deltas, segments marked for delete, live rows,
+    delete deltas written here: a partition-scoped overwrite's rows in segments it keeps)."""
+    current = context.metadata_at(view, None, LATEST_PARTITIONS)
+    assert current.files is not None and current.segments is not None
+    previous = live(current.files)
+    deltas = LiveDeltas.of(context.store, current.deletes)
+    if change.partitions is not None:
+        return _partition_replacement(context, view, pending, change, statuses, previous, deltas,
+                                      current.segments)
     concurrent = _concurrent_data_commits(view, pending.instant.time)
     if concurrent:
         raise CommitConflictError(
@@ -398,16 +413,56 @@ def _replacement(context: TableContext, view: TimelineView, pending: Pending,
             "which completed after it began and would be silently replaced\n"
             "Help: rerun the overwrite against the new state of the table"
         )
-    current = context.metadata_at(view, None, LATEST_PARTITIONS)
-    assert current.files is not None and current.segments is not None
-    previous = live(current.files)
     removed_files = previous["path"].to_pylist()
-    deltas = LiveDeltas.of(context.store, current.deletes)
     removed_deltas = [path for file in removed_files for path in deltas.paths(file)]
     rows = sum(previous["rows"].to_pylist()) - sum(deltas.rows(file) for file in removed_files)
     segments = [msgspec.structs.replace(entry, status=MARKED_FOR_DELETE)
                 for entry in current.segments.values() if entry.is_live]
-    return removed_files, removed_deltas, segments, rows
+    return removed_files, removed_deltas, segments, rows, []
+
+
+def _partition_replacement(context: TableContext, view: TimelineView, pending: Pending, change: Change,
+                           statuses: Sequence[FileStatus], previous: pa.Table, deltas: LiveDeltas,
+                           entries: Mapping[str, SegmentEntry]) -> tuple[
+                               list[str], list[str], list[SegmentEntry], int, list[DeltaStatus]]:
+    """A partition-scoped overwrite: the live rows of the partitions it replaces (those named and
+    those its rows went to) are replaced. A segment with live rows there and none elsewhere is
+    marked for delete, its files removed; a segment that keeps rows elsewhere stays, and its rows
+    in the replaced partitions are deleted by delete deltas written here, so a segment's recorded
+    rows stay those of its live files. Segments with no live row in them are left as they are."""
+    assert change.partitions is not None
+    canonical = functools.lru_cache(maxsize=None)(lambda p: canonical_partition(p, context.schema))
+    scope = set(change.partitions) | {canonical(s.partition) for s in statuses}
+    _conflicts.check_partitions(context, view, instant_time=pending.instant.time, partitions=scope,
+                                canonical=canonical)
+    by_segment: dict[str, list[tuple[str, int, bool]]] = {}
+    for path, segment, rows, partition in zip(
+            previous["path"].to_pylist(), previous["segment"].to_pylist(), previous["rows"].to_pylist(),
+            previous["partition"].to_pylist(), strict=True):
+        inside = canonical(partition) in scope
+        by_segment.setdefault(segment, []).append((path, rows - deltas.rows(path), inside))
+    removed_files: list[str] = []
+    emptied: dict[str, Positions] = {}
+    marked: list[SegmentEntry] = []
+    replaced_rows = 0
+    for segment, files in by_segment.items():
+        replaced_rows += sum(live_rows for _, live_rows, inside in files if inside)
+        if not any(inside and live_rows for _, live_rows, inside in files):
+            continue
+        if all(inside or not live_rows for _, live_rows, inside in files):
+            removed_files += [path for path, _, _ in files]
+            entry = entries.get(segment)
+            if entry is not None and entry.is_live:
+                marked.append(msgspec.structs.replace(entry, status=MARKED_FOR_DELETE))
+            continue
+        for path, live_rows, inside in files:
+            if inside and live_rows:
+                total = live_rows + deltas.rows(path)
+                emptied[path] = np.setdiff1d(np.arange(total, dtype=np.int64), deltas.positions(path))
+    removed_deltas = [path for file in removed_files for path in deltas.paths(file)]
+    written, replaced = stage_deletes(context.store, pending.instant.time, emptied, deltas,
+                                      delete_compaction_threshold(context.config.properties))
+    return removed_files, removed_deltas + replaced, marked, replaced_rows, written
 
 
 def _merged(merge: Merge, pending: Pending,
@@ -580,8 +635,13 @@ def builder(context: TableContext, change: Change, extra: dict[str, str] | None,
             removed_deltas = list(written.replaced)
             rows_deleted = change.rows_deleted
             merged: list[str] = []
+            deltas_added = written.deltas
             if change.replace:
-                removed_files, dropped, marked, rows_deleted = _replacement(context, view, pending, change)
+                removed_files, dropped, marked, rows_deleted, emptied = _replacement(
+                    context, view, pending, change, statuses)
+                if emptied:
+                    deltas_added = deltas_added + emptied
+                    deletes = delete_rows(deltas_added, pending.instant.time)
             elif change.merge is not None:
                 removed_files, dropped, marked, rows_deleted = _merged(change.merge, pending, statuses)
                 merged = sorted(change.merge.sources, key=segment_sort_key)
@@ -597,7 +657,7 @@ def builder(context: TableContext, change: Change, extra: dict[str, str] | None,
                 files_removed=removed_files,
                 segments_removed=[s.id for s in segments if s.status == MARKED_FOR_DELETE],
                 rows_added=sum(s.rows for s in statuses), rows_deleted=rows_deleted,
-                extra=dict(extra or {}), deltas_added=written.deltas, deltas_removed=removed_deltas,
+                extra=dict(extra or {}), deltas_added=deltas_added, deltas_removed=removed_deltas,
                 index_shards=sorted(written.index_sizes), read_at=change.read_at,
                 segments_merged=merged, retries=retries,
             )

@@ -21,7 +21,7 @@ Appends to an unkeyed table touch neither, so they never conflict.
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,11 +31,14 @@ import pyarrow.compute as pc
 from indexes import matching, segment_sort_key
 from timeline import CommitConflictError, DuplicateKeyError, TimelineView
 
-from .._context import COMPACT, DATA_ACTIONS, INSERTS, CommitMetadata, TableContext
+from .._context import ACTION_OF, COMPACT, DATA_ACTIONS, INSERTS, CommitMetadata, TableContext
+from .._files import partition_of
 from .._rows import describe
 
 if TYPE_CHECKING:
     from ._change import Merge
+
+COMPACT_ACTION = ACTION_OF[COMPACT]
 
 
 class CompactedMeanwhileError(CommitConflictError):
@@ -132,6 +135,34 @@ def check(context: TableContext, view: TimelineView, *, operation: str, instant_
         f"completed after this {operation} read the table at {read_at or 'its creation'} and also "
         f"changed {' and '.join(what)}; nothing was written\n"
         f"Help: retry the {operation}: it will read the table as it is now")
+
+
+def check_partitions(context: TableContext, view: TimelineView, *, instant_time: str,
+                     partitions: Set[str], canonical: Callable[[str], str]) -> None:
+    """Raise if a data commit that completed after partition-scoped overwrite ``instant_time``
+    began added files to, deleted rows of or removed files of a partition it replaces
+    (``partitions``, Hive paths as ``canonical`` names them): the overwrite would silently replace
+    that commit's effect. Commits to other partitions pass, and so do compactions (they only
+    moved rows the overwrite reads under the lock).
+
+    Raises:
+        CommitConflictError: naming the other commit and the partitions both touched.
+    """
+    levels = len(context.partition_by)
+    for other in view.completed_after(instant_time):
+        if other.action not in DATA_ACTIONS or other.time == instant_time or other.action == COMPACT_ACTION:
+            continue
+        metadata = context.timeline.read_metadata(other, CommitMetadata)
+        touched = {canonical(s.partition) for s in metadata.files_added} | {
+            canonical(partition_of(path, levels))
+            for path in [d.file for d in metadata.deltas_added] + list(metadata.files_removed)}
+        common = sorted(touched & partitions)
+        if common:
+            raise CommitConflictError(
+                f"overwrite {instant_time} of partition(s) {common[:3]}"
+                f"{' and more' if len(common) > 3 else ''} conflicts with {metadata.operation} "
+                f"{other.time}, which completed after it began and changed them; nothing was "
+                "written\nHelp: rerun the overwrite against the new state of the table")
 
 
 def check_merge(context: TableContext, view: TimelineView, *, instant_time: str,

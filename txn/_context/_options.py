@@ -25,15 +25,16 @@ from ._compaction import (
     level_counts,
 )
 
-# Types a partition value can take: they print as stable, filesystem-safe folder names.
-_PARTITION_TYPES = "integers, strings, dates or booleans"
+# Types a partition value can take: they print as stable, filesystem-safe folder names
+# (txn/_files/_hive.py; a timestamp's folder holds its UTC wall time, exact to the tick).
+_PARTITION_TYPES = "integers, strings, dates, timestamps or booleans"
 # Record keys must compare exactly: no floats (rounding), nested values or nulls-only columns.
 _KEY_TYPES = "integers, strings, binary, dates, timestamps, decimals or booleans"
 
 
 def _is_partition_type(t: pa.DataType) -> bool:
     return bool(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-                or pa.types.is_date(t) or pa.types.is_boolean(t))
+                or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_boolean(t))
 
 
 def _is_key_type(t: pa.DataType) -> bool:

@@ -33,8 +33,10 @@ from .._files import (
     expected,
     file_schema,
     footer_stats,
+    hive_value,
     json_keys_present,
     orc_footer_stats,
+    parse_hive_value,
     partition_values,
     reading_file,
 )
@@ -214,8 +216,13 @@ class Inspector:
         stats = {name: _plain_range(stat) for name, stat in stats.items()}
         values = partition_values(listed.url, self.schema, self.partition_by)
         for name, value in values.items():
-            stats[name] = ColumnStats(min=value, max=value, nulls=0 if value is not None else rows,
+            # Through column_stats: a nanosecond timestamp's bounds become plain microseconds.
+            bound = column_stats(pa.table({name: pa.array([value], self.schema.field(name).type)}))[name]
+            stats[name] = ColumnStats(min=bound.min, max=bound.max, nulls=0 if value is not None else rows,
                                       count=rows)
+        # A timestamp is recorded as its folder's text, exact (as the writer records it).
+        values = {name: parse_hive_value(hive_value(value)) if isinstance(value, datetime.datetime) else value
+                  for name, value in values.items()}
         if self.key_columns and keys is None:
             with self._reading(listed.url):
                 keys = self.reader.read(listed.url, self.format, self.key_columns)

@@ -17,6 +17,7 @@ from ._external import (
     CSV_OTHER_HEADER,
     EXTERNAL_FORMATS,
     ExternalReader,
+    canonical_partition,
     canonical_url,
     csv_escaped_quotes,
     csv_header,
@@ -26,12 +27,14 @@ from ._external import (
     is_external,
     json_keys_present,
     modified_ms,
+    partition_of,
     partition_values,
     read_format,
     typed_value,
     url_filesystem,
 )
 from ._footers import footer_stats
+from ._hive import hive_value, parse_hive_value, partition_folder, timestamp_value
 from ._orc_footer import OrcFooterUnreadable, orc_footer_stats
 from ._scan import (
     DATA_FILE_EXPECTED,
@@ -50,11 +53,9 @@ from ._writer import (
     FileStatus,
     KeyLocations,
     column_stats,
-    hive_value,
     marked_paths,
     marker_instant,
     marker_path,
-    parse_hive_value,
     read_marker,
 )
 
@@ -78,6 +79,7 @@ __all__ = [
     "LiveDeltas",
     "OrcFooterUnreadable",
     "Positions",
+    "canonical_partition",
     "canonical_url",
     "check_data_file",
     "check_schema",
@@ -98,6 +100,8 @@ __all__ = [
     "modified_ms",
     "orc_footer_stats",
     "parse_hive_value",
+    "partition_folder",
+    "partition_of",
     "partition_values",
     "raise_for_files",
     "read_data_file",
@@ -108,6 +112,7 @@ __all__ = [
     "scan_file",
     "sort_memory_bytes",
     "stage_deletes",
+    "timestamp_value",
     "typed_value",
     "url_filesystem",
 ]

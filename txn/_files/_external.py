@@ -40,9 +40,9 @@ import pyarrow.json as pjson
 import pyarrow.orc as porc
 import pyarrow.parquet as pq
 
-from timeline import CorruptMetadataError, SchemaMismatchError
+from timeline import CorruptMetadataError, SchemaMismatchError, TxnError
 
-from ._writer import parse_hive_value
+from ._hive import parse_hive_value, partition_folder, timestamp_value
 
 #: The formats ADD SEGMENT reads in place.
 EXTERNAL_FORMATS: Final = ("parquet", "orc", "csv", "json")
@@ -120,10 +120,37 @@ def partition_values(url: str, schema: pa.Schema, partition_by: Sequence[str]) -
     return values
 
 
+def canonical_partition(partition: str, schema: pa.Schema) -> str:
+    """A Hive partition path (``day=2021-11-23/flag=True``) as the writer names it
+    (``flag=true``): folders other writers made for ADD SEGMENT compare equal to the table's own.
+    A path whose values do not read as their columns' types is returned as it is."""
+    if not partition:
+        return partition
+    folders = []
+    for folder in partition.split("/"):
+        name, _, text = folder.partition("=")
+        try:
+            value = typed_value(parse_hive_value(text), schema.field(name).type)
+            folders.append(partition_folder(name, value))
+        except (KeyError, ValueError, TxnError):
+            return partition
+    return "/".join(folders)
+
+
+def partition_of(path: str, levels: int) -> str:
+    """The Hive partition path of a data file: the last ``levels`` folders of its path (a table's
+    own file, or an external file's URL)."""
+    if not levels:
+        return ""
+    return "/".join(posixpath.dirname(path.split("://", 1)[-1]).split("/")[-levels:])
+
+
 def typed_value(raw: str | None, data_type: pa.DataType) -> Any:
     """A partition folder's value text as a value of ``data_type`` (``ValueError`` if it is not one)."""
     if raw is None:
         return None
+    if pa.types.is_timestamp(data_type):  # Arrow's cast takes no space separator nor offset-free zoned text
+        return timestamp_value(raw, data_type)
     try:
         return pa.array([raw], pa.string()).cast(data_type)[0].as_py()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

@@ -20,11 +20,9 @@ or delete delta of its own name inside the table (power loss with fsync off can 
 marker, and a hostile one could name ``../anything``): nothing is deleted on a marker's word
 unless it passed.
 
-Partition folders: a value is escaped as Hive does (``quote``); the string value that equals
-the null folder name ``__HIVE_DEFAULT_PARTITION__`` is written ``%5F_HIVE_DEFAULT_PARTITION__``
-so it reads back as itself (:func:`parse_hive_value`). A folder name ``<column>=<value>`` longer
-than 255 bytes, the file-name limit of common filesystems, is refused with
-``InvalidOptionError`` before any file of that partition is written.
+Partition folders are named as Hive and Spark name them (``_hive``). A folder name
+``<column>=<value>`` longer than 255 bytes, the file-name limit of common filesystems, is
+refused with ``InvalidOptionError`` before any file of that partition is written.
 
 Memory: without ``sort_by`` (or with rows that arrive sorted) input is buffered per partition
 until a file's worth (``target_file_bytes`` of Arrow memory) is reached, then written; beyond
@@ -41,9 +39,8 @@ import logging
 import posixpath
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import datetime
 from typing import Any
-from urllib.parse import quote, unquote
 
 import msgspec
 import numpy as np
@@ -53,6 +50,7 @@ import pyarrow.compute as pc
 from indexes import stats_eligible
 from timeline import CorruptMetadataError, InvalidOptionError, ObjectNotFoundError, Storage, check_key
 
+from ._hive import parse_hive_value, partition_folder
 from ._sort import (
     DEFAULT_SORT_MEMORY_BYTES,
     SortOrder,
@@ -67,12 +65,6 @@ from ._storage_io import DataStore
 log = logging.getLogger("metatxn")
 
 MARKERS_FOLDER = "_markers"
-HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-#: How a string value equal to ``HIVE_NULL`` is written, so that it is not read back as null.
-_HIVE_NULL_LITERAL = "%5F" + HIVE_NULL[1:]
-#: The longest partition folder name ``<column>=<value>`` (bytes, UTF-8): NAME_MAX of ext4, XFS,
-#: btrfs, APFS and tmpfs. Longer names fail on local disk, so they are refused on every backend.
-MAX_PARTITION_FOLDER_BYTES = 255
 #: What a marker names: data files and delete deltas, never metadata.
 _MARKED_SUFFIXES = (".parquet", ".deletedelta")
 _NOT_DATA_FOLDERS = frozenset({"_timeline", "_metadata", MARKERS_FOLDER, "_trash"})
@@ -93,6 +85,8 @@ class FileStatus(msgspec.Struct, frozen=True, kw_only=True):
     rows: int
     size: int
     stats: dict[str, ColumnStats] = msgspec.field(default_factory=dict)
+    #: The file's partition values (a timestamp as its folder's text: exact to the nanosecond,
+    #: which a stored datetime is not).
     partition_values: dict[str, Any] = msgspec.field(default_factory=dict)
     #: An external segment's file: its format and last modification (epoch ms) when added.
     format: str = "parquet"
@@ -159,42 +153,6 @@ def marked_paths(storage: Storage, instant_time: str) -> tuple[list[tuple[str, s
             log.warning("not deleting what marker %s of instant %s names: %s", marker, instant_time, exc)
             damaged.append(marker)
     return named, damaged
-
-
-def hive_value(value: object) -> str:
-    """Render a partition value as a folder-name component (Hive escaping).
-
-    The inverse is :func:`parse_hive_value` (then the column's type converts the text).
-    """
-    if value is None:
-        return HIVE_NULL
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, date):
-        return value.isoformat()
-    text = quote(str(value), safe=" -_.,:;@+~")
-    return _HIVE_NULL_LITERAL if text == HIVE_NULL else text
-
-
-def parse_hive_value(text: str) -> str | None:
-    """The value text of a folder-name component written by :func:`hive_value`; None for null."""
-    return None if text == HIVE_NULL else unquote(text)
-
-
-def partition_folder(column: str, value: object) -> str:
-    """``<column>=<value>``; ``InvalidOptionError`` if longer than a file name may be."""
-    folder = f"{column}={hive_value(value)}"
-    size = len(folder.encode())
-    if size > MAX_PARTITION_FOLDER_BYTES:
-        shown = str(value)
-        shown = shown if len(shown) <= 40 else f"{shown[:40]}... ({len(shown)} characters)"
-        raise InvalidOptionError(
-            f"partition column {column!r} has the value {shown!r}, whose folder name "
-            f"'{column}=<value>' is {size} bytes once escaped; expected at most "
-            f"{MAX_PARTITION_FOLDER_BYTES} bytes, the longest file name filesystems allow\n"
-            "Help: partition by a shorter column (a prefix, a bucket or a hash of this one)"
-        )
-    return folder
 
 
 def column_stats(table: pa.Table) -> dict[str, ColumnStats]:
@@ -462,8 +420,10 @@ class DataFileWriter:
         for start, end in itertools.pairwise(starts):
             part = ordered.slice(start, end - start)
             values = {name: part.column(name)[0].as_py() for name in self._partition_by}
-            path = "/".join(partition_folder(name, values[name]) for name in self._partition_by)
-            yield path, values, part
+            folders = [partition_folder(name, values[name]) for name in self._partition_by]
+            values = {name: parse_hive_value(folder.split("=", 1)[1]) if isinstance(value, datetime)
+                      else value for (name, value), folder in zip(values.items(), folders, strict=True)}
+            yield "/".join(folders), values, part
 
     def _flush(self, buffer: _Buffer) -> None:
         """Write ``buffer``'s rows as one file, in the order they came."""

@@ -43,6 +43,7 @@ from .._files import (
     raise_for_files,
     reading_file,
     scan_file,
+    timestamp_value,
 )
 from ._file_table import file_table, with_locations, with_stats
 from ._prune import prune
@@ -55,6 +56,8 @@ def _converter(data_type: pa.DataType) -> Callable[[str], object]:
         return lambda raw: raw.lower() in ("true", "1")
     if pa.types.is_date(data_type):
         return date.fromisoformat
+    if pa.types.is_timestamp(data_type):
+        return lambda raw: timestamp_value(raw, data_type)
     return lambda raw: raw
 
 

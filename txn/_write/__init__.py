@@ -2,6 +2,7 @@
 state and handed to the commit."""
 
 from ._mutations import append, delete, lookup, overwrite, update, upsert
+from ._scope import overwrite_scope
 from ._state import (
     REPLANS,
     State,
@@ -27,6 +28,7 @@ __all__ = [
     "latest",
     "lookup",
     "overwrite",
+    "overwrite_scope",
     "read_state",
     "update",
     "upsert",

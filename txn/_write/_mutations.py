@@ -36,6 +36,7 @@ from .._rows import (
     last_wins,
     user_keys,
 )
+from ._scope import check_in_partition, overwrite_scope
 from ._state import State, commit_once, commit_planned, find_keys, latest
 
 log = logging.getLogger("metatxn")
@@ -94,7 +95,8 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
 
 
 def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None = None,
-              progress: Progress | None = None) -> Commit | None:
+              progress: Progress | None = None, partitions: object = None) -> Commit | None:
+    scope, values = overwrite_scope(context, partitions)
     columns = context.record_key_columns
     rows: Any
     if columns:
@@ -102,11 +104,20 @@ def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None 
         check_not_null(keyed, columns)
         check_unique(keyed, columns)
         rows = keyed.to_batches()
+    elif values:  # a named partition: every row is checked to belong to it before anything begins
+        named = _materialize(context, data)
+        check_in_partition(named, values, context.schema)
+        rows = named.to_batches()
     else:  # the first batch is read (and checked) before the instant begins
-        rows = first_and_rest(batches(data, context.schema)) or iter(())  # no rows: empties it
-    # An overwrite conflicts with every concurrent data commit; it reads its state under the lock.
+        first = first_and_rest(batches(data, context.schema))
+        if first is None and scope is not None:
+            log.info("overwrite of the partitions of no rows: nothing to commit")
+            return None
+        rows = first or iter(())  # no rows: empties the table
+    # An overwrite conflicts with every concurrent data commit (of a partition it replaces, when
+    # partition-scoped); it reads its state under the lock.
     change = Change("overwrite", rows, None, LiveDeltas(context.store, {}), replace=True,
-                    progress=progress)
+                    progress=progress, partitions=scope)
     return commit_once(context, change, extra)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import pickle
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from indexes import FILES, RecordIndex
 from timeline import (
     DuplicateKeyError,
+    InvalidOptionError,
     SchemaMismatchError,
     open_storage,
 )
@@ -47,7 +48,7 @@ from .._files import (
 )
 from .._rows import SHOWN, describe, index_keys
 from .._segments import after_load
-from .._write import State, already_committed, app_progress, commit_planned
+from .._write import State, already_committed, app_progress, commit_planned, overwrite_scope
 from ._native import write_files, writes_natively
 from ._tables import Layout, resolve, save_mode
 from ._types import conform
@@ -246,7 +247,8 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
           record_key: str | list[str] | None = None, sort_by: list[str] | None = None,
           properties: dict[str, str] | None = None, storage_options: dict[str, Any] | None = None,
           extra: dict[str, str] | None = None, app_id: str | None = None,
-          version: int | None = None, progress: Progress | None = None) -> Commit | None:
+          version: int | None = None, progress: Progress | None = None,
+          partitions: str | Mapping[str, Any] | None = None) -> Commit | None:
     """Write a Spark DataFrame into the table at ``uri`` in one commit, creating the table if
     there is none.
 
@@ -257,7 +259,9 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     ``mode``: ``"append"`` (a new segment), ``"overwrite"`` (replace the whole content),
     ``"upsert"`` (keyed tables: rows whose key exists replace it through delete deltas), and
     Spark's ``"error"`` (``"errorifexists"``: TableExistsError if a table exists) and
-    ``"ignore"`` (do nothing if a table exists; returns None).
+    ``"ignore"`` (do nothing if a table exists; returns None). ``partitions`` (``"overwrite"``
+    only): what it replaces, as for :meth:`txn.Table.overwrite` (``"dynamic"``: the partitions
+    the DataFrame's rows go to; a mapping of every partition column to a value: that partition).
 
     Where no table exists, it is created from the DataFrame's schema (every column nullable;
     types that cannot be stored raise InvalidOptionError) with the layout options
@@ -290,6 +294,13 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     if already_committed(table, progress) or (mode == "upsert" and df.isEmpty()):
         return None
     operation = "append" if mode in ("error", "ignore") else mode
+    if partitions is not None and operation != "overwrite":
+        raise InvalidOptionError(f"partitions={partitions!r} is for mode='overwrite', not {mode!r}")
+    scope, values = overwrite_scope(table, partitions)
+    if values:
+        _check_in_partition(df, values)
+    elif scope is not None and df.isEmpty():
+        return None  # the partitions of no rows: nothing is replaced
 
     def plan(state: State) -> Change:
         deleted: dict[str, Positions] = {}
@@ -303,7 +314,7 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
                     "Help: use mode='upsert' to replace existing keys")
             deleted = _positions_by_file(found)
         return Change(operation, None, state.read_at if operation != "overwrite" else None,
-                      state.deltas, deleted=deleted, replace=operation == "overwrite")
+                      state.deltas, deleted=deleted, replace=operation == "overwrite", partitions=scope)
 
     # A keyed DataFrame is pinned, so planning and writing it again (when a table service
     # overtook the write) writes the same rows against the new state.
@@ -328,6 +339,20 @@ def _checked(df: Any, schema: pa.Schema, columns: list[str]) -> Any:
         _check_keys(df, columns)
     _check_not_null(df, [f.name for f in schema if not f.nullable and f.name not in columns])
     return df
+
+
+def _check_in_partition(df: Any, values: dict[str, Any]) -> None:
+    """SchemaMismatchError unless every row of ``df`` holds the named partition's ``values``."""
+    from pyspark.sql import functions as F
+
+    outside = None
+    for column, value in values.items():
+        differs = ~F.col(column).eqNullSafe(F.lit(value))
+        outside = differs if outside is None else outside | differs
+    if outside is not None and not df.where(outside).isEmpty():
+        raise SchemaMismatchError(
+            f"overwrite of partition {values}: the DataFrame holds rows of other partitions; nothing "
+            "was written\nHelp: give only rows of that partition, or use partitions='dynamic'")
 
 
 def _positions_by_file(found: pa.Table) -> dict[str, Positions]:

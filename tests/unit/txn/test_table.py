@@ -139,7 +139,7 @@ def test_opening_a_missing_table_raises_table_not_found(table_uri: str) -> None:
         ({"record_key": "nope"}, "record_key names unknown column 'nope'"),
         ({"sort_by": ["o_orderdate", "nope"]}, "sort_by names unknown column 'nope'"),
         ({"partition_by": ["o_weight"]}, "partition_by column 'o_weight' has type double"),
-        ({"partition_by": ["o_totalprice"]}, "expected integers, strings, dates or booleans"),
+        ({"partition_by": ["o_totalprice"]}, "expected integers, strings, dates, timestamps or booleans"),
         ({"partition_by": ["o_tags"]}, "partition_by column 'o_tags'"),
         ({"record_key": "o_weight"}, "record_key column 'o_weight' has type double"),
         ({"record_key": ["o_orderkey", "o_tags"]}, "record_key column 'o_tags'"),

@@ -1,0 +1,126 @@
+"""Partition folder names: a value rendered as Hive and Spark name the folder, and parsed back.
+
+``<column>=<value>``: a value is escaped as Hive does (``quote``); the string value that equals
+the null folder name ``__HIVE_DEFAULT_PARTITION__`` is written ``%5F_HIVE_DEFAULT_PARTITION__``
+so it reads back as itself. Dates are ``YYYY-MM-DD``.
+
+Timestamps are written as Spark writes them, ``YYYY-MM-DD HH:MM:SS[.fraction]`` with the
+fraction's trailing zeros dropped and ``:`` escaped (``ts=2026-01-01 10%3A00%3A00``), so every
+folder name is valid on Windows and object stores alike. The folder holds the instant's UTC wall
+time: a zoned column's zone is part of the column's type, not of its values (two values of one
+instant are one partition whatever zone they were given in), so the text carries no offset and
+the value read back is the same instant in the column's zone. Spark, with its session time zone
+at UTC, names the same folder. The fraction has as many digits as the column's unit needs
+(nanoseconds: nine), so a value reads back to the tick. Reading accepts a ``T`` separator and a
+trailing ``Z`` or ``+HH:MM`` offset too (folders other writers made, for ADD SEGMENT).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+
+from timeline import InvalidOptionError
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+#: How a string value equal to ``HIVE_NULL`` is written, so that it is not read back as null.
+_HIVE_NULL_LITERAL = "%5F" + HIVE_NULL[1:]
+#: The longest partition folder name ``<column>=<value>`` (bytes, UTF-8): NAME_MAX of ext4, XFS,
+#: btrfs, APFS and tmpfs. Longer names fail on local disk, so they are refused on every backend.
+MAX_PARTITION_FOLDER_BYTES = 255
+
+_EPOCH = datetime(1970, 1, 1)
+#: Ticks of each Arrow timestamp unit in a second.
+_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
+_TIMESTAMP = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?"
+    r"(Z|[+-]\d{2}:?\d{2})?")
+
+
+def timestamp_text(ticks: int, unit: str) -> str:
+    """The folder text (unescaped) of the UTC wall time ``ticks`` ``unit`` after 1970."""
+    per_second = _PER_SECOND[unit]
+    seconds, fraction = divmod(ticks, per_second)
+    text = (_EPOCH + timedelta(seconds=seconds)).isoformat(sep=" ", timespec="seconds")
+    if fraction:
+        digits = len(str(per_second)) - 1
+        text += "." + f"{fraction:0{digits}d}".rstrip("0")
+    return text
+
+
+def timestamp_ticks(text: str, unit: str) -> int:
+    """The inverse of :func:`timestamp_text`: ``ValueError`` if ``text`` is not a timestamp, or
+    names a finer tick than ``unit`` holds."""
+    found = _TIMESTAMP.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"{text!r} is not a timestamp 'YYYY-MM-DD HH:MM:SS[.fraction]'")
+    year, month, day, hour, minute, second, fraction, offset = found.groups()
+    moment = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0))
+    seconds = (moment - _EPOCH) // timedelta(seconds=1)
+    if offset and offset != "Z":
+        sign = -1 if offset[0] == "-" else 1
+        digits = offset[1:].replace(":", "")
+        seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    per_second = _PER_SECOND[unit]
+    nanos = int((fraction or "").ljust(9, "0"))
+    ticks, finer = divmod(nanos, 10**9 // per_second)
+    if finer:
+        raise ValueError(f"{text!r} is finer than a timestamp in {unit} holds")
+    return seconds * per_second + ticks
+
+
+def _datetime_text(value: datetime) -> str:
+    # A pandas Timestamp (what pyarrow gives for nanosecond columns) keeps its nanoseconds apart.
+    nanos = int(getattr(value, "nanosecond", 0))
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    micros = (value - _EPOCH) // timedelta(microseconds=1)
+    return timestamp_text(micros * 1000 + nanos, "ns")
+
+
+def hive_value(value: object) -> str:
+    """Render a partition value as a folder-name component (Hive escaping).
+
+    The inverse is :func:`parse_hive_value` (then the column's type converts the text).
+    """
+    if value is None:
+        return HIVE_NULL
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return quote(_datetime_text(value), safe=" -.")
+    if isinstance(value, date):
+        return value.isoformat()
+    text = quote(str(value), safe=" -_.,:;@+~")
+    return _HIVE_NULL_LITERAL if text == HIVE_NULL else text
+
+
+def parse_hive_value(text: str) -> str | None:
+    """The value text of a folder-name component written by :func:`hive_value`; None for null."""
+    return None if text == HIVE_NULL else unquote(text)
+
+
+def timestamp_value(raw: str, data_type: pa.TimestampType) -> Any:
+    """A timestamp folder's text as a value of ``data_type`` (``ValueError`` if it is not one)."""
+    ticks = timestamp_ticks(raw, data_type.unit)
+    return pa.array([ticks], pa.int64()).cast(data_type)[0].as_py()
+
+
+def partition_folder(column: str, value: object) -> str:
+    """``<column>=<value>``; ``InvalidOptionError`` if longer than a file name may be."""
+    folder = f"{column}={hive_value(value)}"
+    size = len(folder.encode())
+    if size > MAX_PARTITION_FOLDER_BYTES:
+        shown = str(value)
+        shown = shown if len(shown) <= 40 else f"{shown[:40]}... ({len(shown)} characters)"
+        raise InvalidOptionError(
+            f"partition column {column!r} has the value {shown!r}, whose folder name "
+            f"'{column}=<value>' is {size} bytes once escaped; expected at most "
+            f"{MAX_PARTITION_FOLDER_BYTES} bytes, the longest file name filesystems allow\n"
+            "Help: partition by a shorter column (a prefix, a bucket or a hash of this one)"
+        )
+    return folder
