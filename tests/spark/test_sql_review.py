@@ -178,7 +178,8 @@ def test_spark_runtime_errors_become_txn_errors_and_change_nothing(sql: Any, war
     refused(sql, table, "UPDATE q SET name = CAST(1 / 0 AS string)", txn.InvalidOptionError,
             "DIVIDE_BY_ZERO")
     refused(sql, table, "DELETE FROM q WHERE 1 / (id - 1) > 0", txn.InvalidOptionError, "DIVIDE_BY_ZERO")
-    refused(sql, table, "INSERT INTO q VALUES ('abc', 'x')", txn.InvalidOptionError, "CAST_INVALID_INPUT")
+    refused(sql, table, "INSERT INTO q VALUES (CAST('abc' AS BIGINT), 'x')", txn.InvalidOptionError,
+            "CAST_INVALID_INPUT")
     refused(sql, table, "INSERT INTO q SELECT 1 / (id - 1), name FROM q", txn.InvalidOptionError,
             "DIVIDE_BY_ZERO")
     refused(sql, table, "INSERT INTO q SELECT assert_true(id > 5), 'x' FROM q", txn.InvalidOptionError)
