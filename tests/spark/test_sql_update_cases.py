@@ -81,7 +81,8 @@ def test_a_backticked_column_name_works_through_create_insert_select_and_update(
 
 
 def test_a_refused_create_table_always_says_why(sql: Any, warehouse: Path) -> None:
-    for statement in ["CREATE TABLE u (a INT, b DECIMAL(50, 2)) STORED AS metatxn"]:
+    for kind in ["DECIMAL(3, 5)", "MAP<INT>", "JSON", "DECIMAL(50, 2)"]:
+        statement = f"CREATE TABLE u (a INT, b {kind}) STORED AS metatxn"
         with pytest.raises(txn.InvalidOptionError) as caught:
             sql(statement)
         message = str(caught.value)
