@@ -533,7 +533,7 @@ def test_update_and_delete_errors(sql: Any, warehouse: Path) -> None:
         ("UPDATE people SET nickname = 'x'", ["unknown column 'nickname'", "Expected: UPDATE"]),
         ("UPDATE people SET (name, score) = ('x')", ["2 column(s) but 1 value(s)"]),
         ("UPDATE people SET name = 'a', NAME = 'b'", ["set twice"]),
-        ("UPDATE people SET (name, score) = (SELECT name, score FROM people)", ["not supported"]),
+        ("UPDATE people SET (name, score) = (SELECT name, score FROM people)", ["more than one row"]),
         ("UPDATE people SET name = 'x' WHERE no_such_column > 1", ["Spark cannot evaluate it"]),
         ("UPDATE people SET name = WHERE id = 1", ["cannot read the statement"]),
         ("DELETE FROM people WHERE id >", ["cannot read the statement", "Expected: DELETE FROM"]),

@@ -238,9 +238,6 @@ def declared(spark: Any, warehouse: Catalog) -> Catalog:
     ("CREATE STREAM j ON TABLE sink STMPROPERTIES('trigger'='ProcessingTime', 'interval'='1 seconds')"
      " AS SELECT * FROM plain", r"Table default.plain is not streaming source table"),
     ("CREATE STREAM j ON TABLE sink STMPROPERTIES('trigger'='ProcessingTime', 'interval'='1 seconds')"
-     " AS SELECT s.* FROM source s JOIN plain p ON s.id = p.id",
-     "Stream query on more than one stream source table is not supported"),
-    ("CREATE STREAM j ON TABLE sink STMPROPERTIES('trigger'='ProcessingTime', 'interval'='1 seconds')"
      " AS SELECT id FROM source", "Schema of table default.sink does not match query output"),
     ("CREATE STREAM j ON TABLE sink STMPROPERTIES('trigger'='ProcessingTime', 'interval'='1 seconds')"
      " AS SELECT nonsense FROM source", "the stream's query is not valid Spark SQL"),

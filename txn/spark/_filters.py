@@ -33,7 +33,7 @@ _TOKEN = re.compile(r"""
       (?P<string>'(?:[^']|'')*')
     | (?P<number>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)
     | (?P<op><=|>=|<>|!=|==|=|<|>|\(|\)|,)
-    | (?P<word>`[^`]+`|[A-Za-z_][A-Za-z_0-9]*)
+    | (?P<word>`(?:[^`]|``)+`|[A-Za-z_][A-Za-z_0-9]*)
     )""", re.VERBOSE)
 _COMPARE = {"=": "==", "==": "==", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
@@ -153,7 +153,8 @@ class _Parser:
         kind, name = self._next()
         if kind != "word":
             raise _Unsupported(name)
-        name = name.strip("`")
+        if name.startswith("`"):
+            name = name[1:-1].replace("``", "`")
         index = self._schema.get_field_index(name)
         if index < 0:
             raise _Unsupported(name)

@@ -39,6 +39,7 @@ from timeline import parse_time
 
 from .._context import TableContext
 from .._files import DataStore, FileStatus, footer_stats, marker_path
+from ._types import quoted
 
 STAGING_FOLDER = "_staging"
 #: Spark writes timestamps as INT96 by default, which has no statistics and reads back as
@@ -77,10 +78,10 @@ def write_files(table: TableContext, df: Any, instant_time: str, segment: str) -
         # As the pyarrow writer sorts a load: as a whole (files of disjoint ranges, so a filter on
         # a sort column opens files in proportion to what it selects), ascending, nulls last.
         # As many files as the DataFrame has partitions, as without sort_by.
-        order = [F.col(f"`{c}`").asc_nulls_last() for c in table.sort_by]
+        order = [F.col(quoted(c)).asc_nulls_last() for c in table.sort_by]
         df = df.repartitionByRange(df.rdd.getNumPartitions(), *order).sortWithinPartitions(*order)
     try:
-        (df.select(*[F.col(f"`{name}`") for name in table.schema.names]).write.mode("overwrite")
+        (df.select(*[F.col(quoted(name)) for name in table.schema.names]).write.mode("overwrite")
            .option("compression", "snappy").option(*_TIMESTAMP_OPTION)
            .parquet(store.location(staging)))
         staged = _staged_files(store, staging)

@@ -26,6 +26,11 @@ import pyarrow as pa
 from timeline import InvalidOptionError, SchemaMismatchError
 
 
+def quoted(name: str) -> str:
+    """A column name as Spark SQL reads it whatever it holds (a backtick inside is doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def spark_schema(schema: pa.Schema) -> Any:
     """The Spark ``StructType`` of a table schema.
 

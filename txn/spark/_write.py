@@ -51,7 +51,7 @@ from .._segments import after_load
 from .._write import State, already_committed, app_progress, commit_planned, overwrite_scope
 from ._native import write_files, writes_natively
 from ._tables import Layout, resolve, save_mode
-from ._types import conform
+from ._types import conform, quoted
 from ._workers import ensure_workers_run_metatxn
 
 #: A task's report: one row per file or index file. The payload is pickled (same code on both
@@ -148,14 +148,14 @@ def _spark_path(table: TableContext, path: str) -> str:
 
 
 def _check_not_null(df: Any, columns: list[str]) -> None:
-    if columns and df.where(" OR ".join(f"`{c}` IS NULL" for c in columns)).limit(1).count():
+    if columns and df.where(" OR ".join(f"{quoted(c)} IS NULL" for c in columns)).limit(1).count():
         raise SchemaMismatchError(f"column(s) {columns} are not nullable, but the DataFrame holds "
                                   "nulls in them; nothing was written")
 
 
 def _check_keys(df: Any, columns: list[str]) -> None:
     """Keys must be set and unique within the DataFrame (two small Spark jobs)."""
-    if df.where(" OR ".join(f"`{c}` IS NULL" for c in columns)).limit(1).count():
+    if df.where(" OR ".join(f"{quoted(c)} IS NULL" for c in columns)).limit(1).count():
         raise SchemaMismatchError(
             f"record key column(s) {columns} hold nulls in the DataFrame; every row of a keyed "
             "table needs a key")

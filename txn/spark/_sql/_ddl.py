@@ -38,7 +38,7 @@ from .._types import table_schema
 from .._write import write
 from ._catalog import Catalog, TableName
 from ._frames import no_result
-from ._parse import Token, depths, refused, source_text
+from ._parse import Token, depths, refused, source_text, spark_message
 from ._select import fresh_frame
 from ._stream_sources import load as declared_source
 from ._tree import new_name, parse, problem, spark_text
@@ -107,12 +107,13 @@ def _schema(spark: Any, statement: str, columns: list[exp.ColumnDef]) -> Any:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise refused(statement, f"column(s) {repeated} are declared twice", FORM)
-    ddl = ", ".join(f"`{name}` {_column_type(statement, column)}"
+    # A backtick inside a name is doubled, as Spark's own DDL writes it (`c``d`).
+    ddl = ", ".join(f"`{name.replace('`', '``')}` {_column_type(statement, column)}"
                     for name, column in zip(names, columns, strict=True))
     try:
         struct = DataType.fromDDL(ddl)
     except Exception as exc:  # Spark's parser raises its own errors
-        raise refused(statement, f"Spark cannot read the column types ({str(exc).splitlines()[0]})",
+        raise refused(statement, f"Spark cannot read the column types ({spark_message(exc)})",
                       FORM) from None
     schema = table_schema(struct)
     fields = [field.with_nullable(not _not_null(column))

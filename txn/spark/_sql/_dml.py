@@ -15,7 +15,14 @@ on the latest state of the table:
 3. one commit: the matched positions become delete deltas (on a keyed table a DELETE also
    retires their keys from the record index), and an UPDATE's new rows a new segment written by
    the executors (the write job of ``txn.spark.write``), CarbonData's UPDATE since 2.1. An
-   UPDATE that sets a column that is not nullable to NULL on any row is refused first.
+   UPDATE that sets a column that is not nullable to NULL on any row, or a value its column
+   cannot hold unchanged (``_assign``), is refused first.
+
+CarbonData's bracketed SET list takes its values in brackets (``SET (c2) = 194`` is refused, as
+CarbonData refuses it). Its update from a source, ``SET (a, b) = (SELECT x, y FROM s WHERE
+t.k = s.k)``, joins the query to the target's rows (``JOIN LATERAL``): rows it does not match
+keep their values; a query that does not refer to the target's row is one value for all (a
+left join: NULL when it has no row). A row the query matches twice is refused.
 
 That is the commit ``Table.update`` and ``Table.delete`` make (their conflict checks included:
 a concurrent commit that changed the same files fails this one with ``CommitConflictError``; a
@@ -44,9 +51,10 @@ from ..._write import State, commit_planned
 from .._filters import to_expression
 from .._types import spark_schema
 from .._write import run_job
+from ._assign import converted
 from ._catalog import Catalog, TableName
 from ._frames import count_frame
-from ._parse import Cursor, Token, depths, enclosed, refused, source_text, split_top_level
+from ._parse import Cursor, Token, depths, enclosed, refused, source_text, spark_message, split_top_level
 from ._positions import FILE, POSITION, located_rows
 from ._select import fresh_views
 from ._tree import name_of, parse, problem, spark_text
@@ -125,17 +133,41 @@ def _set_list(statement: str, tokens: list[Token]) -> list[list[Token]]:
     return split_top_level(tokens[start + 1:end], ",")
 
 
+@dataclass(frozen=True)
+class _Source:
+    """CarbonData's update from a source: ``SET (c, ...) = (SELECT ...)``, the query's columns
+    in order giving the listed columns' values."""
+
+    columns: list[str]
+    query: str
+
+
+def _bracketed(statement: str, piece: list[Token], equals: int) -> list[Token]:
+    """The values of CarbonData's ``SET (column, ...) = (value, ...)``: in one pair of brackets,
+    as its grammar requires (it refuses ``SET (c2) = 194``: "missing bracket")."""
+    value_tokens = piece[equals + 1:]
+    inner = enclosed(value_tokens)
+    if inner is None:
+        columns = source_text(statement, piece[:equals])
+        values = source_text(statement, value_tokens)
+        raise refused(statement, f"SET {columns} = {values}: the values of a bracketed column list "
+                                 f"must be in brackets too: SET {columns} = ({values})", UPDATE_FORM)
+    return inner
+
+
 def _assignments(tree: exp.Update, statement: str, columns: dict[str, str],
-                 pieces: list[list[Token]]) -> dict[str, str]:
-    """Table column (its own spelling) -> the SET value, the statement's own text.
+                 pieces: list[list[Token]]) -> tuple[dict[str, str], _Source | None]:
+    """Table column (its own spelling) -> the SET value, the statement's own text; and the
+    update from a source, if the statement has one (its columns are not in the first part).
 
     sqlglot's tree says which columns are set and checks the form; the values are cut from the
     statement's text at the same places (top-level commas and ``=``), so Spark reads them as
     written."""
     assigned: dict[str, str] = {}
+    source: _Source | None = None
     unreadable = refused(statement, "cannot read the SET list", UPDATE_FORM)
 
-    def assign(column: exp.Expression, value: str) -> None:
+    def column_of(column: exp.Expression) -> str:
         if isinstance(column, exp.Paren):
             column = column.this
         if not isinstance(column, exp.Column):
@@ -144,9 +176,9 @@ def _assignments(tree: exp.Update, statement: str, columns: dict[str, str],
         if name is None:
             raise refused(statement, f"unknown column {column.name!r}; the table's columns are "
                                      f"{list(columns.values())}", UPDATE_FORM)
-        if name in assigned:
+        if name in assigned or (source is not None and name in source.columns):
             raise refused(statement, f"column {name!r} is set twice", UPDATE_FORM)
-        assigned[name] = value
+        return name
 
     if len(pieces) != len(tree.expressions):
         raise unreadable
@@ -157,27 +189,37 @@ def _assignments(tree: exp.Update, statement: str, columns: dict[str, str],
                        if depth == 0 and token.kind == "symbol" and token.value == "="), None)
         if equals is None or equals + 1 >= len(piece):
             raise unreadable
-        value_tokens = piece[equals + 1:]
         left, right = assignment.this, assignment.expression
-        if isinstance(left, exp.Tuple):
-            if isinstance(right, exp.Subquery):
-                raise refused(statement, "SET (a, b) = (SELECT ...) is not supported; set each "
-                                         "column to a scalar subquery instead", UPDATE_FORM)
-            values = right.expressions if isinstance(right, exp.Tuple) else [right]
-            if len(values) != len(left.expressions):
-                raise refused(statement, f"{len(left.expressions)} column(s) but {len(values)} "
-                                         "value(s)", UPDATE_FORM)
-            inner = enclosed(value_tokens)
-            texts = [source_text(statement, t) for t in split_top_level(inner, ",") if t] if inner else []
-            if len(texts) != len(values):
-                raise unreadable
-            for column, text in zip(left.expressions, texts, strict=True):
-                assign(column, text)
-        else:
-            assign(left, source_text(statement, value_tokens))
-    if not assigned:
+        if not isinstance(left, (exp.Tuple, exp.Paren)):
+            if isinstance(right, exp.Tuple):
+                raise refused(statement, f"one column but {len(right.expressions)} values", UPDATE_FORM)
+            assigned[column_of(left)] = source_text(statement, piece[equals + 1:])
+            continue
+        targets = left.expressions if isinstance(left, exp.Tuple) else [left]
+        inner = _bracketed(statement, piece, equals)
+        if isinstance(right, exp.Subquery):
+            listed = right.this.expressions if isinstance(right.this, exp.Select) else []
+            if listed and not any(isinstance(e, exp.Star) or isinstance(e.unnest(), exp.Star)
+                                  for e in listed) and len(listed) != len(targets):
+                raise refused(statement, f"{len(targets)} column(s) but the query gives {len(listed)}",
+                              UPDATE_FORM)
+            if source is not None:
+                raise refused(statement, "one SET (column, ...) = (SELECT ...) per statement",
+                              UPDATE_FORM)
+            names = [column_of(column) for column in targets]
+            source = _Source(names, source_text(statement, inner))
+            continue
+        values = right.expressions if isinstance(right, exp.Tuple) else [right]
+        if len(values) != len(targets):
+            raise refused(statement, f"{len(targets)} column(s) but {len(values)} value(s)", UPDATE_FORM)
+        texts = [source_text(statement, t) for t in split_top_level(inner, ",") if t]
+        if len(texts) != len(values):
+            raise unreadable
+        for column, text in zip(targets, texts, strict=True):
+            assigned[column_of(column)] = text
+    if not assigned and source is None:
         raise refused(statement, "SET names no column", UPDATE_FORM)
-    return assigned
+    return assigned, source
 
 
 def _quoted(name: str) -> str:
@@ -185,21 +227,22 @@ def _quoted(name: str) -> str:
 
 
 def _matching(spark: Any, catalog: Catalog, context: TableContext, state: State, target: _Target,
-              projection: list[str], statement: str, form: str) -> Any:
-    """Spark's rows of ``state`` that match the target's predicate, as ``projection``."""
+              projection: list[str], statement: str, form: str, joined: str = "") -> Any:
+    """Spark's rows of ``state`` that match the target's predicate, as ``projection`` (``joined``:
+    a join after the target's rows)."""
     from pyspark.errors import AnalysisException
 
     pruning = to_expression(target.predicate, context.schema) if target.predicate else None
     view = f"metatxn_target_{target.name.table}_{secrets.token_hex(4)}"
     located_rows(spark, context, state, pruning).createOrReplaceTempView(view)
-    query = f"SELECT {', '.join(projection)} FROM {_quoted(view)} AS {_quoted(target.alias)}"
+    query = f"SELECT {', '.join(projection)} FROM {_quoted(view)} AS {_quoted(target.alias)}{joined}"
     if target.predicate:
         query += f" WHERE {target.predicate}"
     try:
         with fresh_views(spark, catalog, query) as rewritten:
             return spark.sql(rewritten)
     except AnalysisException as exc:
-        raise refused(statement, f"Spark cannot evaluate it: {str(exc).strip().splitlines()[0]}",
+        raise refused(statement, f"Spark cannot evaluate it: {spark_message(exc)}",
                       form) from None
     finally:
         spark.catalog.dropTempView(view)
@@ -224,6 +267,41 @@ def _by_file(found: pa.Table) -> dict[str, Positions]:
     return {file: np.array(sorted(p), dtype=np.int64) for file, p in grouped.items()}
 
 
+#: The alias of an update's source query, and its columns' names (``v0``, ``v1``, ...).
+_SOURCE = "__metatxn_source"
+
+
+def _source_join(spark: Any, catalog: Catalog, source: _Source) -> str:
+    """The join of CarbonData's update from a source, after the target's rows.
+
+    A query that refers to the target's row (it cannot be analysed alone) joins it: a row it
+    matches takes the query's values, a row it does not match is left as it was (CarbonData's
+    update by join). A query that does not refer to it is one value for every row, as
+    CarbonData evaluates it: no row gives NULL (a left join). Either way a row the query
+    matches more than once is refused after planning (:func:`_refuse_repeats`)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        with fresh_views(spark, catalog, source.query) as rewritten:
+            spark.sql(rewritten)
+        kind = "LEFT JOIN"
+    except AnalysisException:
+        kind = "JOIN"
+    names = ", ".join(f"`v{i}`" for i in range(len(source.columns)))
+    return f" {kind} LATERAL ({source.query}) AS {_quoted(_SOURCE)}({names})"
+
+
+def _refuse_repeats(rows: Any, table: TableName) -> None:
+    """InvalidOptionError if a row of the table appears twice among the joined rows."""
+    repeated = rows.groupBy(FILE, POSITION).count().where("count > 1").limit(1).collect()
+    if repeated:
+        raise InvalidOptionError(
+            f"the SET query returns more than one row for a row of {table} (CarbonData: update "
+            "cannot be supported for 1 to N mapping, as more than one value present for the "
+            "update key); nothing was written\nHelp: make the query match each row once, or "
+            "narrow the UPDATE's WHERE")
+
+
 def update(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> Any | None:
     """UPDATE of a metatxn table; None when the table is Spark's."""
     name = _target(catalog, statement, tokens, 1, UPDATE_FORM)
@@ -234,29 +312,38 @@ def update(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
     target = _described(tree, name, statement, tokens, UPDATE_FORM)
     context = open_context(catalog.location(name))
     columns = {c.lower(): c for c in context.schema.names}
-    assigned = _assignments(tree, statement, columns, _set_list(statement, tokens))
+    assigned, source = _assignments(tree, statement, columns, _set_list(statement, tokens))
+    joined = ""
+    if source is not None:
+        joined = _source_join(spark, catalog, source)
+        assigned |= {c: f"{_quoted(_SOURCE)}.`v{i}`" for i, c in enumerate(source.columns)}
     not_null = [c for c in assigned if not context.schema.field(c).nullable]
     keys = [c for c in assigned if c in context.record_key_columns]
     if keys:
         raise refused(statement, f"record key column(s) {keys} cannot be updated; delete the rows and "
                                  "insert them under their new key", UPDATE_FORM)
-    types = {f.name: f.dataType.simpleString() for f in spark_schema(context.schema).fields}
+    types = {f.name: f.dataType for f in spark_schema(context.schema).fields}
     alias = _quoted(target.alias)
-    projection = [f"CAST(({assigned[c]}) AS {types[c]}) AS {_quoted(c)}" if c in assigned
+    # Values in their own types: converted() checks each fits its column before casting it.
+    projection = [f"({assigned[c]}) AS {_quoted(c)}" if c in assigned
                   else f"{alias}.{_quoted(c)}" for c in context.schema.names]
     projection += [f"{alias}.{_quoted(FILE)}", f"{alias}.{_quoted(POSITION)}"]
     new_rows: list[Any] = []
     updated: list[int] = [0]
 
     def plan(state: State) -> Change | None:
-        matched = _matching(spark, catalog, context, state, target, projection, statement, UPDATE_FORM)
+        matched = _matching(spark, catalog, context, state, target, projection, statement,
+                            UPDATE_FORM, joined)
         pinned = matched.localCheckpoint(eager=True)
-        _refuse_nulls(pinned, not_null)
+        if source is not None:
+            _refuse_repeats(pinned, name)
+        rows = converted(pinned, {c: types[c] for c in assigned})
+        _refuse_nulls(rows, not_null)
         found = pinned.select(FILE, POSITION).toArrow()
         updated[0] = found.num_rows
         if not found.num_rows:
             return None
-        new_rows[:] = [pinned.drop(FILE, POSITION)]
+        new_rows[:] = [rows.drop(FILE, POSITION)]
         return Change("update", None, state.read_at, state.deltas, deleted=_by_file(found))
 
     def write(change: Change) -> Any:

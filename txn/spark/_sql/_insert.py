@@ -5,9 +5,10 @@ new segment by the executors (``txn.spark.write``).
 ``VALUES``, ...; metatxn tables it reads are read at their latest snapshot). As in Spark, the
 query's columns are matched to the table's by position (to the listed columns, when a list is
 given), or by name with ``BY NAME``; columns not given are null; values are converted to the
-columns' types. ``INSERT OVERWRITE [TABLE] t`` replaces the table's whole content. A
-``PARTITION (...)`` clause, ``REPLACE WHERE`` and ``WITH (options)`` are refused: give partition
-columns as columns of the query.
+columns' types, and a value a column cannot hold unchanged (3.45 or 2**40 for an int column, a
+string for a number) is refused (``_assign``). ``INSERT OVERWRITE [TABLE] t`` replaces the
+table's whole content. A ``PARTITION (...)`` clause, ``REPLACE WHERE`` and ``WITH (options)``
+are refused: give partition columns as columns of the query.
 
 The query runs to completion (pinned with ``localCheckpoint``) before the commit begins, so a
 value Spark cannot compute fails the statement with the table untouched, and a query of no rows
@@ -28,6 +29,7 @@ from timeline import InvalidOptionError
 from ..._context import open_context
 from .._types import spark_schema
 from .._write import write
+from ._assign import converted
 from ._catalog import Catalog
 from ._frames import strings_frame
 from ._parse import Cursor, Token, refused, source_text
@@ -145,20 +147,24 @@ def insert(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
     frame = fresh_frame(spark, catalog, source_text(statement, tokens[cursor.at:]))
     from_query = {c: n for c, n in columns.items() if c not in static}
     given = _given(cursor, frame.columns, from_query, listed, by_name)
-    types = {f.name: f.dataType.simpleString() for f in spark_schema(context.schema).fields}
+    types = {f.name: f.dataType for f in spark_schema(context.schema).fields}
+    names = {c: t.simpleString() for c, t in types.items()}
     renamed = frame.toDF(*[f"__value_{i}" for i in range(len(frame.columns))])
-    values = _static_values(cursor, spark, static, types)
+    values = _static_values(cursor, spark, static, names)
+    # Values in their own types: converted() checks each fits its column before casting it (a
+    # static partition value was checked by _static_values already).
     selected = renamed.selectExpr(*[
-        f"CAST({_literal(static[c])} AS {types[c]}) AS {_quoted(c)}" if c in static
-        else f"CAST({_quoted(f'__value_{given[c]}')} AS {types[c]}) AS {_quoted(c)}" if c in given
-        else f"CAST(NULL AS {types[c]}) AS {_quoted(c)}" for c in context.schema.names])
-    # Computed before the commit begins: Spark's errors (a value that does not cast, a division
-    # by zero) leave the table untouched, and an empty query is known to be empty.
+        f"CAST({_literal(static[c])} AS {names[c]}) AS {_quoted(c)}" if c in static
+        else f"{_quoted(f'__value_{given[c]}')} AS {_quoted(c)}" if c in given
+        else f"CAST(NULL AS {names[c]}) AS {_quoted(c)}" for c in context.schema.names])
+    # Computed before the commit begins: Spark's errors (a division by zero) and a value that
+    # does not fit its column leave the table untouched, and an empty query is known to be empty.
     pinned = selected.localCheckpoint(eager=True)
+    rows = converted(pinned, {c: types[c] for c in given})
     scope = overwrite_partitions(context.partition_by, values) if overwrite else None
     if (not overwrite or scope == "dynamic") and pinned.isEmpty():
         return strings_frame(spark, ("Segment ID",), [])
-    commit = write(pinned, context.uri, mode="overwrite" if overwrite else "append", partitions=scope)
+    commit = write(rows, context.uri, mode="overwrite" if overwrite else "append", partitions=scope)
     return strings_frame(spark, ("Segment ID",), [(commit.segment,)] if commit is not None else [])
 
 

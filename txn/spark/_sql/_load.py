@@ -64,7 +64,7 @@ from .._write import write
 from ._catalog import Catalog
 from ._frames import strings_frame
 from ._insert import overwrite_partitions
-from ._parse import Cursor, Token, boolean_option
+from ._parse import Cursor, Token, boolean_option, spark_message
 
 log = logging.getLogger("metatxn")
 
@@ -216,7 +216,7 @@ def _read(spark: Any, cursor: Cursor, path: str, source_format: str, options: di
         return reader.load(path)
     except AnalysisException as exc:
         raise cursor.error(f"Spark cannot read the input path {path!r} as {source_format}: "
-                           f"{str(exc).strip().splitlines()[0]}") from None
+                           f"{spark_message(exc)}") from None
 
 
 def _conversion(source: str, source_type: Any, target: Any, options: dict[str, str]) -> str | None:

@@ -310,10 +310,11 @@ def boolean_option(cursor: Cursor, options: dict[str, str], key: str, default: b
     return value.strip().lower() == "true"
 
 
-def _spark_message(error: BaseException) -> str:
-    """Spark's own message, first line (its error class and text; the plan and stack follow)."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def spark_message(error: BaseException) -> str:
+    """Spark's own message: its first line that says something (its error class and text; the
+    plan and stack follow), else the error's type, so a reason is never empty."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 @contextmanager
@@ -332,7 +333,7 @@ def spark_errors(statement: str) -> Iterator[None]:
     try:
         yield
     except (PySparkException, Py4JJavaError) as exc:
-        raise InvalidOptionError(f"Spark cannot run it: {_spark_message(exc)}, in: {statement!r}\n"
+        raise InvalidOptionError(f"Spark cannot run it: {spark_message(exc)}, in: {statement!r}\n"
                                  "Nothing was written") from exc
 
 

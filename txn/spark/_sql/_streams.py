@@ -13,7 +13,10 @@ dispatcher (``txn.spark.sql``) goes on:
     ``streaming=true``), named ``name``, with the checkpoint at ``checkpointLocation`` or
     ``<sink>/.streaming/checkpoint/<name>``. The query is Spark SQL run by ``spark.sql`` over the
     source's streaming DataFrame (each mention of the source is replaced by a temporary view
-    of it, dropped again once the query is analysed), so any projection or filter works.
+    of it, dropped again once the query is analysed), so any projection or filter works. Only
+    declared sources are streamed; other metatxn tables the query names are dimension tables,
+    read as static tables at their snapshot when the stream starts (CarbonData's stream join
+    with a dimension table).
     Returns ``Stream Name | JobId | Status`` (JobId: the StreamingQuery's id).
 ``SHOW STREAMS [ON TABLE t]``
     one row per stream: CarbonData's columns, then the sink's record of the stream::
@@ -69,6 +72,7 @@ from .._types import check_dataframe
 from . import _stream_jobs as registry
 from ._catalog import Catalog, TableName
 from ._parse import quoting
+from ._select import fresh_views
 from ._stream_jobs import Job
 from ._stream_sources import StreamSource, check, declare, load, stream_frame
 from ._stream_syntax import (
@@ -218,16 +222,17 @@ def _source(catalog: Catalog, parsed: CreateStream, statement: str) -> tuple[Tab
             sources[name] = source
         elif catalog.exists(name):
             tables.add(name)
-    named = set(sources) | tables
-    if not named:
+    # Only declared sources are streamed; metatxn tables beside one are dimension tables, read
+    # as static tables (CarbonData joins a stream with a dimension table).
+    if len(sources) > 1:
+        raise statement_error(statement, "Stream query on more than one stream source table is not "
+                              f"supported (it reads {', '.join(sorted(map(str, sources)))})",
+                              CREATE_STREAM_FORM)
+    if not sources and not tables:
         raise statement_error(statement, "Must specify stream source table in the stream query",
                               CREATE_STREAM_FORM)
-    if len(named) > 1:
-        raise statement_error(statement, "Stream query on more than one stream source table is not "
-                              f"supported (it reads {', '.join(sorted(map(str, named)))})",
-                              CREATE_STREAM_FORM)
     if not sources:
-        (table,) = tables
+        table = min(tables, key=str)
         raise statement_error(statement, f"Table {table} is not streaming source table "
                               "('streaming' tblproperty is not 'source')", CREATE_STREAM_FORM)
     ((name, source),) = sources.items()
@@ -254,8 +259,11 @@ def _query_frame(spark: Any, catalog: Catalog, parsed: CreateStream, source_name
     stream = stream_frame(spark, source)
     stream.createOrReplaceTempView(view)
     try:
-        # The DataFrame is analysed here, the view resolved into its plan, so the view can go.
-        frame = spark.sql(query)
+        # The DataFrame is analysed here, the views resolved into its plan, so they can go.
+        # Other metatxn tables the query names (dimension tables) get fresh static views: their
+        # snapshot when the stream starts.
+        with fresh_views(spark, catalog, query) as rewritten:
+            frame = spark.sql(rewritten)
     except PySparkException as error:
         raise statement_error(statement, f"the stream's query is not valid Spark SQL: "
                               f"{first_line(error)}", CREATE_STREAM_FORM) from None

@@ -20,6 +20,7 @@ from sqlglot.errors import ParseError, TokenError
 from timeline import InvalidOptionError
 
 from ._catalog import DEFAULT_DATABASE, TableName, name_problem
+from ._parse import spark_message
 
 DIALECT = "spark"
 
@@ -52,7 +53,7 @@ def problem(text: str) -> str:
         tree = sqlglot.parse_one(text, read=DIALECT)
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
-        description = first.get("description") or str(exc).splitlines()[0]
+        description = first.get("description") or spark_message(exc)
         line, column = first.get("line"), first.get("col")
         return f"{description} (line {line}, column {column})" if line else str(description)
     except TokenError as exc:
