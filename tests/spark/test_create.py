@@ -95,6 +95,31 @@ def test_modes_are_checked_before_anything_happens(spark: Any, tmp_path: Path) -
     assert not (tmp_path / "orders").exists()
 
 
+@pytest.mark.parametrize(("mode", "layout", "partitions", "error", "message"), [
+    ("overwrite", {}, "dynamic", txn.InvalidOptionError, "is not partitioned"),
+    ("append", {"partition_by": ["region"]}, "dynamic", txn.InvalidOptionError,
+     "is for mode='overwrite', not 'append'"),
+    ("error", {"partition_by": ["region"]}, {"region": "eu"}, txn.InvalidOptionError,
+     "is for mode='overwrite'"),
+    ("overwrite", {"partition_by": ["region"], "record_key": "id"}, "dynamic", txn.InvalidOptionError,
+     "not supported on a table with a record_key"),
+    ("overwrite", {"partition_by": ["region"]}, "static", txn.InvalidOptionError, "expected partitions=None"),
+    ("overwrite", {"partition_by": ["region"]}, {"day": "2026-01-01"}, txn.InvalidOptionError,
+     r"partitions names \['day'\]"),
+    ("overwrite", {"partition_by": ["day"]}, {"day": "tomorrow"}, txn.InvalidOptionError,
+     "partition column 'day' takes a date32"),
+    ("overwrite", {"partition_by": ["region"]}, {"region": "eu"}, txn.SchemaMismatchError,
+     "holds rows of other partitions"),
+])
+def test_a_write_to_a_new_location_refused_for_its_partitions_leaves_no_table(
+        spark: Any, tmp_path: Path, mode: str, layout: dict[str, Any], partitions: Any,
+        error: type[Exception], message: str) -> None:
+    uri = str(tmp_path / "orders")
+    with pytest.raises(error, match=message):
+        txn.spark.write(frame(spark, orders(range(10))), uri, mode, partitions=partitions, **layout)
+    assert not (tmp_path / "orders").exists()
+
+
 def test_an_upsert_creates_a_keyed_table(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "orders")
     first = txn.spark.write(frame(spark, orders(range(20))), uri, "upsert", record_key=["id", "region"])

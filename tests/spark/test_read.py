@@ -364,3 +364,21 @@ def test_a_count_without_a_filter_reads_no_data_file(spark: Any, tmp_path: Path)
         Path(file.path).write_bytes(b"not parquet")
     assert txn.spark.count(spark, uri) == expected < 3000
     assert txn.spark.count(spark, uri, as_of=first) == expected_before
+
+
+@pytest.mark.parametrize("tz", [None, "UTC"])
+def test_a_seconds_timestamp_table_reads_in_spark(spark: Any, tmp_path: Path, tz: str | None) -> None:
+    """Its files hold milliseconds (Parquet has no seconds): Spark reads them as the instants
+    written, through its own scan and, with deletes, around the deleted rows."""
+    data_type = pa.timestamp("s", tz)
+    schema = pa.schema([("id", pa.int64()), ("ts", data_type)])
+    t = txn.create_table(str(tmp_path / "t"), schema)
+    stamps = [dt.datetime(2026, 1, 1, 1, 2, 3) + dt.timedelta(days=i, seconds=i) for i in range(4)]
+    t.append(pa.table({"id": pa.array(range(4), pa.int64()), "ts": pa.array(stamps, pa.timestamp("s"))
+                       .cast(data_type)}))
+    t.delete(pc.field("id") == 1)
+    got = {row["id"]: row["ts"] for row in txn.spark.read(spark, t.uri).collect()}
+    zone = dt.timezone.utc if tz else None
+    assert {i: v.replace(tzinfo=zone) if zone else v for i, v in got.items()} == {
+        i: stamps[i].replace(tzinfo=zone) if zone else stamps[i] for i in (0, 2, 3)}
+    assert txn.spark.read(spark, t.uri, filter="ts >= '2026-01-03'").count() == 2

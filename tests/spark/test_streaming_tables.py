@@ -115,3 +115,14 @@ def test_hand_off_on_spark_executors(spark: Any, tmp_path: Path) -> None:
     assert sorted(r.id for r in txn.spark.read(spark, uri).collect()) == sorted(
         [50 - b for b in range(6)] + list(range(6)))
     assert t.validate().ok
+
+
+def test_an_upsert_stream_refused_for_a_new_streaming_table_leaves_no_table(
+        spark: Any, tmp_path: Path) -> None:
+    """The refusal comes before the table would be created, as for ``txn.spark.write``."""
+    uri = str(tmp_path / "sink")
+    frame = spark.readStream.schema("id BIGINT, name STRING").json(str(tmp_path))
+    with pytest.raises(txn.InvalidOptionError, match="a stream on a streaming table appends"):
+        txn.spark.write_stream(frame, uri, checkpoint_location=str(tmp_path / "checkpoint"), mode="upsert",
+                               record_key="id", properties={"streaming": "true"})
+    assert not (tmp_path / "sink").exists()

@@ -15,6 +15,7 @@ import pyarrow as pa
 from indexes import MetadataOptions
 from timeline import InvalidOptionError, TimelineOptions
 
+from .._files import stored_type
 from ._compaction import (
     AUTO_PROPERTY,
     LEVEL_THRESHOLD_PROPERTY,
@@ -60,7 +61,20 @@ def check_schema(schema: object) -> pa.Schema:
         if field.name in seen:
             raise InvalidOptionError(f"schema has column {field.name!r} more than once")
         seen.add(field.name)
+        _check_storable(field)
     return schema
+
+
+def _check_storable(field: pa.Field) -> None:
+    """Refuse a column whose values Parquet cannot hold and give back as its type."""
+    try:
+        pa.nulls(0, stored_type(field.type)).cast(field.type)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        instead = ("a duration, or a struct of months, days and nanoseconds"
+                   if pa.types.is_interval(field.type) else "a type Parquet stores")
+        raise InvalidOptionError(
+            f"schema column {field.name!r} is {field.type}, which Parquet cannot store ({exc}); "
+            f"expected {instead}") from None
 
 
 def column_list(option: str, value: object, *, allow_str: bool) -> list[str]:

@@ -135,6 +135,7 @@ class Inspector:
                 parquet = pq.ParquetFile(handle)
                 self._check(listed.url, parquet.schema_arrow)
                 self._check_nanoseconds(listed.url, parquet)
+                self._check_whole_units(listed.url, parquet)
                 rows = parquet.metadata.num_rows
                 stats = footer_stats(parquet.metadata, self.stored)
                 if in_file:
@@ -248,6 +249,27 @@ class Inspector:
                     f"(Parquet INT64 TIMESTAMP(NANOS)) where the table's is {field.type}; Spark "
                     "cannot read them as such; expected microsecond (or INT96) timestamps; "
                     "nothing was added")
+
+    def _check_whole_units(self, url: str, parquet: pq.ParquetFile) -> None:
+        """A seconds or milliseconds column must get whole ones: its values would otherwise be
+        truncated by this process's reads and kept by Spark's (microseconds), so the two would
+        disagree. Reads those columns only, and only where the file's unit is finer."""
+        units = ("s", "ms", "us", "ns")
+        for field in self.stored:
+            found = parquet.schema_arrow.field(field.name).type
+            if not (pa.types.is_timestamp(found) and pa.types.is_timestamp(field.type)
+                    and field.type.unit in ("s", "ms")
+                    and units.index(found.unit) > units.index(field.type.unit)):
+                continue
+            column = parquet.read(columns=[field.name], use_threads=False).column(0)
+            try:
+                column.cast(field.type, safe=True)
+            except pa.ArrowInvalid:
+                raise SchemaMismatchError(
+                    f"add_segment: column {field.name!r} of {url} holds {found} values that are "
+                    f"not whole {field.type.unit} where the table's is {field.type}; expected "
+                    "values that fit the table's type (they would be truncated); nothing was "
+                    "added") from None
 
     def _check_not_null(self, listed: ListedFile, stats: dict[str, ColumnStats]) -> None:
         """A non-nullable column must hold no null: the footer's null count says so, or (no

@@ -46,6 +46,7 @@ from ._scan import (
 )
 from ._sort import DEFAULT_SORT_MEMORY_BYTES, SORT_MEMORY_PROPERTY, sort_memory_bytes
 from ._storage_io import DataStore
+from ._stored import same_stored, stored_type
 from ._writer import (
     MARKERS_FOLDER,
     ColumnStats,
@@ -109,9 +110,11 @@ __all__ = [
     "read_marker",
     "read_positions",
     "reading_file",
+    "same_stored",
     "scan_file",
     "sort_memory_bytes",
     "stage_deletes",
+    "stored_type",
     "timestamp_value",
     "typed_value",
     "url_filesystem",

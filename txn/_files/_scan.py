@@ -23,6 +23,7 @@ from timeline import CorruptMetadataError, StorageError, TxnError
 from ._deltas import Positions, reading_file
 from ._external import expected, is_external
 from ._storage_io import DataStore
+from ._stored import same_stored
 
 _MATCH = "__metatxn_match__"
 _FORMAT = ds.ParquetFileFormat()
@@ -31,14 +32,13 @@ DATA_FILE_EXPECTED = "a Parquet data file of the table's schema"
 
 def check_schema(path: str, found: pa.Schema, schema: pa.Schema) -> None:
     """Raise :class:`CorruptMetadataError` unless data file ``path``, whose Parquet schema is
-    ``found``, holds every column of the table's ``schema`` with its type (Arrow would read a
-    missing column as nulls: another table's file must not pass for this one's)."""
+    ``found``, holds every column of the table's ``schema`` with its type, or the type Parquet
+    stores it as (:mod:`._stored`; Arrow would read a missing column as nulls: another table's
+    file must not pass for this one's)."""
     for field in schema:
         index = found.get_field_index(field.name)
         kind = found.field(index).type if index >= 0 else None
-        if kind is not None and pa.types.is_dictionary(kind):
-            kind = kind.value_type
-        if kind != field.type:
+        if kind is None or not same_stored(kind, field.type):
             raise CorruptMetadataError(
                 path, DATA_FILE_EXPECTED,
                 f"column {field.name!r} " + (f"of type {kind}" if kind is not None else "missing")

@@ -2,7 +2,7 @@
 state and handed to the commit."""
 
 from ._mutations import append, delete, lookup, overwrite, update, upsert
-from ._scope import overwrite_scope
+from ._scope import layout_scope, overwrite_scope
 from ._state import (
     REPLANS,
     State,
@@ -26,6 +26,7 @@ __all__ = [
     "delete",
     "find_keys",
     "latest",
+    "layout_scope",
     "lookup",
     "overwrite",
     "overwrite_scope",

@@ -34,36 +34,44 @@ def overwrite_scope(context: TableContext, partitions: object) -> tuple[frozense
         InvalidOptionError: ``partitions`` is neither ``"dynamic"`` nor a mapping of every
             partition column to a value of its type; or the table is unpartitioned or keyed.
     """
+    return layout_scope(context.uri, context.schema, context.partition_by, context.record_key_columns,
+                        partitions)
+
+
+def layout_scope(uri: str, schema: pa.Schema, partition_by: list[str], key_columns: list[str],
+                 partitions: object) -> tuple[frozenset[str] | None, dict[str, Any]]:
+    """:func:`overwrite_scope` for a table of this layout, which need not exist yet: a write
+    that would create it checks ``partitions`` before it does, so a refused one leaves no table."""
     if partitions is None:
         return None, {}
     expected = ("partitions=None (the whole table), 'dynamic' (the partitions the new rows go to) "
-                f"or a mapping of every partition column {context.partition_by} to a value")
+                f"or a mapping of every partition column {partition_by} to a value")
     if not isinstance(partitions, (str, Mapping)) or (isinstance(partitions, str) and partitions != DYNAMIC):
         raise InvalidOptionError(f"overwrite: partitions={partitions!r}; expected {expected}")
-    if not context.partition_by:
+    if not partition_by:
         raise InvalidOptionError(
-            f"overwrite: partitions={partitions!r}, but {context.uri} is not partitioned\n"
+            f"overwrite: partitions={partitions!r}, but {uri} is not partitioned\n"
             "Help: overwrite the whole table (partitions=None)")
-    if context.record_key_columns:
+    if key_columns:
         # A key of the new rows may live in a partition the overwrite keeps: the record index
         # would then hold it twice. Replacing whole partitions of a keyed table is left out.
         raise InvalidOptionError(
             f"overwrite: partitions={partitions!r} is not supported on a table with a record_key "
-            f"({context.record_key_columns})\nHelp: delete the partition's rows and upsert the new "
+            f"({key_columns})\nHelp: delete the partition's rows and upsert the new "
             "ones, or overwrite the whole table")
     if isinstance(partitions, str):
         return frozenset(), {}
     named = dict(partitions)
-    if sorted(map(str, named)) != sorted(context.partition_by):
+    if sorted(map(str, named)) != sorted(partition_by):
         raise InvalidOptionError(f"overwrite: partitions names {sorted(map(str, named))}; expected "
                                  f"{expected}")
-    values = {column: _typed(context, column, named[column]) for column in context.partition_by}
-    folder = "/".join(partition_folder(column, values[column]) for column in context.partition_by)
+    values = {column: _typed(schema, column, named[column]) for column in partition_by}
+    folder = "/".join(partition_folder(column, values[column]) for column in partition_by)
     return frozenset({folder}), values
 
 
-def _typed(context: TableContext, column: str, value: object) -> Any:
-    data_type = context.schema.field(column).type
+def _typed(schema: pa.Schema, column: str, value: object) -> Any:
+    data_type = schema.field(column).type
     if value is None:
         return None
     try:

@@ -97,6 +97,9 @@ def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "ap
     """
     if mode not in _STREAM_MODES:
         raise InvalidOptionError(f"a stream writes with mode {list(_STREAM_MODES)}, got {mode!r}")
+    if mode != "append" and isinstance(properties, dict) and streaming_enabled(properties):
+        # Before resolve() may create the table: a refused stream leaves no table.
+        raise InvalidOptionError(f"a stream on a streaming table appends; got mode {mode!r}")
     ensure_workers_run_metatxn(df.sparkSession)
     stream = name or query_name or stream_id(checkpoint_location)
     sink: list[Stream] = []

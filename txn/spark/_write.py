@@ -48,7 +48,7 @@ from .._files import (
 )
 from .._rows import SHOWN, describe, index_keys
 from .._segments import after_load
-from .._write import State, already_committed, app_progress, commit_planned, overwrite_scope
+from .._write import State, already_committed, app_progress, commit_planned, layout_scope
 from ._native import write_files, writes_natively
 from ._tables import Layout, resolve, save_mode
 from ._types import conform, quoted
@@ -274,32 +274,37 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     """
     mode = save_mode(mode)
     progress = progress or app_progress(app_id, version)
+    operation = "append" if mode in ("error", "ignore") else mode
+    if partitions is not None and operation != "overwrite":
+        raise InvalidOptionError(f"partitions={partitions!r} is for mode='overwrite', not {mode!r}")
     ensure_workers_run_metatxn(df.sparkSession)
-    checked: list[tuple[pa.Schema, list[str]]] = []
+    checked: dict[tuple[pa.Schema, tuple[str, ...], tuple[str, ...]],
+                  tuple[frozenset[str] | None, dict[str, Any]]] = {}
 
-    def check(schema: pa.Schema, columns: list[str]) -> None:
+    def check(schema: pa.Schema, columns: list[str], partition_by: list[str]) -> None:
         nonlocal df
+        scope, values = layout_scope(uri, schema, partition_by, columns, partitions)
         df = _checked(df, schema, columns)
-        checked.append((schema, columns))
+        if values:
+            _check_in_partition(df, values)
+        checked[(schema, tuple(columns), tuple(partition_by))] = scope, values
 
-    # A new table is created only after the DataFrame passed the checks for it.
+    # A new table is created only after the DataFrame and ``partitions`` passed the checks for
+    # it: a refused write to a new location leaves no table.
     target = resolve(uri, df.schema, mode, Layout(partition_by, record_key, sort_by, properties),
-                     storage_options, before_create=check)
+                     storage_options,
+                     before_create=lambda schema, columns: check(schema, columns, list(partition_by or [])))
     if target is None:
         return None
     table = target
     columns = table.record_key_columns
-    if (table.schema, columns) not in checked:  # an existing table, or another writer's new one
-        check(table.schema, columns)
+    layout = (table.schema, tuple(columns), tuple(table.partition_by))
+    if layout not in checked:  # an existing table, or another writer's new one
+        check(table.schema, columns, table.partition_by)
+    scope, values = checked[layout]
     if already_committed(table, progress) or (mode == "upsert" and df.isEmpty()):
         return None
-    operation = "append" if mode in ("error", "ignore") else mode
-    if partitions is not None and operation != "overwrite":
-        raise InvalidOptionError(f"partitions={partitions!r} is for mode='overwrite', not {mode!r}")
-    scope, values = overwrite_scope(table, partitions)
-    if values:
-        _check_in_partition(df, values)
-    elif scope is not None and df.isEmpty():
+    if scope is not None and not values and df.isEmpty():
         return None  # the partitions of no rows: nothing is replaced
 
     def plan(state: State) -> Change:
