@@ -224,7 +224,12 @@ class ExternalReader:
     def remember(self, files: pa.Table) -> None:
         """Learn the records of the external files among rows ``files`` of the ``files``
         partition (the snapshot or write state about to open them)."""
-        self.recorded.update(external_records(files))
+        if not files.num_rows:
+            return
+        external = files.filter(pc.match_substring(files["path"], "://"))
+        if external.num_rows and not all(path in self.recorded
+                                         for path in external["path"].to_pylist()):
+            self.recorded.update(external_records(external))
 
     def resolve(self, url: str) -> str:
         """The URL of the file ``url`` names, symbolic links followed (local disk: one file under
@@ -287,15 +292,15 @@ class ExternalReader:
             filesystem, path = self.filesystem(url)
             info = filesystem.info(path)
         size = int(info.get("size") or 0)
-        version = file_version(info)
-        modified = modified_ms(info)
         if record.version is not None:
-            same = version == record.version
+            stamp = file_version(info)
+            same = stamp == record.version
+            found = f"{size} bytes, version {stamp}"
         else:  # an older record: the millisecond stamp, where the storage gives one
+            modified = modified_ms(info)
             same = record.modified_ms is None or modified is None or modified == record.modified_ms
+            found = f"{size} bytes, modified at {modified} ms"
         if size != record.size or not same:
-            found = f"{size} bytes, " + (f"version {version}" if record.version is not None
-                                         else f"modified at {modified} ms")
             raise changed_file(url, record, found)
 
     @staticmethod
