@@ -49,6 +49,9 @@ FILES_SCHEMA: Final = pa.schema([
     #: Last modification (epoch ms) of an external segment's file when it was added: validate()
     #: reports the file if it changed since. Null for files the table wrote (never modified).
     pa.field("modified_ms", pa.int64(), metadata={ADDED_LATER: b"1"}),
+    #: An external segment's file: what its storage changes with every write (S3's ETag, the
+    #: modification time elsewhere) when it was added; readers refuse a file that differs.
+    pa.field("version", pa.string(), metadata={ADDED_LATER: b"1"}),
 ])
 
 DELETES_SCHEMA: Final = pa.schema([

@@ -241,7 +241,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import event, note, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import txn
 from indexes import (
@@ -2858,6 +2858,99 @@ class TableMachine(RuleBasedStateMachine):
                 assert [segment.rows, segment.data_size] == files[segment_id], (
                     f"streaming segment {segment_id}: rows and data size {segment.rows}, "
                     f"{segment.data_size}; its files hold {files[segment_id]}")
+
+    # -- external files that change, and linked folders (issue 22) ---------------------------------
+
+    def _untouched_by(self, table: txn.Table, attempt: Callable[[], object],
+                      error: type[Exception], match: str) -> None:
+        """``attempt`` raises ``error`` (its message matching ``match``) and writes nothing."""
+        before = [(i.time, i.action, i.state) for i in table.timeline()]
+        with pytest.raises(error, match=match):
+            attempt()
+        assert [(i.time, i.action, i.state) for i in table.timeline()] == before
+
+    # Both rules check and restore, changing nothing: they run on one step in five at most, so
+    # that the machine's steps stay the actions'.
+    @precondition(lambda self: bool(self.external_rows) and self.steps % 5 == 2)
+    @rule(data=st.data())
+    def rewritten_external_file_is_refused(self, data: st.DataObject) -> None:
+        """A live external file rewritten after ADD SEGMENT (a row more, or its rows in another
+        order) fails reads, and keyed writes that would delete a row of it by position, with
+        CorruptMetadataError naming it, and nothing is written; the file put back as it was
+        added (the same memory file: bytes and creation time) reads as before."""
+        table = self._open(self.inner)
+        live = sorted(f.path for f in table.snapshot().files()
+                      if f.path.startswith("memory:") and memory_path(f.path) in self.external_rows)
+        if not live:
+            note("no live external file to rewrite")
+            return
+        url = data.draw(st.sampled_from(live), label="external file")
+        path = memory_path(url)
+        rows = self.external_rows[path]
+        how = data.draw(st.sampled_from(["a row more", "reordered"]), label="rewrite")
+        new = [*rows, (max(r[0] for r in rows) + 10**9, rows[0][1], 0)] if how == "a row more" \
+            else rows[::-1]
+        buffer = pa.BufferOutputStream()
+        pq.write_table(pa.table({"k": pa.array([r[0] for r in new], pa.int64()),
+                                 "v": pa.array([r[2] for r in new], pa.int64())}), buffer)
+        # Keys whose live row is in this file, as the record index has them (an update may have
+        # moved a row to a new file with the same values).
+        groups = {r[0]: r[1] for r in rows}
+        held = [] if not self.keyed else [
+            (found["k"], groups[found["k"]]) for found in table.lookup(list(groups)).to_pylist()
+            if found["file"] == url]
+        filesystem = fsspec.filesystem("memory")
+        added = filesystem.store[path]
+        event(f"external file rewritten: {how}")
+        filesystem.pipe_file(path, buffer.getvalue().to_pybytes())
+        try:
+            found = re.escape(url)
+            self._untouched_by(table, table.to_arrow, txn.CorruptMetadataError, found)
+            if held:
+                key, group = held[-1]
+                replacement = pa.table({"k": [key], "g": [group], "v": [1]}, schema=SCHEMA)
+                self._untouched_by(table, lambda: table.upsert(replacement),
+                                   txn.CorruptMetadataError, found)
+                self._untouched_by(table, lambda: table.delete(keys=[key]),
+                                   txn.CorruptMetadataError, found)
+        finally:
+            filesystem.store[path] = added
+        assert sorted_rows(table.to_arrow()) == self.expected
+
+    @precondition(lambda self: "://" not in self.uri and self.steps % 5 == 4)
+    @rule(data=st.data())
+    def linked_folder_is_refused(self, data: st.DataObject) -> None:
+        """ADD SEGMENT of a folder that reaches the table's own files through a symbolic link (a
+        link to a data file, or to a segment folder, inside it; or the folder itself a link to a
+        segment folder) is refused with InvalidOptionError, and nothing is written."""
+        table = self._open(self.inner)
+        native = sorted(f.path.removeprefix("file://") for f in table.snapshot().files()
+                        if "://" not in f.path or f.path.startswith("file://"))
+        if not native:
+            note("no data file of the table to link to")
+            return
+        target = data.draw(st.sampled_from(native), label="linked data file")
+        how = data.draw(st.sampled_from(["file link", "folder link inside", "folder is a link"]),
+                        label="link")
+        event(f"ADD SEGMENT of a linked folder: {how}")
+        outside = tempfile.mkdtemp(prefix="metatxn-linked-")
+        try:
+            folder = os.path.join(outside, "ext")
+            # Each laid out as the table's partitioning wants (g=<value>/ folders), so that only
+            # the link is wrong with it.
+            partition = os.path.basename(os.path.dirname(target))
+            if how == "folder is a link":
+                os.symlink(os.path.dirname(os.path.dirname(target)), folder)
+            elif how == "folder link inside":
+                os.mkdir(folder)
+                os.symlink(os.path.dirname(target), os.path.join(folder, partition))
+            else:
+                os.makedirs(os.path.join(folder, partition))
+                os.symlink(target, os.path.join(folder, partition, "part-0.parquet"))
+            self._untouched_by(table, lambda: table.add_segment(folder, "parquet", partition="g:string"),
+                               txn.InvalidOptionError, "inside the table")
+        finally:
+            shutil.rmtree(outside, ignore_errors=True)
 
 
 # -- variants ------------------------------------------------------------------------------------

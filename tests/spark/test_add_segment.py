@@ -342,3 +342,25 @@ def test_csv_is_read_by_one_reader_in_spark_and_pyarrow(spark: Any, tmp_path: Pa
     got = sorted((r.id, r.name) for r in txn.spark.read(spark, uri).collect())
     assert got == [(1, "NA"), (2, None), (3, "bob")]
     assert txn.spark.read(spark, uri, filter="name = 'NA'").count() == 1
+
+
+def test_a_spark_read_of_a_rewritten_external_file_fails(spark: Any, tmp_path: Path) -> None:
+    """Issue 22: Spark's own scan would read the rewritten file as it now is (4 rows where 3
+    were added); the driver compares it with its record first and raises, naming it."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("id", pa.int64())])
+    (tmp_path / "ext").mkdir()
+    path = tmp_path / "ext" / "p.parquet"
+    pq.write_table(pa.table({"id": [10, 11, 12]}), path)
+    t = txn.create_table(str(tmp_path / "t"), schema)
+    t.add_segment(str(tmp_path / "ext"), "parquet")
+    assert sorted(r.id for r in txn.spark.read(spark, t.uri).collect()) == [10, 11, 12]
+    added = os.stat(path).st_mtime_ns
+    pq.write_table(pa.table({"id": [10, 11, 12, 13]}), path)
+    if os.stat(path).st_mtime_ns == added:  # a kernel with coarse timestamps: a later rewrite
+        os.utime(path, ns=(added + 1_000_000, added + 1_000_000))
+    with pytest.raises(txn.CorruptMetadataError, match=r"p\.parquet.*recorded"):
+        txn.spark.read(spark, t.uri).collect()

@@ -303,7 +303,7 @@ def _file_rows(statuses: Sequence[FileStatus], segment: str, instant_time: str) 
     return pa.Table.from_pylist([
         {"path": s.path, "segment": segment, "partition": s.partition, "format": s.format,
          "rows": s.rows, "size": s.size, "instant": instant_time, "deleted": False,
-         "modified_ms": s.modified_ms}
+         "modified_ms": s.modified_ms, "version": s.version}
         for s in statuses
     ], schema=FILES_SCHEMA)
 

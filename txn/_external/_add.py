@@ -33,7 +33,7 @@ from .._rows import check_not_null, check_unique, describe, index_keys
 from .._write import State, commit_planned, find_keys
 from ._inspect import Inspected, Inspector
 from ._listing import list_folder
-from ._request import AddRequest, check_outside, check_request
+from ._request import AddRequest, check_outside, check_request, check_targets
 
 log = logging.getLogger("metatxn")
 
@@ -52,9 +52,12 @@ def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", 
     check_outside(context.uri, url)
     if request.storage_options:  # later reads of this folder through this handle use them too
         reader.options[url] = request.storage_options
+    listed = [file for folder in folders for file in folder.files]
+    targets = {file.url: reader.resolve(file.url) for file in listed}
+    check_targets(context.uri, url, listed, targets)
+    _refuse_taken(context, context.timeline.load(), url, targets)
     inspected = Inspector(reader, request.format, context.record_key_columns).inspect(folders)
     load = _load(context, request, inspected)
-    _refuse_taken(context, context.timeline.load(), load)
 
     def plan(state: State) -> Change:
         if load.located is not None:
@@ -69,7 +72,7 @@ def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", 
                       rows_bytes=load.located.keys.nbytes if load.located is not None else 0)
 
     commit = commit_planned(context, plan, None,
-                            admit=lambda view: _refuse_taken(context, view, load))
+                            admit=lambda view: _refuse_taken(context, view, url, targets))
     assert commit is not None
     log.info("added %d %s file(s) of %s as segment(s) %s", commit.files_added, request.format,
              request.url, commit.segment)
@@ -101,24 +104,35 @@ def _load(context: TableContext, request: AddRequest, inspected: list[list[Inspe
                         np.concatenate(key_groups).tolist())
 
 
-def _refuse_taken(context: TableContext, view: TimelineView, load: ExternalLoad) -> None:
+def _refuse_taken(context: TableContext, view: TimelineView, url: str,
+                  targets: dict[str, str]) -> None:
     """Refuse a folder (or a file) the table already holds, as CarbonData refuses the same path
-    twice; run before the instant and again under the lock when it begins."""
+    twice; run before the instant and again under the lock when it begins. ``targets``: each new
+    file's URL -> the file it names once symbolic links are followed, compared with what the
+    table's files name: one file under two names is still one file."""
     metadata = context.metadata_at(view, None, (SEGMENTS, FILES))
     for entry in (metadata.segments or {}).values():
-        if entry.is_live and entry.external and entry.path == load.url:
+        if entry.is_live and entry.external and entry.path == url:
             raise InvalidOptionError(
-                f"add_segment: path {load.url!r} is already segment {entry.id} of the table; "
+                f"add_segment: path {url!r} is already segment {entry.id} of the table; "
                 "expected a folder not added before (the same path cannot be added twice)")
     assert metadata.files is not None
-    urls = pa.array([status.path for status in load.statuses], pa.string())
     # Removed files count too: the files partition is a two-phase set (a key added once, removed
     # once), so a file whose segment was deleted or compacted cannot join the table again.
-    known = metadata.files.filter(pc.is_in(metadata.files["path"], value_set=urls))
-    if known.num_rows:
-        first = known.slice(0, 1).to_pylist()[0]
+    external = metadata.files.filter(pc.match_substring(metadata.files["path"], "://"))
+    reader = context.store.external_reader()
+    held: dict[str, dict[str, Any]] = {}
+    for row in external.select(["path", "segment", "deleted"]).to_pylist():
+        held.setdefault(row["path"], row)
+        held.setdefault(reader.resolve(row["path"]), row)
+    taken = [(new, target, held.get(new) or held[target]) for new, target in targets.items()
+             if new in held or target in held]
+    if taken:
+        new, target, first = taken[0]
         was = "belongs" if first["deleted"] is False else "belonged"
+        linked = f" (a link to {target})" if target != new else ""
+        same = "" if first["path"] in (new, target) else f" as {first['path']}"
         raise InvalidOptionError(
-            f"add_segment: {first['path']} {was} to segment {first['segment'] or '?'} of the table "
-            f"({known.num_rows} file(s) of {load.url!r} do); expected files that were never part "
-            "of it (a file joins a table once: copy the folder to add its data again)")
+            f"add_segment: {new}{linked} {was} to segment {first['segment'] or '?'} of the "
+            f"table{same} ({len(taken)} file(s) of {url!r} do); expected files that were never "
+            "part of it (a file joins a table once: copy the folder to add its data again)")

@@ -229,7 +229,7 @@ class Inspector:
                 keys = self.reader.read(listed.url, self.format, self.key_columns)
         status = FileStatus(path=listed.url, partition=partition, rows=rows, size=listed.size,
                             stats=stats, partition_values=values, format=self.format,
-                            modified_ms=listed.modified_ms)
+                            modified_ms=listed.modified_ms, version=listed.version)
         return Inspected(status, keys)
 
     def _check_nanoseconds(self, url: str, parquet: pq.ParquetFile) -> None:

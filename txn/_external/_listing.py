@@ -16,7 +16,14 @@ import pyarrow as pa
 
 from timeline import InvalidOptionError
 
-from .._files import canonical_url, modified_ms, parse_hive_value, typed_value, url_filesystem
+from .._files import (
+    canonical_url,
+    file_version,
+    modified_ms,
+    parse_hive_value,
+    typed_value,
+    url_filesystem,
+)
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,10 @@ class ListedFile:
     url: str
     size: int
     modified_ms: int | None
+    #: What the storage changes whenever the bytes change (``file_version``).
+    version: str | None
+    #: Not a regular file: a link to a folder (not followed, as the walk does not), a pipe.
+    special: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,14 +87,28 @@ def list_folder(url: str, options: dict[str, Any], schema: pa.Schema,
             continue
         folders = posixpath.dirname(relative)
         partition = folders if levels else ""
-        if levels:
+        if info.get("islink"):
+            info = _followed(filesystem, path)
+        special = info.get("type", "file") != "file"
+        if levels and not special:  # a link to a folder is refused for what it links to
             _check_levels(url, relative, folders, schema, partition_by)
         groups.setdefault(partition, []).append(
-            ListedFile(f"{canonical}/{relative}", int(info.get("size") or 0), modified_ms(info)))
+            ListedFile(f"{canonical}/{relative}", int(info.get("size") or 0), modified_ms(info),
+                       file_version(info), special))
     if not groups:
         raise InvalidOptionError(f"add_segment path {url!r} holds no data files (no partition data "
                                  "is found); expected files of the given format below it")
     return canonical, [PartitionFolder(partition, files) for partition, files in groups.items()]
+
+
+def _followed(filesystem: Any, path: str) -> dict[str, Any]:
+    """The listing entry of the file a symbolic link names (a walk describes the link itself:
+    its own modification time, which later reads, following it, would never see again)."""
+    try:
+        info: dict[str, Any] = filesystem.info(path)
+    except OSError:  # a dangling link
+        return {"type": "other", "size": 0}
+    return info
 
 
 def _check_levels(url: str, relative: str, folders: str, schema: pa.Schema,

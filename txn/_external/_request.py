@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 from timeline import InvalidOptionError
 
 from .._files import EXTERNAL_FORMATS, canonical_url
+from ._listing import ListedFile
 
 #: SQL type names of the partition option, as Spark and Hive spell them, and their Arrow types.
 _SQL_TYPES: Final[dict[str, pa.DataType]] = {
@@ -111,6 +112,33 @@ def check_outside(table_uri: str, url: str) -> None:
         raise InvalidOptionError(
             f"add_segment path {url!r} {where} the table at {table_uri!r}; expected a folder "
             "of existing data apart from the table (the table's own files are its to manage)")
+
+
+def check_targets(table_uri: str, url: str, files: Sequence[ListedFile],
+                  targets: Mapping[str, str]) -> None:
+    """Refuse files of the folder at ``url`` that are, once symbolic links are followed
+    (``targets``: each file's URL -> the URL of the file it names), a file of the table, the
+    same file twice, or no regular file at all (a link to a folder, which the walk did not follow).
+    Each would be read twice, or read from under the table's own cleaning."""
+    table_url = _url(table_uri)
+    seen: dict[str, str] = {}
+    for listed in files:
+        target = targets[listed.url]
+        if target == table_url or target.startswith(table_url + "/"):
+            raise InvalidOptionError(
+                f"add_segment: {listed.url} links to {target}, inside the table at {table_uri!r}; "
+                "expected files of existing data apart from the table (the table's own files are "
+                "its to manage); nothing was added")
+        if listed.special:
+            raise InvalidOptionError(
+                f"add_segment: {listed.url} below {url!r} is not a regular file (it names "
+                f"{target}: a folder, which the walk does not follow, or nothing); expected the "
+                "data files themselves, or add a linked folder on its own; nothing was added")
+        if target in seen:
+            raise InvalidOptionError(
+                f"add_segment: {listed.url} and {seen[target]} below {url!r} are one file, "
+                f"{target} (a symbolic link); expected each file once; nothing was added")
+        seen[target] = listed.url
 
 
 def _url(path: Any) -> str:

@@ -9,9 +9,13 @@ table, in order: ADD SEGMENT checked that when it recorded the file.
 
 Every external file is read whole, in file order, by pyarrow's reader of its format, so a row's
 position (what the record index and delete deltas record) is its ordinal in that read, the same
-every time the file is unchanged; ``validate()`` reports a file whose size or modification time
-changed since it was added. CSV files may start with a header line (Spark writes one only when
-asked): a first line that names the columns is a header, anything else is data.
+every time the file is unchanged. So a file is only read as it was added: ADD SEGMENT records its
+size, rows and ``version`` (what the storage changes whenever the bytes change: S3's ETag, the
+modification time elsewhere), and a reader that opens it, or a keyed write that deletes rows of
+it by position, compares them first (:class:`ExternalRecord`); a changed file raises
+``CorruptMetadataError`` naming it, and ``validate()`` reports it. CSV files may start with a
+header line (Spark writes one only when asked): a first line that names the columns is a header,
+anything else is data.
 
 The filesystem of an external URL comes from fsspec, with the table's ``storage_options`` when
 the URL has the table's protocol and those given to ``add_segment`` in this process otherwise
@@ -31,6 +35,7 @@ from datetime import datetime
 from typing import Any, Final
 
 import fsspec
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -104,6 +109,72 @@ def modified_ms(info: dict[str, Any]) -> int | None:
     return None
 
 
+def file_version(info: Mapping[str, Any]) -> str | None:
+    """What a listing entry says changes whenever the file's bytes do, as text: the ETag where
+    the storage keeps one (S3, GCS, Azure: a new one for every write, even within one second),
+    else the modification time at the storage's full resolution (local disk: nanoseconds on
+    kernels with fine-grained timestamps; memory: microseconds). None if it says neither."""
+    for key in ("ETag", "etag"):
+        value = info.get(key)
+        if isinstance(value, str) and value.strip('"'):
+            return f"etag:{value.strip(chr(34))}"
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+        value = info.get(key)
+        # One spelling whichever call answered (memory's listing gives a float, its info a
+        # datetime): seconds as the float's shortest exact text.
+        if isinstance(value, datetime):
+            return f"{key}:{value.timestamp()!r}"
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return f"{key}:{float(value)!r}"
+        if isinstance(value, str) and value:
+            return f"{key}:{value}"
+    return None
+
+
+class ExternalRecord(msgspec.Struct, frozen=True):
+    """What ADD SEGMENT recorded of one external file (its ``files`` record): a reader finding
+    anything else finds another file under the same name."""
+
+    size: int
+    rows: int
+    #: :func:`file_version` when added; None in records written before it was kept.
+    version: str | None = None
+    #: The modification time (epoch ms) when added: the only stamp of older records.
+    modified_ms: int | None = None
+
+    def describe(self) -> str:
+        stamp = (f"version {self.version}" if self.version is not None
+                 else f"modified at {self.modified_ms} ms" if self.modified_ms is not None else "")
+        return ", ".join(part for part in (f"{self.size} bytes", f"{self.rows} rows", stamp) if part)
+
+
+def external_records(files: pa.Table) -> dict[str, ExternalRecord]:
+    """The :class:`ExternalRecord` of every external file among rows ``files`` of the ``files``
+    partition (live or removed: time travel reads removed files too)."""
+    if not files.num_rows:
+        return {}
+    external = files.filter(pc.match_substring(files["path"], "://"))
+    if not external.num_rows:
+        return {}
+    columns = {name: (external[name].to_pylist() if name in external.column_names
+                      else [None] * external.num_rows)
+               for name in ("path", "size", "rows", "version", "modified_ms")}
+    return {path: ExternalRecord(size, rows, version, modified)
+            for path, size, rows, version, modified in zip(
+                columns["path"], columns["size"], columns["rows"], columns["version"],
+                columns["modified_ms"], strict=True)
+            if size is not None and rows is not None}
+
+
+def changed_file(url: str, record: ExternalRecord, found: str) -> CorruptMetadataError:
+    """The error of an external file found different from its record."""
+    return CorruptMetadataError(
+        url, f"the external file as ADD SEGMENT recorded it ({record.describe()})",
+        f"{found}: it changed outside the table, which reads it in place, so its rows and "
+        "positions (delete deltas, the record index) no longer hold; put the file back as it was "
+        "added, or delete its segment and add the folder again as a new one")
+
+
 def partition_values(url: str, schema: pa.Schema, partition_by: Sequence[str]) -> dict[str, Any]:
     """The partition values of external file ``url``, from its last folders' names, typed like
     the table's columns (``None`` for Hive's null folder)."""
@@ -166,12 +237,62 @@ class ExternalReader:
     """Reads external files for one table: whole, in file order, as the table's columns."""
 
     def __init__(self, schema: pa.Schema, partition_by: Sequence[str],
-                 options: dict[str, dict[str, Any]] | None = None) -> None:
+                 options: dict[str, dict[str, Any]] | None = None,
+                 recorded: dict[str, ExternalRecord] | None = None) -> None:
         self.schema = schema
         self.partition_by = list(partition_by)
         #: URL prefix -> storage options: the table's own for its protocol (``s3://``), and those
         #: given to add_segment for the folder it added. The longest matching prefix wins.
         self.options: dict[str, dict[str, Any]] = dict(options or {})
+        #: URL -> what ADD SEGMENT recorded of it: a file is read only as it was added. A
+        #: ``files`` record is written once, so what a snapshot taught the reader stays true.
+        self.recorded: dict[str, ExternalRecord] = dict(recorded or {})
+
+    def remember(self, files: pa.Table) -> None:
+        """Learn the records of the external files among rows ``files`` of the ``files``
+        partition (the snapshot or write state about to open them)."""
+        if not files.num_rows:
+            return
+        external = files.filter(pc.match_substring(files["path"], "://"))
+        if external.num_rows and not all(path in self.recorded
+                                         for path in external["path"].to_pylist()):
+            self.recorded.update(external_records(external))
+
+    def resolve(self, url: str) -> str:
+        """The URL of the file ``url`` names, symbolic links followed (local disk: one file under
+        every spelling; other filesystems have no links)."""
+        return canonical_url(url)
+
+    def check(self, url: str, file_format: str) -> None:
+        """Raise ``CorruptMetadataError`` unless external file ``url`` is what ADD SEGMENT
+        recorded: its size and version from the storage, and (Parquet, ORC) the footer's rows.
+        Without a record, nothing to compare."""
+        record = self.recorded.get(url)
+        if record is None:
+            return
+        with self.open(url) as handle:
+            self._compare(url, record, handle)
+            if file_format == "parquet":
+                self._compare_rows(url, record, pq.ParquetFile(handle).metadata.num_rows)
+            elif file_format == "orc":
+                self._compare_rows(url, record, porc.ORCFile(handle).nrows)
+
+    def _read_checked(self, url: str, record: ExternalRecord, handle: Any, file_format: str,
+                      stored: pa.Schema, columns: Sequence[str]) -> pa.Table:
+        """``read_format``, the file compared with ``record`` first (rows: from the footer the
+        read opens anyway, or after the read for CSV and JSON)."""
+        self._compare(url, record, handle)
+        if file_format == "parquet":
+            parquet = pq.ParquetFile(handle)
+            self._compare_rows(url, record, parquet.metadata.num_rows)
+            return parquet.read(columns=list(columns), use_threads=False)
+        if file_format == "orc":
+            orc = porc.ORCFile(handle)
+            self._compare_rows(url, record, orc.nrows)
+            return orc.read(columns=list(columns))
+        table = read_format(handle, file_format, stored, columns)
+        self._compare_rows(url, record, table.num_rows)
+        return table
 
     def options_for(self, url: str) -> dict[str, Any]:
         """The storage options to open ``url`` with (the longest prefix of it that has some)."""
@@ -184,7 +305,36 @@ class ExternalReader:
 
     def open(self, url: str) -> Any:
         filesystem, path = self.filesystem(url)
+        if url in self.recorded:
+            # A listing cached in this process (S3's) would answer for the file as it was:
+            # ask the storage, at the open it does anyway.
+            filesystem.invalidate_cache(path)
         return filesystem.open(path, "rb")
+
+    def _compare(self, url: str, record: ExternalRecord, handle: Any) -> None:
+        """Compare the size and version of the file open as ``handle`` with ``record``."""
+        info = getattr(handle, "details", None)  # what s3fs learnt when it opened the file
+        if not isinstance(info, dict) or info.get("size") is None:
+            # After the open: a file replaced before it is seen replaced, not read.
+            filesystem, path = self.filesystem(url)
+            info = filesystem.info(path)
+        size = int(info.get("size") or 0)
+        if record.version is not None:
+            stamp = file_version(info)
+            same = stamp == record.version
+            found = f"{size} bytes, version {stamp}"
+        else:  # an older record: the millisecond stamp, where the storage gives one
+            modified = modified_ms(info)
+            same = record.modified_ms is None or modified is None or modified == record.modified_ms
+            found = f"{size} bytes, modified at {modified} ms"
+        if size != record.size or not same:
+            raise changed_file(url, record, found)
+
+    @staticmethod
+    def _compare_rows(url: str, record: ExternalRecord, rows: int) -> None:
+        """A rewrite the version cannot show (a clock tick too coarse) may still show in rows."""
+        if rows != record.rows:
+            raise changed_file(url, record, f"{rows} rows")
 
     def read(self, url: str, file_format: str, columns: Sequence[str] | None = None, *,
              data: bytes | None = None) -> pa.Table:
@@ -202,7 +352,9 @@ class ExternalReader:
             table = read_format(io.BytesIO(data), file_format, stored, from_file)
         else:
             with self.open(url) as handle:
-                table = read_format(handle, file_format, stored, from_file)
+                record = self.recorded.get(url)
+                table = read_format(handle, file_format, stored, from_file) if record is None \
+                    else self._read_checked(url, record, handle, file_format, stored, from_file)
         folders = partition_values(url, self.schema, self.partition_by) if \
             any(name in self.partition_by for name in wanted) else {}
         for name, value in folders.items():

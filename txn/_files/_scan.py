@@ -109,6 +109,17 @@ def raise_for_files(store: DataStore, paths: Sequence[str], schema: pa.Schema,
                        f"{type(error).__name__}: {error}") from error
 
 
+def check_external(store: DataStore, paths: Sequence[str], formats: Sequence[str]) -> None:
+    """Refuse external files among ``paths`` (of ``formats``) that are not what ADD SEGMENT
+    recorded, before a plan relies on their row positions or hands them to another reader
+    (Spark's): ``CorruptMetadataError`` naming the file. One open and footer read per external
+    file; the table's own files are not opened."""
+    for path, file_format in zip(paths, formats, strict=True):
+        if is_external(path):
+            with reading_file(path, expected(file_format)):
+                store.external_reader().check(path, file_format)
+
+
 def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expression | None,
               columns: Sequence[str], deleted: Positions | None = None,
               file_format: str = "parquet") -> tuple[pa.Table, Positions]:

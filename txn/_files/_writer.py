@@ -91,6 +91,8 @@ class FileStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: An external segment's file: its format and last modification (epoch ms) when added.
     format: str = "parquet"
     modified_ms: int | None = None
+    #: An external segment's file: what its storage changes with every write (``file_version``).
+    version: str | None = None
 
 
 def marker_path(file_name: str) -> str:

@@ -126,6 +126,8 @@ class Snapshot:
         self._load_column_stats = load_column_stats
         assert metadata.files is not None
         self._files = live(metadata.files)
+        if store.external is not None:  # what its reads compare the external files with
+            store.external.remember(metadata.files)
         self._metadata = metadata
         self._table: pa.Table | None = None
         self._with_stats: pa.Table | None = None

@@ -54,6 +54,7 @@ from .._files import (
     MARKERS_FOLDER,
     LiveDeltas,
     check_data_file,
+    file_version,
     is_external,
     marker_instant,
     modified_ms,
@@ -382,12 +383,17 @@ def _check_external(context: TableContext, row: dict[str, Any]) -> list[Problem]
         return [Problem("unreadable file", path, f"{type(exc).__name__}: {exc}")]
     size = int(info.get("size") or 0)
     modified = modified_ms(info)
-    if size != row["size"] or (row.get("modified_ms") is not None and modified is not None
-                               and modified != row["modified_ms"]):
+    version = file_version(info)
+    if row.get("version") is not None:  # older records have the millisecond stamp only
+        same = version == row["version"]
+    else:
+        same = row.get("modified_ms") is None or modified is None or modified == row["modified_ms"]
+    if size != row["size"] or not same:
         return [Problem("changed external file", path,
-                        f"added with {row['size']} bytes, modified at {row.get('modified_ms')} ms; "
-                        f"now {size} bytes, modified at {modified} ms: the table reads it in place, "
-                        "so its rows changed outside the table")]
+                        f"added with {row['size']} bytes, modified at {row.get('modified_ms')} ms "
+                        f"(version {row.get('version')}); now {size} bytes, modified at {modified} "
+                        f"ms (version {version}): the table reads it in place, so its rows changed "
+                        "outside the table")]
     try:
         rows = check_data_file(context.store, path, context.schema, row["format"])
     except TxnError as exc:

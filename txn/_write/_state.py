@@ -28,7 +28,7 @@ from .._commit import (
     producer_record,
 )
 from .._context import CLEAN_ACTION, Commit, TableContext
-from .._files import LiveDeltas
+from .._files import LiveDeltas, check_external, is_external
 
 log = logging.getLogger("metatxn")
 
@@ -53,6 +53,8 @@ def read_state(context: TableContext) -> State:
     last = view.last_completed()
     metadata = context.metadata_at(view, None, (FILES, DELETES))
     assert metadata.files is not None
+    if context.store.external is not None:  # what its scans compare the external files with
+        context.store.external.remember(metadata.files)
     return State(view, last.completed_at if last else None, metadata, live(metadata.files),
                  LiveDeltas.of(context.store, metadata.deletes))
 
@@ -112,7 +114,10 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
 
     def remembered(state: State) -> Change | None:
         read_at.append(state.read_at)
-        return plan(state)
+        change = plan(state)
+        if change is not None:
+            check_external_deletes(context, state, change)
+        return change
 
     for retries in range(REPLANS + 1):
         read_at.clear()
@@ -134,6 +139,19 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
             reason = "a clean removed a file of the state it read"
         log.info("write planned again: %s (retry %d of %d)", reason, retries + 1, REPLANS)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def check_external_deletes(context: TableContext, state: State, change: Change) -> None:
+    """Refuse to delete rows by position from an external file that is not what ADD SEGMENT
+    recorded: the record index and the planned positions describe the file as it was, so a delta
+    would delete other rows (``CorruptMetadataError`` naming it). One open and footer read per
+    external file the change deletes from; a write into the table's own files pays nothing."""
+    external = [path for path in change.deleted if is_external(path)]
+    if not external:
+        return
+    files = state.live_files.filter(pc.is_in(state.live_files["path"],
+                                             value_set=pa.array(external, pa.string())))
+    check_external(context.store, files["path"].to_pylist(), files["format"].to_pylist())
 
 
 def app_progress(app_id: object, version: object) -> Progress | None:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .._files import ExternalReader
+from .._files import ExternalReader, expected, reading_file
 
 #: Formats whose files Spark scans itself. CSV and JSON are read by metatxn's reader: Spark's
 #: text dialects (CSV escapes, null and header rules; JSON timestamp and number parsing) could
@@ -78,6 +78,11 @@ def external_frames(spark: Any, spark_schema: Any, reader: ExternalReader,
 
     names = reader.schema.names
     levels = len(reader.partition_by)
+    # Spark's scans neither know nor check what ADD SEGMENT recorded: the driver does, once per
+    # file, when it plans the job (a file changed after that is Spark's to read as it is).
+    for location, file_format, _ in files:
+        with reading_file(location, expected(file_format)):
+            reader.check(location, file_format)
     groups: dict[tuple[str, str], list[str]] = {}
     by_reader: list[tuple[str, str, list[int]]] = []
     for location, file_format, positions in files:

@@ -42,7 +42,7 @@ from timeline import DuplicateKeyError, InvalidOptionError, Timeline, open_stora
 
 from .._commit import Change, Pending, Written, commit_begun, protocol_of
 from .._context import ACTION_OF, TableContext, open_context, target_file_bytes
-from .._files import DataStore, ExternalReader, LiveDeltas, read_positions, scan_file
+from .._files import DataStore, ExternalReader, LiveDeltas, check_external, read_positions, scan_file
 from .._read import snapshot as read_snapshot
 from .._rows import describe, repeated
 from .._write import State, find_keys, latest
@@ -99,6 +99,9 @@ class _Reader(DataSourceReader):
         self._partition_by = table.partition_by
         self._files = [(f.path.removeprefix(prefix), [d.removeprefix(prefix) for d in f.delete_files],
                         f.format) for f in snapshot.files()]
+        # The executors' readers know nothing of what ADD SEGMENT recorded: checked here.
+        check_external(table.store, [path for path, _, _ in self._files],
+                       [file_format for _, _, file_format in self._files])
 
     def partitions(self) -> list[InputPartition]:
         return [_File(path, deltas, file_format) for path, deltas, file_format in self._files] \

@@ -99,8 +99,8 @@ def same_rows(actual: pa.Table, expected: pa.Table) -> None:
 
 # -- what "nothing was written" means ---------------------------------------------------------------
 
-def table_state(t: txn.Table) -> dict[str, Any]:
-    """Everything a refused request must leave as it was."""
+def table_state(t: txn.Table, *, rows: bool = True) -> dict[str, Any]:
+    """Everything a refused request must leave as it was (``rows``: read them too)."""
     folder = t.uri.removeprefix("file://")
     listing = sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*") if p.is_file()) \
         if os.path.isdir(folder) else None
@@ -108,7 +108,7 @@ def table_state(t: txn.Table) -> dict[str, Any]:
         "timeline": [(i.time, i.action, i.state) for i in t.timeline()],
         "segments": [(s.id, s.status, s.format, s.external, s.path, tuple(s.partitions), s.rows)
                      for s in t.segments()],
-        "rows": sort_rows(t.to_arrow()).to_pylist() if t.segments() else [],
+        "rows": sort_rows(t.to_arrow()).to_pylist() if t.segments() and rows else [],
         "files": listing,
     }
 

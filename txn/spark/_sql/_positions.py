@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 from timeline import open_storage
 
 from ..._context import TableContext
-from ..._files import DataStore, ExternalReader, scan_file
+from ..._files import DataStore, ExternalReader, check_external, scan_file
 from ..._read import snapshot_at
 from ..._write import State
 from .._types import spark_schema
@@ -76,6 +76,10 @@ def located_rows(spark: Any, context: TableContext, state: State, pruning: ds.Ex
         listing.append((path, data_file.format, state.deltas.positions(path).tolist()))
     if not listing:
         return spark.createDataFrame([], located)
+    # Positions are what the job is for: the executors' readers do not know what ADD SEGMENT
+    # recorded, so the external files are checked here.
+    check_external(context.store, [path for path, _, _ in listing],
+                   [file_format for _, file_format, _ in listing])
     job = _Scan(uri=context.uri, storage_options=context.storage_options,
                 schema=context.schema.serialize().to_pybytes(), partition_by=list(context.partition_by),
                 external_options=dict(context.store.external_reader().options),
