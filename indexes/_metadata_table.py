@@ -1043,10 +1043,10 @@ class MetadataTable:
         commit touches, whose chain's top is an old compaction's run, holds nothing active: the
         active metadata timeline stays bounded however many commits the table takes.
         """
-        usable = self._completed_compactions()
         view = self.timeline.view(lease)
         if len(view.completed()) <= self.timeline.options.archive_trigger:
             return []
+        usable = self._completed_compactions()
         newest = max((i.time for i in view.completed() if i.action == "compaction"), default=None)
         fence = min(filter(None, (min(usable, default=None), newest)), default=None)
         for instant in view.rolled_back():
