@@ -5,6 +5,7 @@ table of its own under ``_metadata/``, updated under the table lock in the same 
 data write, and read by trusting only instants completed on the data timeline.
 """
 
+from ._compactions import DoneCompactions
 from ._keys import key_hash, shard_of
 from ._layout import (
     COLUMN_STATS,
@@ -89,6 +90,7 @@ __all__ = [
     "STREAMS",
     "STREAMS_SCHEMA",
     "SUCCESS",
+    "DoneCompactions",
     "MetadataChanges",
     "MetadataOptions",
     "MetadataSnapshot",

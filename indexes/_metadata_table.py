@@ -57,6 +57,7 @@ from timeline import (
 )
 
 from ._blocks import MISSING, decoding, missing_block, read_block, write_block
+from ._compactions import DoneCompactions
 from ._index_layout import DEFAULT_SHARD_MAX_ENTRIES
 from ._layout import (
     COLUMN_STATS,
@@ -696,11 +697,12 @@ class MetadataTable:
         self._check_resolvable(bound)
         return entries
 
-    def done_compactions(self) -> set[str]:
-        """The times of the completed metadata compactions on the active metadata timeline."""
+    def done_compactions(self) -> DoneCompactions:
+        """The completed metadata compactions: those on the active metadata timeline, and the
+        archived ones (see ``indexes._compactions``)."""
         view = self.timeline.load()
         self._deltacommits = {i.time: i for i in view.completed() if i.action == "deltacommit"}
-        return {i.time for i in view.completed() if i.action == "compaction"}
+        return DoneCompactions.of(view)
 
     def read_retention(self) -> str | None:
         """The oldest completion time snapshots can still resolve at (None: nothing cleaned).
@@ -1032,14 +1034,26 @@ class MetadataTable:
         return min(self._completed_compactions().values(), default=_NOTHING)
 
     def archive(self, *, lease: Lease) -> list[Instant]:
-        """Archive old metadata instants, never those whose bases are still retained."""
+        """Archive old metadata instants, never those whose bases are still retained, nor the
+        newest completed compaction.
+
+        Record-index runs of archived compactions keep counting (``DoneCompactions``): the
+        newest completed compaction stays active to vouch for every older one, and an aborted
+        compaction's runs are deleted here before it can be archived. So a shard node that no
+        commit touches, whose chain's top is an old compaction's run, holds nothing active: the
+        active metadata timeline stays bounded however many commits the table takes.
+        """
+        view = self.timeline.view(lease)
+        if len(view.completed()) <= self.timeline.options.archive_trigger:
+            return []
         usable = self._completed_compactions()
-        fence = min(usable, default=None)
-        if self.record_index is not None:
-            # A shard untouched for a while keeps an older base, whose compaction must stay on
-            # the active timeline to count as completed.
-            oldest = self.record_index.oldest_base_compaction(self.done_compactions())
-            fence = min(filter(None, (fence, oldest)), default=None)
+        newest = max((i.time for i in view.completed() if i.action == "compaction"), default=None)
+        fence = min(filter(None, (min(usable, default=None), newest)), default=None)
+        for instant in view.rolled_back():
+            if instant.action == "compaction":
+                # Recovery deletes before it aborts, but a failed or expired compaction aborts
+                # first (and a crash may leave its runs): once archived, its runs would count.
+                self._remove_bases(instant)
         return self.timeline.archive(lease=lease, fence_exclusive=fence)
 
 

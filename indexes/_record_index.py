@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
@@ -43,6 +43,7 @@ import pyarrow.ipc as ipc
 from timeline import CorruptMetadataError, ObjectNotFoundError, Storage
 
 from ._blocks import decoding, missing_block, read_block
+from ._compactions import DoneCompactions
 from ._index_entries import ENTRY_FIELDS as ENTRY_FIELDS
 from ._index_entries import Positions, integer_order, live_entries, spans
 from ._index_entries import index_schema as index_schema
@@ -102,7 +103,7 @@ class RecordIndex:
             or storage.uri.startswith("memory://"))
         self._footers = FooterCache()
         #: root shard -> (the completed compactions it was listed under, its files).
-        self._listings: dict[int, tuple[frozenset[str], list[str]]] = {}
+        self._listings: dict[int, tuple[Hashable, list[str]]] = {}
         self._log_layouts: dict[str, LogLayout] = {}
         #: Root shard -> the finest layout of its nodes seen (writers log in it; see write).
         self._layout: dict[int, list[Node]] = {}
@@ -236,7 +237,7 @@ class RecordIndex:
     # -- listing -------------------------------------------------------------------------------
 
     def files(self, completed: Mapping[str, str], bound: str,
-              done: set[str] | Callable[[], set[str]],
+              done: Container[str] | Callable[[], Container[str]],
               shards: Iterable[int] | None = None,
               recorded: Callable[[str], set[int]] | None = None) -> IndexFiles:
         """What resolves the index at completion time ``bound``: for each root shard of
@@ -263,8 +264,8 @@ class RecordIndex:
             self._check_recorded(result, completed, bound, None if shards is None else roots, recorded)
         return result
 
-    def _listing(self, roots: Sequence[int], done: set[str] | Callable[[], set[str]]
-                 ) -> tuple[list[str], set[str]]:
+    def _listing(self, roots: Sequence[int], done: Container[str] | Callable[[], Container[str]]
+                 ) -> tuple[list[str], Container[str]]:
         """The log folder and the files of root shards ``roots``, and the completed compactions
         to resolve them with, read *after* the listing (as ``MetadataTable`` resolves its
         partitions): a compaction that completed, and whose clean deleted the runs it replaced,
@@ -284,12 +285,12 @@ class RecordIndex:
             for root in roots:
                 listing += self.storage.list(shard_folder(root), recursive=True)
             return listing, done
-        after: set[str] = set()
+        after: Container[str] = frozenset()
         for _ in range(3):
             before = done()
-            marker = frozenset(before)
+            marker = _marker(before)
             listing = self.storage.list(INDEX_FOLDER)
-            listed: dict[int, tuple[frozenset[str], list[str]]] = {}
+            listed: dict[int, tuple[Hashable, list[str]]] = {}
             for root in roots:
                 cached = self._listings.get(root)
                 if cached is None or cached[0] != marker:
@@ -304,7 +305,7 @@ class RecordIndex:
         return listing, after
 
     def _resolve(self, listing: Iterable[str], completed: Mapping[str, str], bound: str,
-                 done: set[str], roots: Iterable[int]) -> IndexFiles:
+                 done: Container[str], roots: Iterable[int]) -> IndexFiles:
         """Resolve ``listing`` at ``bound``.
 
         Raises:
@@ -324,12 +325,12 @@ class RecordIndex:
                 raise ObjectNotFoundError(self._lost_below(node, min(stranded, key=lambda r: r.low)))
         return IndexFiles(self.shards, resolved, found, usable)
 
-    def _usable(self, runs: Iterable[RunFile], done: set[str]) -> dict[Node, list[RunFile]]:
+    def _usable(self, runs: Iterable[RunFile], done: Container[str]) -> dict[Node, list[RunFile]]:
         """The runs that count, by node: those of completed compactions, and the runs those
         were written on (``metatxn.run_below``, transitively). A completed compaction only
         writes on runs that counted, so the second kind were whole even when their own
-        compaction is no longer on the active timeline (archived: only chain tops must stay
-        there, see :meth:`compactions_in_use`) or its completed file was lost."""
+        compaction's completed file was lost. (Archived compactions are in ``done``: see
+        ``indexes._compactions``.)"""
         usable: dict[Node, list[RunFile]] = {}
         unconfirmed: dict[str, RunFile] = {}
         for run in runs:
@@ -395,7 +396,7 @@ class RecordIndex:
     # -- lookups -------------------------------------------------------------------------------
 
     def lookup(self, keys: pa.Table, completed: Mapping[str, str], bound: str,
-               done: set[str] | Callable[[], set[str]], *, instants: bool = False,
+               done: Container[str] | Callable[[], Container[str]], *, instants: bool = False,
                recorded: Callable[[str], set[int]] | None = None) -> pa.Table:
         """The merged entries of ``keys`` (columns ``key_0``...), tombstones included.
 
@@ -425,7 +426,7 @@ class RecordIndex:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _lookup(self, wanted: pa.Table, hashes: Hashes, roots: set[int],
-                completed: Mapping[str, str], bound: str, done: set[str] | Callable[[], set[str]],
+                completed: Mapping[str, str], bound: str, done: Container[str] | Callable[[], Container[str]],
                 instants: bool, recorded: Callable[[str], set[int]] | None) -> pa.Table:
         files = self.files(completed, bound, done, roots, recorded)
         self._remember(files)
@@ -607,14 +608,14 @@ class RecordIndex:
                 merged[node] = merge_entries(tables, self.schema)
         return merged
 
-    def read_all(self, completed: Mapping[str, str], bound: str, done: set[str],
+    def read_all(self, completed: Mapping[str, str], bound: str, done: Container[str],
                  recorded: Callable[[str], set[int]] | None = None) -> pa.Table:
         """Every merged entry at ``bound`` (for validation), tombstones included."""
         files = self.files(completed, bound, done, recorded=recorded)
         merged = self._merged(files, set(files.leaves))
         return pa.concat_tables(merged.values()) if merged else self.schema.empty_table()
 
-    def damaged_files(self, completed: Mapping[str, str], done: set[str],
+    def damaged_files(self, completed: Mapping[str, str], done: Container[str],
                       recorded: Callable[[str], set[int]]) -> list[CorruptMetadataError]:
         """Every index file that cannot be decoded, and a log file a completed instant recorded
         that is missing (for validation: nothing raises on damage)."""
@@ -648,7 +649,7 @@ class RecordIndex:
     # -- maintenance ---------------------------------------------------------------------------
 
     def compact(self, compaction_time: str, horizon: str, completed: Mapping[str, str],
-                done: set[str], live_files: pa.Array) -> list[str]:
+                done: Container[str], live_files: pa.Array) -> list[str]:
         """Fold, for every shard node with log entries completed in (its chain's top,
         ``horizon``], those entries into a new run of the node, merged with the runs below it
         as the tier policy says, or split the node when it outgrew ``shard_max_entries``;
@@ -715,7 +716,7 @@ class RecordIndex:
         return footer
 
     def doomed(self, oldest_needed: str, completed: Mapping[str, str],
-               done: set[str]) -> tuple[list[str], str | None]:
+               done: Container[str]) -> tuple[list[str], str | None]:
         """Runs and log files no retained snapshot needs.
 
         Each root's keys resolve at ``oldest_needed`` to nodes with chains (their *floors*).
@@ -749,25 +750,6 @@ class RecordIndex:
         tops = [files.top(node) for node, runs in files.leaves.items() if runs]
         return doomed, max(tops, default=None)
 
-    def oldest_base_compaction(self, done: set[str]) -> str | None:
-        """The oldest completed compaction among the runs on storage (they must stay usable)."""
-        return min(self.compactions_in_use(done), default=None)
-
-    def compactions_in_use(self, done: set[str]) -> set[str]:
-        """The completed compactions that must stay on the active metadata timeline: those of
-        the top run of each node's newest chain, and of every run on storage outside those
-        chains (superseded runs kept for retained snapshots, nodes a split replaced). Runs
-        below a chain's top count through the run written on them (see :meth:`_usable`), so a
-        node's bottom run, which lives until a merge reaches it, does not hold its compaction
-        (and every metadata instant after it) on the active timeline."""
-        listing = self.storage.list(INDEX_FOLDER, recursive=True)
-        usable = self._usable([run for key in listing if (run := parse_run(key, INDEX_FOLDER, self.shards))],
-                              done)
-        chains = leaves(usable, range(self.shards), self.shards, "9" * 17)
-        inside = {run.path for runs in chains.values() for run in runs[:-1]}
-        return {run.compaction_time for runs in usable.values() for run in runs
-                if run.path not in inside and run.compaction_time in done}
-
     def remove_bases(self, compaction_time: str) -> list[str]:
         """Delete the runs of a compaction that died part way (it never completes)."""
         doomed = [key for key in self.storage.list(INDEX_FOLDER, recursive=True)
@@ -800,6 +782,14 @@ class _Asked:
 
     def first_keys(self) -> list[Any]:
         return self.keys.column(0).to_pylist()  # type: ignore[no-any-return]
+
+
+def _marker(done: Container[str]) -> Hashable:
+    """What a root's cached listing is valid for: the compactions that counted when it was taken."""
+    if isinstance(done, DoneCompactions | frozenset):
+        return done
+    assert isinstance(done, Iterable), "a set of compaction times"
+    return frozenset(done)
 
 
 def _sorted_union(asked: Sequence[_Asked]) -> npt.NDArray[Any]:

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import FILES, RecordIndex
+from indexes import FILES, DoneCompactions, RecordIndex
 from timeline import (
     DuplicateKeyError,
     InvalidOptionError,
@@ -125,7 +125,7 @@ class _Lookup:
     shards: int
     completed: dict[str, str]
     bound: str
-    done: frozenset[str]
+    done: DoneCompactions
     live_files: list[str]
 
 
@@ -136,7 +136,7 @@ def _find_task(job: _Lookup, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     live = pa.array(job.live_files, pa.string())
     for batch in batches:
         keys = index_keys(pa.Table.from_batches([batch]), job.key_columns)
-        entries = index.lookup(keys, job.completed, job.bound, set(job.done))
+        entries = index.lookup(keys, job.completed, job.bound, job.done)
         alive = entries.filter(pc.and_(pc.invert(entries["deleted"]),
                                        pc.is_in(entries["file"], value_set=live)))
         yield pa.RecordBatch.from_pydict({"file": alive["file"].combine_chunks(),
@@ -179,7 +179,7 @@ def _find_existing_rows(table: TableContext, df: Any, state: State) -> pa.Table:
         uri=table.uri, storage_options=table.storage_options, key_columns=columns,
         key_types=pa.schema([table.schema.field(c) for c in columns]).serialize().to_pybytes(),
         shards=index.shards, completed={i.time: i.completed_at or "" for i in state.view.completed()},
-        bound=state.read_at, done=frozenset(table.metadata.done_compactions()),
+        bound=state.read_at, done=table.metadata.done_compactions(),
         live_files=state.live_files["path"].to_pylist())
     found = df.select(*columns).mapInArrow(functools.partial(_find_task, job), "file string, position long")
     return found.toArrow()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import txn
@@ -211,3 +212,69 @@ def test_a_failing_maintenance_never_fails_the_commit(
     assert table.to_arrow().num_rows == 12
     assert "table maintenance after a commit failed" in caplog.text
     assert [state for _, state in metadata_instants(table)] == ["rolledback", "rolledback"]
+
+
+def active_metadata_instants(table: txn.Table) -> int:
+    timeline = Timeline(PrefixedStorage(table._context.storage, METADATA_FOLDER), owner="test")
+    return len(timeline.load().instants)
+
+
+def test_untouched_shards_never_hold_the_metadata_timeline_active(memory_uri: str) -> None:
+    # Every shard gets a run from the first compaction; then single-key upserts touch one shard
+    # only, so 63 shards keep that run as their chain's top for good. It used to fence metadata
+    # archival: 78 active metadata instants after 60 upserts, 158 after 120 (issue 22, item 8).
+    table = create(memory_uri, **{"record_index.shards": "64", "timeline.archive.trigger": "5",
+                                  "timeline.archive.retain": "4"})
+    table.append(rows(0, 640))
+    commits, active = [], []
+    for i in range(45):
+        commits.append(table.upsert(rows(7, 1).set_column(1, "v", pa.array([f"u{i}"]))))
+        active.append(active_metadata_instants(table))
+    # Bounded by what retention keeps (design/metadata-table.md): the deltacommits of the last
+    # retain_commits + compact_after (13) commits and the compactions among them.
+    assert max(active[20:]) <= 20, active
+    assert active[-1] <= active[20] + 1, active
+    fresh = txn.open_table(memory_uri)
+    # Untouched shards resolve through their old runs, whose compaction is archived.
+    found = fresh.lookup(pa.table({"k": list(range(0, 640, 11))}))
+    assert sorted(found["k"].to_pylist()) == list(range(0, 640, 11))
+    fresh.upsert(rows(300, 2).set_column(1, "v", pa.array(["x", "y"])))
+    assert fresh.to_arrow().num_rows == 640
+    assert fresh.lookup(pa.table({"k": [7]})).num_rows == 1
+    # Time travel within retention reads exactly.
+    oldest_retained = commits[-9]
+    assert oldest_retained is not None
+    past = fresh.to_arrow(as_of=oldest_retained.instant)
+    assert past.num_rows == 640
+    assert past.filter(pc.equal(past["k"], 7))["v"].to_pylist() == ["u36"]
+    assert fresh.validate().problems == []
+
+
+def test_an_aborted_compaction_leaves_no_run_behind_once_archived(memory_uri: str) -> None:
+    # A compaction aborted before its runs were deleted (a maintainer that died between the
+    # two): archived with its runs on storage, they would count as a completed compaction's.
+    clock = FakeClock()
+    table = create(memory_uri, "manual", clock=clock, **{"timeline.archive.trigger": "5",
+                                                         "timeline.archive.retain": "4"})
+    for i in range(3):
+        table.append(rows(10 * i))
+    metadata = table._context.metadata
+    with table._context.timeline.lock() as lease:
+        view = table._context.timeline.view(lease)
+        order = [(i.time, i.completed_at or "") for i in view.completed()]
+        instant = metadata.begin_compaction(order, lease=lease, data_max_time=view.max_time())
+    assert instant is not None
+    metadata.build_compaction(instant, order)
+    with table._context.timeline.lock() as lease:
+        metadata.timeline.abort(metadata.timeline.view(lease).get(instant.time), lease=lease)
+    assert [b for b in bases(table) if instant.time in b]
+    for i in range(12):
+        clock.advance(1000)
+        table.upsert(rows(3 * i, 3).set_column(1, "v", pa.array(["w"] * 3)))
+        table.maintain()
+    timeline = Timeline(PrefixedStorage(table._context.storage, METADATA_FOLDER), owner="test")
+    assert instant.time not in {i.time for i in timeline.load().instants}
+    assert [i.state for i in timeline.history() if i.time == instant.time] == ["rolledback"]
+    assert [b for b in bases(table) if instant.time in b] == []
+    assert txn.open_table(memory_uri).lookup(pa.table({"k": list(range(36))})).num_rows == 36
+    assert table.validate().problems == []
