@@ -198,15 +198,17 @@ def _leftovers(storage: Storage, on_storage: Iterable[str], files: pa.Table,
     purged = set()
     for part in (files, deletes):
         purged.update(part.filter(pc.is_null(part["deleted"]))["path"].to_pylist())
+    return _still_there(storage, [p for p in on_storage if p in purged and _inside(p)], LEFTOVER)
+
+
+def _still_there(storage: Storage, paths: Iterable[str], reason: str) -> list[CleanEntry]:
+    """An entry for each of ``paths`` still on storage (another clean may have just deleted it)."""
     found = []
-    for path in on_storage:
-        if path not in purged or not _inside(path):
-            continue
+    for path in paths:
         try:
-            size = storage.size(path)
+            found.append(CleanEntry(path=path, size=storage.size(path), reason=reason))
         except ObjectNotFoundError:
             continue
-        found.append(CleanEntry(path=path, size=size, reason=LEFTOVER))
     return found
 
 
@@ -240,19 +242,15 @@ def _orphans(storage: Storage, view: TimelineView, on_storage: Iterable[str], re
     newest = view.max_time() or ""
     outside = tuple(f"{entry.path.strip('/')}/" for entry in segments.values()
                     if entry.external and entry.path)
-    found = []
+    candidates = []
     for path in on_storage:
         if path in referenced or path in claimed or not _inside(path) or path.startswith(outside):
             continue
         writer = marker_instant(path)
         if not _is_time(writer) or writer in pending or writer > newest or writer >= last.time:
             continue
-        try:
-            size = storage.size(path)
-        except ObjectNotFoundError:
-            continue
-        found.append(CleanEntry(path=path, size=size, reason=ORPHAN))
-    return found
+        candidates.append(path)
+    return _still_there(storage, candidates, ORPHAN)
 
 
 def _expired_trash(storage: Storage, view: TimelineView, trash: Iterable[str], now: int,
