@@ -78,9 +78,12 @@ def test_a_snapshot_expired_while_it_is_read_raises(
     ``files`` base it had read and a ``deletes`` listing without the base and blocks cleaning
     had just removed: the 5 rows the update replaced came back beside their new versions."""
     table = keyed_table(memory_uri, retain=2)
-    table.append(batch(list(range(12)))); table.maintain()
-    update = table.update(pc.field("k") < 5, {"v": "b"}); table.maintain()
-    table.append(batch([100])); table.maintain()
+    table.append(batch(list(range(12))))
+    table.maintain()
+    update = table.update(pc.field("k") < 5, {"v": "b"})
+    table.maintain()
+    table.append(batch([100]))
+    table.maintain()
     table.delete(pc.field("k") == 100)  # its maintenance runs inside the read below
     with pytest.raises(txn.SnapshotExpiredError):
         read_racing_maintenance(memory_uri, update.instant)
@@ -94,9 +97,12 @@ def test_a_retained_snapshot_read_while_a_newer_base_replaces_its_own_is_exact(
     the reader's base included; the snapshot stays retained (the new base resolves it), so the
     reader must resolve again from a fresh listing rather than miss the deltas cleaned away."""
     table = keyed_table(memory_uri, retain=1)
-    table.append(batch(list(range(12)))); table.maintain()
-    table.append(batch([200])); table.maintain()
-    table.delete(pc.field("k") == 200); table.maintain()
+    table.append(batch(list(range(12))))
+    table.maintain()
+    table.append(batch([200]))
+    table.maintain()
+    table.delete(pc.field("k") == 200)
+    table.maintain()
     update = table.update(pc.field("k") < 5, {"v": "b"})  # compacted inside the read below
     expected = sorted(table.to_arrow().to_pylist(), key=lambda row: row["k"])
     assert len(expected) == 12
