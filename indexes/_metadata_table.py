@@ -534,7 +534,7 @@ class MetadataTable:
         missed a base it should have used, and cleaning to that base's floor may have deleted
         what it listed, or before it listed it. Costs one listing; a horizon is read only for a
         compaction it did not use that began after ``lowest`` (a horizon is always below its
-        compaction's time). An unreadable horizon counts as ``bound`` and is returned as None."""
+        compaction's time). One whose horizon cannot be read counts, its horizon None."""
         for instant in self.timeline.load().completed():
             if instant.action != "compaction":
                 continue
