@@ -48,6 +48,7 @@ from timeline import (
     ObjectNotFoundError,
     PrefixedStorage,
     Storage,
+    StorageError,
     Timeline,
     TimelineOptions,
     TxnError,
@@ -170,6 +171,8 @@ _RECORDED_KEPT = 16_384
 #: Deltacommits read in parallel when a check finds several it has not seen (storage latency
 #: dominates: a cold check costs about one round trip per this many instants).
 _RECORD_READERS = 16
+#: Resolutions of one snapshot before giving up on a metadata table that keeps changing under it.
+_RESOLVE_ATTEMPTS = 3
 #: Deltacommit reads of one check are made one after the other for at most this long.
 _SERIAL_BUDGET_S = 0.002
 
@@ -477,20 +480,76 @@ class MetadataTable:
         data instant in the window recorded in its deltacommit must be there: a block still
         missing after listing again is damage, never fewer rows.
 
+        A resolution that read every file it listed is still checked afterwards (validate after
+        read), because a file cleaning deleted before we listed its folder is simply not listed,
+        and the deltacommits that would reveal it may be archived or unreadable. Cleaning
+        publishes its floor before it deletes anything, and deletes only what a base of a
+        completed compaction supersedes; so the result is exact if, read after it, the floor
+        is still at or below ``upper_inclusive`` and no compaction this resolution did not use
+        has completed with a horizon at or below it (else a fresher listing picks that base:
+        resolve again).
+
         Raises:
-            SnapshotExpiredError: the snapshot is older than what the table retains.
+            SnapshotExpiredError: the snapshot is older than what the table retains (also when
+                cleaning expired it while it was being resolved).
             CorruptMetadataError: a block or base cannot be decoded, or a block a completed
                 instant recorded is missing.
+            StorageError: metadata compactions kept completing under every attempt.
         """
-        for attempt in range(3):
+        bound = upper_inclusive or "9" * 17
+        newer: tuple[str, str | None] | None = None
+        for attempt in range(_RESOLVE_ATTEMPTS):
             try:
-                return self._resolve(completed, upper_inclusive, partitions=partitions, since=since)
+                resolved, usable, lows = self._resolve(completed, upper_inclusive,
+                                                       partitions=partitions, since=since)
             except FileNotFoundError as exc:
-                if attempt == 2:
+                if attempt == _RESOLVE_ATTEMPTS - 1:
                     # Cleaning deletes what snapshots older than its floor need: expired, not lost.
-                    self._check_resolvable(upper_inclusive or "9" * 17)
+                    self._check_resolvable(bound)
                     raise missing_block(exc) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+                continue
+            self._check_resolvable(bound)
+            newer = self._newer_base(usable, min(lows.values()), bound) if lows else None
+            if newer is None:
+                return resolved
+        # The same completed compaction missed three times over: its base is lost. Its files
+        # base if the files listing lacked it (only a listed one makes it usable), else the base
+        # of a partition that resolved below it.
+        assert newer is not None
+        compaction, horizon = newer
+        if horizon is not None:
+            lacking = FILES if compaction not in usable or FILES not in lows else next(
+                (p for p, low in lows.items() if low < horizon), FILES)
+            raise missing_block(ObjectNotFoundError(base_path(
+                partition_folder(lacking), compaction, horizon, BASE_FORMAT)))
+        raise StorageError(
+            f"resolving the metadata table as of {bound}: {_RESOLVE_ATTEMPTS} attempts in a row "
+            "found a completed metadata compaction newer than the bases they read (compactions "
+            "completing while it was read, or a base of a completed compaction missing: "
+            "validate() reports that); nothing was returned")
+
+    def _newer_base(self, usable: Mapping[str, str], lowest: str,
+                    bound: str) -> tuple[str, str | None] | None:
+        """A completed compaction (time, horizon) with its horizon in ``(lowest, bound]``, if
+        any: a resolution that took merged state at ``lowest`` with compactions ``usable`` then
+        missed a base it should have used, and cleaning to that base's floor may have deleted
+        what it listed, or before it listed it. Costs one listing; a horizon is read only for a
+        compaction it did not use that began after ``lowest`` (a horizon is always below its
+        compaction's time). One whose horizon cannot be read counts, its horizon None."""
+        for instant in self.timeline.load().completed():
+            if instant.action != "compaction":
+                continue
+            horizon = usable.get(instant.time)
+            if horizon is None:
+                if instant.time <= lowest:
+                    continue
+                try:
+                    horizon = str(self.timeline.read_metadata(instant, dict)["horizon"])
+                except (FileNotFoundError, CorruptMetadataError, KeyError, TypeError):
+                    return instant.time, None  # unknown: let a fresh listing decide
+            if lowest < horizon <= bound:
+                return instant.time, horizon
+        return None
 
     def _resolve(
         self,
@@ -499,16 +558,20 @@ class MetadataTable:
         *,
         partitions: Sequence[str] = (FILES, SEGMENTS),
         since: tuple[str, MetadataSnapshot] | None = None,
-    ) -> MetadataSnapshot:
+    ) -> tuple[MetadataSnapshot, dict[str, str], dict[str, str]]:
+        """One resolution; the completed compactions (time -> horizon) it chose bases from; and
+        per partition whose folder holds bases, the horizon it took merged state at (the blocks
+        above it are what it read)."""
         bound = upper_inclusive or "9" * 17
         files_listing = self.storage.list(partition_folder(FILES))  # once: bases and blocks
         usable = self._completed_compactions(files_listing)
         read: list[str] = []
         resolved: dict[str, object] = {}
-        used_base = False
+        lows: dict[str, str] = {}
         for partition in partitions:
-            base, logs = self._plan(partition, completed, bound, usable,
-                                    files_listing if partition == FILES else None)
+            listing = files_listing if partition == FILES else \
+                self.storage.list(partition_folder(partition))
+            base, logs = self._plan(partition, completed, bound, usable, listing)
             earlier: object = None
             low = base.horizon if base is not None else ""  # the window of blocks to read
             if since is not None and since[1].has(partition) and (
@@ -516,11 +579,11 @@ class MetadataTable:
                 earlier = since[1].partition(partition)
                 logs = [b for b in logs if completed[b.instant_time] > since[0]]
                 low = since[0]
-                used_base = True
             elif base is not None:
                 earlier = read_block(self.storage, base.path, self.schemas[partition])
                 read.append(base.path)
-                used_base = True
+            if parse_listing(listing)[0]:  # a partition compaction writes no base of is no gauge
+                lows[partition] = low
             self._check_recorded(partition, logs, completed, low, bound, usable)
             blocks = [read_block(self.storage, b.path, self.schemas[partition]) for b in logs]
             read += [b.path for b in logs]
@@ -543,8 +606,6 @@ class MetadataTable:
                 resolved[partition] = extend_two_phase(earlier, blocks, self.schemas[partition])
             else:
                 resolved[partition] = merge_two_phase(blocks, self.schemas[partition])
-        if not used_base:
-            self._check_resolvable(bound)
         return MetadataSnapshot(
             files=resolved.get(FILES),
             segments=resolved.get(SEGMENTS),  # type: ignore[arg-type]
@@ -553,7 +614,7 @@ class MetadataTable:
             streams=resolved.get(STREAMS),  # type: ignore[arg-type]
             max_load_id=resolved.get("max_load_id", -1),  # type: ignore[arg-type]
             files_read=tuple(read),
-        )
+        ), usable, lows
 
     def _merge(self, partition: str, tables: list[pa.Table]) -> pa.Table:
         if partition == SEGMENTS:

@@ -295,6 +295,10 @@ class Snapshot:
         if not parts:
             empty = self._schema.empty_table()
             return empty.select(columns) if columns is not None else empty
+        if columns == []:
+            # concat_tables drops the row count of tables without columns; batches keep it.
+            return pa.Table.from_batches([b for part in parts for b in part.to_batches()],
+                                         schema=pa.schema([]))
         return pa.concat_tables(parts)
 
     def _read_parts(self, expression: ds.Expression | None, columns: list[str] | None,

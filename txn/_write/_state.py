@@ -137,6 +137,12 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
             if retries == REPLANS or not _cleaned_since(context, read_at[-1] if read_at else None):
                 raise
             reason = "a clean removed a file of the state it read"
+        except SnapshotExpiredError:
+            # The same clean, seen by a metadata read after it (each checks the floor after
+            # reading): the state it read is no longer retained.
+            if retries == REPLANS or not _cleaned_since(context, read_at[-1] if read_at else None):
+                raise
+            reason = "a clean expired the state it read"
         log.info("write planned again: %s (retry %d of %d)", reason, retries + 1, REPLANS)
     raise AssertionError("unreachable")  # pragma: no cover
 

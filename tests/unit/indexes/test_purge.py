@@ -173,7 +173,12 @@ def test_the_retention_floor_only_rises_and_names_who_raised_it(memory_uri: str)
     with table._context.timeline.lock() as lease:
         assert metadata.raise_retention(high, source="clean", lease=lease) == high
         assert metadata.raise_retention(floor.resolvable_from, source="metadata", lease=lease) == high
-    table.append(rows(range(9, 10)))  # metadata cleaning after it must not lower the floor
+    # Metadata cleaning after it must not lower the floor. (Run directly: a floor above every
+    # completion, which no clean sets, expires every snapshot, so no write could read the table.)
+    writes = sorted(_completed(table).items(), key=lambda item: item[1])
+    with table._context.timeline.lock() as lease:
+        metadata.compact(writes, lease=lease, data_max_time=writes[-1][1])
+        assert metadata.clean(writes, lease=lease)
     raised = metadata.retention_floor()
     assert raised is not None and (raised.resolvable_from, raised.source) == (high, "clean")
     assert "clean.retain_commits" in raised.help() and "clean.retain_hours" in raised.help()

@@ -85,6 +85,35 @@ def test_to_arrow_filters_and_projects(table_uri: str) -> None:
     assert sorted_rows(table.to_arrow(pc.field("id") == 4, ["id", "price"])) == [{"id": 4, "price": 2.0}]
 
 
+@pytest.mark.parametrize("keyed", [True, False])
+def test_an_empty_projection_keeps_the_row_count(table_uri: str, clock: FakeClock,
+                                                 keyed: bool) -> None:
+    """``columns=[]`` is a projection like any other: as many rows as the snapshot holds (or
+    the filter keeps) and no columns, through Table and Snapshot, for past snapshots and files
+    with delete deltas alike (found by issue 22: 0 rows for a table of 3)."""
+    table = txn.create_table(table_uri, SCHEMA, record_key="id" if keyed else None, clock=clock)
+
+    def empty(result: pa.Table, expected: int) -> None:
+        assert (result.num_rows, result.column_names) == (expected, [])
+
+    empty(table.to_arrow(columns=[]), 0)
+    first = table.append(rows(range(3)))
+    empty(table.to_arrow(columns=[]), 3)
+    clock.advance(1)
+    table.append(rows(range(3, 8), region="us"))
+    empty(table.snapshot().to_arrow(columns=[]), 8)
+    clock.advance(1)
+    table.delete(pc.field("id").isin([1, 4]))  # a delete delta on each file
+    empty(table.to_arrow(columns=[]), 6)
+    empty(table.snapshot().to_arrow(columns=[]), 6)
+    empty(table.to_arrow(pc.field("region") == "us", columns=[]), 4)
+    empty(table.snapshot().to_arrow(pc.field("id") >= 2, columns=[]), 5)
+    empty(table.to_arrow(pc.field("id") > 100, columns=[]), 0)
+    empty(table.snapshot(as_of=first.instant).to_arrow(columns=[]), 3)
+    empty(table.to_arrow(columns=[], as_of=first.instant), 3)
+    assert table.snapshot().count() == 6
+
+
 @pytest.mark.parametrize("columns", [["id", "nope"], "id", ["Id"]])
 def test_an_unknown_column_raises_invalid_option(table_uri: str, columns: object) -> None:
     table = txn.create_table(table_uri, SCHEMA)
