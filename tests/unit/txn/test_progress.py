@@ -46,7 +46,7 @@ def test_compaction_validate_and_clean_report_their_steps(tmp_path: Path) -> Non
     finished(checks["checking files"], 5)  # four compacted files and the new one
 
     cleaned = watching(t.clean)
-    finished(cleaned["moving files to the trash"], 4)
+    finished(cleaned["deleting files"], 4)  # expired compacted files are deleted, not trashed
     assert t.validate().ok and t.snapshot().count() == 40
 
 
