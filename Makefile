@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
+# Two workers, a test file per worker at a time (a Spark file keeps its session); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile
 
 .DEFAULT_GOAL := help
 .PHONY: help install install-test install-dev demo test test-long lint typecheck bench bench-quick clean
@@ -26,11 +29,11 @@ demo: install ## Set up and run the main job on ./warehouse
 	$(BIN)/metatxn demo --warehouse warehouse
 
 test: install-test ## Set up and run the whole test suite (derandomized Hypothesis examples)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 HYPOTHESIS_PROFILE ?= dev
 test-long: install-test ## The suite with random Hypothesis examples (dev: about 35 min; or =long)
-	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 lint: install-dev ## ruff over the code and tests
 	$(BIN)/ruff check txn timeline indexes tests
