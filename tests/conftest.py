@@ -1,7 +1,8 @@
 """Shared fixtures and Hypothesis profiles.
 
 Profiles: ``ci`` (the default, locally and in CI: derandomized and bounded so ``make test`` fits
-in 15 minutes on 2 cores: 11.5 on two workers), ``dev`` (random, 100 examples: ``make test-long``) and ``long``
+in 15 minutes on 2 cores: 11.5 on two workers), ``dev`` (random, 100 examples:
+``make test-long``) and ``long``
 (random, 1,000 examples: ``make test-long HYPOTHESIS_PROFILE=long``). The random profiles are run
 before resolving an issue that touches the commit protocol or the metadata table.
 """

@@ -139,3 +139,26 @@ def table_on(uri: str, storage: timeline.Storage, **kwargs: Any) -> txn.Table:
 
 def batch_reader(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(schema, batches)
+
+
+def priced(ids: list[int] | range, price: float) -> pa.Table:
+    """Rows of ``SCHEMA`` with the given ids, all with ``price``."""
+    data = rows(ids)
+    return data.set_column(data.schema.get_field_index("price"), SCHEMA.field("price"),
+                           pa.array([price] * data.num_rows, pa.float64()))
+
+
+def insert_keys(table: Any, how: str, ids: list[int], price: float, folder: Any) -> Any:
+    """An insert of new keys by one of the writes that bring keys: a keyed append, an upsert, a
+    stream's batch (the table has ``streaming=true``) or ADD SEGMENT of ``folder``."""
+    data = priced(ids, price)
+    if how == "append":
+        return table.append(data)
+    if how == "upsert":
+        return table.upsert(data)
+    if how == "stream":
+        return table.stream("feed").write(0, data)
+    assert how == "add_segment", how
+    folder.mkdir()
+    pq.write_table(data, folder / "part-0.parquet")
+    return table.add_segment(folder, "parquet")

@@ -32,13 +32,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 import txn
-from tests.unit.txn.helpers import SCHEMA, relative, rows, storage_of
+from tests.unit.txn.helpers import SCHEMA, insert_keys, priced, relative, rows, storage_of
 from txn._commit import Pending, Protocol, _change
 from txn._segments import _compact
 from txn._write import _state
@@ -52,12 +50,6 @@ LOADED = list(range(100, 105))
 
 
 # -- the table and what is in it -------------------------------------------------------------------
-
-
-def priced(ids: list[int] | range, price: float) -> pa.Table:
-    data = rows(ids)
-    return data.set_column(data.schema.get_field_index("price"), SCHEMA.field("price"),
-                           pa.array([price] * data.num_rows, pa.float64()))
 
 
 def base(uri: str, *, keyed: bool = True) -> tuple[txn.Table, txn.Table]:
@@ -332,17 +324,7 @@ INSERTS = ["append", "upsert", "stream", "add_segment"]
 
 
 def insert(table: txn.Table, how: str, ids: list[int], price: float, folder: Any) -> txn.Commit | None:
-    data = priced(ids, price)
-    if how == "append":
-        return table.append(data)
-    if how == "upsert":
-        return table.upsert(data)
-    if how == "stream":
-        return table.stream("feed").write(0, data)
-    assert how == "add_segment", how
-    folder.mkdir()
-    pq.write_table(data, folder / "part-0.parquet")
-    return table.add_segment(folder, "parquet")
+    return insert_keys(table, how, ids, price, folder)  # type: ignore[no-any-return]
 
 
 # ADD SEGMENT commits under one hold of the lock, so nothing completes beside it: never running.

@@ -27,11 +27,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 import txn
-from tests.unit.txn.helpers import SCHEMA, rows, storage_of
+from tests.unit.txn.helpers import SCHEMA, insert_keys, priced, rows, storage_of
 from timeline import Instant
 from txn._commit import Protocol, _change
 from txn._context import CommitMetadata
@@ -43,13 +42,6 @@ POINTS = ["read", "write"]
 BLIND_POINTS = ["begin", "write"]
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-def priced(ids: list[int] | range, price: float) -> pa.Table:
-    """Rows of ``SCHEMA`` with the given ids, all with ``price``."""
-    data = rows(ids)
-    return data.set_column(data.schema.get_field_index("price"), SCHEMA.field("price"),
-                           pa.array([price] * data.num_rows, pa.float64()))
 
 
 def prices(table: txn.Table) -> dict[int, float]:
@@ -289,18 +281,7 @@ def _insert_of(b: txn.Table, how: str, tmp_path: Any) -> Callable[[list[int], fl
     batch or ADD SEGMENT of a Parquet folder (the table has ``streaming=true``)."""
 
     def insert(ids: list[int], price: float) -> Any:
-        data = priced(ids, price)
-        if how == "append":
-            return b.append(data)
-        if how == "upsert":
-            return b.upsert(data)
-        if how == "stream":
-            return b.stream("feed").write(0, data)
-        assert how == "add_segment", how
-        folder = tmp_path / "external"
-        folder.mkdir()
-        pq.write_table(data, folder / "part-0.parquet")
-        return b.add_segment(folder, "parquet")
+        return insert_keys(b, how, ids, price, tmp_path / "external")
 
     return insert
 
