@@ -35,7 +35,15 @@ from timeline import (
     WorkerEnvironmentError,
 )
 
-from ._context import Commit, DataFile, MaintenanceReport, Problem, Segment, ValidationReport
+from ._context import (
+    Commit,
+    CommitProperties,
+    DataFile,
+    MaintenanceReport,
+    Problem,
+    Segment,
+    ValidationReport,
+)
 from ._read import Snapshot
 from ._segments import CleanResult
 from ._streams import Stream, StreamInfo
@@ -45,6 +53,7 @@ __all__ = [
     "CleanResult",
     "Commit",
     "CommitConflictError",
+    "CommitProperties",
     "CommitStateUnknownError",
     "CorruptMetadataError",
     "DataFile",

@@ -1,6 +1,7 @@
 """The internal table context every operation works on: configuration, table properties and their
 bounds, what is recorded on the timeline, and the public value types operations return."""
 
+from ._commit_properties import CommitProperties, commit_properties
 from ._compaction import (
     AUTO_PROPERTY,
     DEFAULT_LEVEL_THRESHOLD,
@@ -87,6 +88,7 @@ __all__ = [
     "CleanPlan",
     "Commit",
     "CommitMetadata",
+    "CommitProperties",
     "CompactionOptions",
     "DataFile",
     "IdFactory",
@@ -103,6 +105,7 @@ __all__ = [
     "check_properties",
     "clean_options",
     "column_list",
+    "commit_properties",
     "compaction_options",
     "completion_map",
     "create_context",
