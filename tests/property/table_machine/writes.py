@@ -1,0 +1,295 @@
+"""Loads and keyed writes: append, overwrite (whole or by partition), upsert, delete by keys or
+by predicate, update, and a delete by keys racing a second writer's insert.
+
+The table is keyed (``record_key="k"``) in one pair of variants and unkeyed in the other. Writes:
+
+* ``append``: unkeyed, any rows; keyed, rows with new keys (made unique and new when the action
+  runs), or on purpose one key already in the table or twice in the data, which must raise
+  DuplicateKeyError, write nothing and create no instant;
+* ``overwrite``: replaces every row (keyed: unique keys; a key twice in the data is refused);
+* ``overwrite(partitions="dynamic")``: replaces the rows of the groups ``g`` the data holds and
+  keeps the others; a segment whose live rows are all in them is marked for delete, the others
+  lose those rows (no rows: nothing is committed; keyed tables refuse it);
+* ``upsert`` (keyed): rows whose keys are partly in the table, partly new, sometimes repeated in
+  the data (the last row of a key wins);
+* ``delete(keys=...)`` (keyed), ``delete(where=...)`` (a key range, a partition value, a value
+  threshold, a disjunction, or everything) and ``update(where, values)`` (``v``, the partition
+  column ``g`` or both);
+* two writers (keyed, ``RacingDeleteKeys``): ``delete(keys=...)`` of a live key and drawn ones,
+  mostly missing, while a second writer's upsert or keyed append, run between the delete's read
+  and its commit, inserts the delete's missing keys, upserts its live one, or inserts other
+  keys. The insert is judged like any write; then the delete must fail with
+  CommitConflictError naming the insert and leave nothing when the insert wrote a key it asked
+  for (found or not), else commit after it (issue 22), or commit nothing if it found no key;
+
+A delete, update or upsert that matches nothing must return None and create no instant, whatever
+fault was armed (a fault can then only hit its reads).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Literal
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from hypothesis import event, note
+
+import txn
+from tests.property.table_machine.actions import (
+    AddSegment,
+    DeleteKeys,
+    DeleteSegments,
+    DeleteWhere,
+    Mutation,
+    RacingDeleteKeys,
+    Upsert,
+    Where,
+    Write,
+)
+from tests.property.table_machine.core import MachineCore
+from tests.property.table_machine.internals import CommitMetadata, write_state
+from tests.property.table_machine.model import HOLDS_ROWS, Acked, Expected, Row, _arrow, _sort
+from timeline import ROLLEDBACK
+
+
+def _free_key(key: int, taken: set[int]) -> int:
+    """``key`` if free, else the next free key of the drawn range (wrapping), else above it."""
+    return next(c for c in itertools.chain(range(key, 51), range(-50, key), itertools.count(51))
+                if c not in taken)
+
+
+def resolve_where(where: Where, rows: tuple[Row, ...]) -> tuple[ds.Expression | None,
+                                                                Callable[[Row], bool]]:
+    """The expression of ``where`` (None: every row) and the model's version of it."""
+    k, g, v = pc.field("k"), pc.field("g"), pc.field("v")
+    if where.kind == "keys":
+        low, high = where.low, where.low + where.span
+        return (k >= low) & (k <= high), lambda r: low <= r[0] <= high
+    if where.kind == "group":
+        if where.group is None:
+            return g.is_null(), lambda r: r[1] is None
+        group = where.group
+        return g == group, lambda r: r[1] == group
+    if where.kind == "value":
+        values = sorted(r[2] for r in rows)
+        threshold = values[where.position * len(values) // 1000] if values else 0
+        return v >= threshold, lambda r: r[2] >= threshold
+    if where.kind == "either":
+        group, low = where.group or "a", where.low
+        return (g == group) | (k <= low), lambda r: r[1] == group or r[0] <= low
+    return None, lambda r: True
+
+
+class Writes(MachineCore):
+    """Appends, overwrites, upserts, deletes and updates as the model predicts them, and the
+    delete by keys that races a second writer."""
+
+    def _expect_mutation(self, action: Mutation, serial: int, kw: dict[str, object]) -> Expected:
+        """``_expect`` of the table's writes (``kw``: app_id and version, if any)."""
+        before = self.expected
+        tag = serial * 1000
+        if isinstance(action, AddSegment):
+            return self._expect_add(action, serial)
+        if isinstance(action, Write) and action.operation == "overwrite_partitions":
+            return self._expect_partition_overwrite(action, tag, kw)
+        if isinstance(action, Write):
+            refused: type[Exception] | None = None
+            if action.operation == "append" or (self.keyed and action.clash == "batch"):
+                rows, refused = self._new_rows(action.rows, action.clash, tag)
+            else:
+                rows = [(k, g, tag + v) for k, g, v in action.rows]
+                if self.keyed:  # a keyed overwrite: the last row of each key
+                    rows = list({k: (k, g, v) for k, g, v in rows}.values())
+            self.seen_keys.update(r[0] for r in rows)
+            data = _arrow(rows)
+            if action.operation == "append":
+                return Expected("append", lambda t: t.append(data, **kw), _sort([*before, *rows]),
+                                added=len(rows), deleted=0, segment=True, refused=refused,
+                                written=_sort(rows))
+            return Expected("overwrite", lambda t: t.overwrite(data, **kw), _sort(rows), added=len(rows),
+                            deleted=len(before), segment=True, refused=refused,
+                            written=_sort(rows), replaces=True)
+        if isinstance(action, Upsert):
+            rows = [(self._key(spec), g, tag + v) for spec, g, v in action.rows]
+            self.seen_keys.update(r[0] for r in rows)
+            live = self._live()
+            last = {row[0]: row for row in rows}  # the last row of a key wins
+            data = _arrow(rows)
+            replaced = len(last.keys() & live.keys())
+            form = ("replacing and inserting" if 0 < replaced < len(last) else
+                    "replacing only" if replaced else "inserting only")
+            return Expected("upsert", lambda t: t.upsert(data, **kw), _sort(list({**live, **last}.values())),
+                            added=len(last), deleted=replaced, segment=True, noop=not rows,
+                            label=f"upsert {form}{', a key repeated' if len(last) < len(rows) else ''}",
+                            written=_sort(list(last.values())), removes=lambda row: row[0] in last)
+        if isinstance(action, DeleteKeys):
+            keys = [self._key(spec) for spec in action.keys]
+            self.seen_keys.update(keys)
+            live = self._live()
+            hit = set(keys) & live.keys()
+            return Expected("delete", lambda t: t.delete(keys=keys, **kw),
+                            _sort([row for k, row in live.items() if k not in hit]),
+                            added=0, deleted=len(hit), segment=False, noop=not hit,
+                            label=f"delete(keys) of {'only' if hit == set(keys) else 'some'} live keys",
+                            removes=lambda row: row[0] in hit)
+        if isinstance(action, DeleteSegments):
+            return self._expect_segment_delete(action)
+        expression, matches = resolve_where(action.where, before)
+        note(f"where {expression}")
+        matched = [row for row in before if matches(row)]
+        kept = [row for row in before if not matches(row)]
+        if isinstance(action, DeleteWhere):
+            condition = pc.scalar(True) if expression is None else expression
+            return Expected("delete", lambda t: t.delete(where=condition, **kw), _sort(kept), added=0,
+                            deleted=len(matched), segment=False, noop=not matched,
+                            label=f"delete(where {action.where.kind})", removes=matches)
+        sets_v, sets_g = action.sets in ("v", "both"), action.sets in ("g", "both")
+        values: dict[str, object] = {}
+        if sets_v:
+            values["v"] = tag + action.v
+        if sets_g:
+            values["g"] = action.g
+        changed = [(k, action.g if sets_g else g, tag + action.v if sets_v else v)
+                   for k, g, v in matched]
+        return Expected("update", lambda t: t.update(expression, values, **kw), _sort([*kept, *changed]),
+                        added=len(matched), deleted=len(matched), segment=True, noop=not matched,
+                        label=f"update(where {action.where.kind}) of {action.sets}",
+                        written=_sort(changed), removes=matches)
+
+    def _new_rows(self, drawn: list[Row], clash: Literal["table", "batch"] | None,
+                  tag: int) -> tuple[list[Row], type[Exception] | None]:
+        """The rows of an append or ADD SEGMENT, tagged, and the error they must raise: keyed,
+        their keys made unique and new to the table, unless ``clash`` puts a key twice in the
+        data (``batch``) or the first row on a key of the table (``table``)."""
+        rows = [(k, g, tag + v) for k, g, v in drawn]
+        if not self.keyed:
+            return rows, None
+        if clash == "batch":
+            rows.append((rows[0][0], *rows[-1][1:]))
+            return rows, txn.DuplicateKeyError
+        live = self._live()
+        taken = set(live)
+        fresh = []
+        for k, g, v in rows:
+            k = _free_key(k, taken)
+            taken.add(k)
+            fresh.append((k, g, v))
+        if clash == "table" and live:
+            keys = sorted(live)
+            fresh[0] = (keys[fresh[0][2] % 1000 * len(keys) // 1000], *fresh[0][1:])
+            return fresh, txn.DuplicateKeyError
+        return fresh, None
+
+    def _expect_partition_overwrite(self, action: Write, tag: int, kw: dict[str, object]) -> Expected:
+        """``overwrite(data, partitions="dynamic")``: the groups the data holds are replaced; a
+        segment whose live rows are all in them is marked for delete, the others lose those rows."""
+        rows = [(k, g, tag + v) for k, g, v in action.rows]
+        data = _arrow(rows)
+        before = self.expected
+
+        def call(t: txn.Table) -> object:
+            return t.overwrite(data, partitions="dynamic", **kw)
+
+        if self.keyed:
+            return Expected("overwrite", call, before, added=0, deleted=0, segment=False,
+                            refused=txn.InvalidOptionError, label="partition overwrite of a keyed table")
+        if not rows:
+            return Expected("overwrite", call, before, added=0, deleted=0, segment=False, noop=True,
+                            label="partition overwrite of no rows")
+        self.seen_keys.update(r[0] for r in rows)
+        groups = {g for _, g, _ in rows}
+        marks = frozenset(s.id for s in self.segment_model.values() if s.status in HOLDS_ROWS and s.live
+                          and all(row[1] in groups for row in s.live))
+        kept = [row for row in before if row[1] not in groups]
+        return Expected("overwrite", call, _sort([*kept, *rows]), added=len(rows),
+                        deleted=len(before) - len(kept), segment=True, written=_sort(rows),
+                        removes=lambda row: row[1] in groups, marks=marks,
+                        label="partition overwrite" + (" of every group" if not kept else ""))
+
+    def _race_delete_keys(self, action: RacingDeleteKeys) -> None:
+        """The writer deletes keys; a second writer's insert (judged like any write, by
+        ``_write``) runs once, right after the delete read the table."""
+        serial = next(self.serials)
+        keys = [self._key(spec) for spec in action.keys]
+        self.seen_keys.update(keys)
+        live = self._live()
+        hit = set(keys) & live.keys()
+        absent = sorted(set(keys) - live.keys())
+        inserts, via = action.inserts, action.via
+        if inserts == "absent" and absent:
+            inserted = absent
+        elif inserts == "present" and hit:
+            inserted, via = [min(hit)], "upsert"
+        else:
+            inserts, taken, inserted = "other", live.keys() | set(keys), []
+            for k, _, _ in action.rows:
+                inserted.append(_free_key(k, taken | set(inserted)))
+        drawn = [(k, g, v) for k, (_, g, v) in zip(inserted, itertools.cycle(action.rows),
+                                                   strict=False)]
+        insert: Mutation = (Upsert(rows=list(drawn), fault=None, wait_ms=0) if via == "upsert"
+                            else Write("append", drawn, fault=None, wait_ms=0))
+        conflict = bool(hit) and inserts != "other"
+        note(f"delete(keys={keys}) racing an {via} of {inserts} keys {inserted}")
+
+        racer_errors: list[BaseException] = []
+        read_state = write_state.read_state
+
+        def then_insert(context: object) -> object:
+            state = read_state(context)  # type: ignore[arg-type]
+            if write_state.read_state is then_insert:
+                write_state.read_state = read_state  # once: the insert reads the table too
+                saved = self.store, self.writer
+                self.store, self.writer = self._new_writer()
+                try:
+                    self._write(insert)
+                except BaseException as exc:  # judged below, not taken for the delete's error
+                    racer_errors.append(exc)
+                finally:
+                    self.store, self.writer = saved
+            return state
+
+        acked = len(self.acked)
+        started_ms = self.clock()
+        write_state.read_state = then_insert  # type: ignore[assignment]
+        try:
+            outcome, _, calls = self._armed(self.store, None, lambda: self.writer.delete(keys=keys))
+        finally:
+            write_state.read_state = read_state
+        if racer_errors:
+            raise racer_errors[0]
+        assert len(self.acked) == acked + 1, "the second writer's insert was not acknowledged"
+        made = self._instants_of(calls)
+        instant = made[0] if made else None
+        if not hit:
+            assert outcome is None and instant is None, (
+                f"a delete that found none of its keys returned {outcome!r}, instant {instant}")
+            event(f"racing delete(keys) of no live key beside an {via} of {inserts} keys")
+            return
+        assert instant is not None, f"the racing delete made no instant: {outcome!r}"
+        found = self.observer_timeline.history()
+        state = next(i for i in found if i.time == instant.time)
+        if conflict:
+            winner = self.acked[-1].instant
+            assert isinstance(outcome, txn.CommitConflictError), (
+                f"a delete of {keys} committed after an {via} of {inserted} ({winner}) that it "
+                f"did not see: {outcome!r}")
+            assert f"conflicts with {via} {winner}" in str(outcome), outcome
+            assert state.state == ROLLEDBACK, f"the conflicting delete left {state}"
+            self.failed_instants.add(instant.time)
+            self.failed_serials.add(serial)
+            self._lock_is_free()
+            event(f"racing delete(keys): conflict with an {via} of {inserts} keys")
+            return
+        assert isinstance(outcome, txn.Commit), f"racing delete(keys) failed: {outcome!r}"
+        assert state.is_completed and state.completed_at is not None
+        # The insert wrote none of the delete's keys: the delete applies to the model as it is now.
+        expected = self._expect_mutation(DeleteKeys(keys, fault=None, wait_ms=0), serial, {})
+        assert (outcome.rows_added, outcome.rows_deleted) == (0, expected.deleted) == (0, len(hit))
+        metadata = self.observer_timeline.read_metadata(state, CommitMetadata)
+        self._record(Acked(instant=state.time, completed_at=state.completed_at, operation="delete",
+                           serial=serial, rows=expected.after),
+                     self._segments_after(expected, state.time, metadata))
+        self._clean_run("delete", calls, started_ms)
+        event(f"racing delete(keys) committed after an {via} of other keys")
