@@ -284,8 +284,9 @@ class Table:
                 compaction meanwhile is not a conflict: the operations are replayed on the
                 compacted table.
         """
-        return _write.Transaction(self._context, _write.write_options(self._context,
-                                                                      commit_properties))
+        context = self._context
+        return _write.Transaction(context, _write.write_options(context, commit_properties),
+                                  after_load=lambda commit: _segments.after_load(context, commit))
 
     # -- streams -------------------------------------------------------------------------------
 

@@ -326,8 +326,11 @@ class Transaction:
     single ``append`` or the two-phase commit.
     """
 
-    def __init__(self, context: TableContext, options: WriteOptions | None) -> None:
+    def __init__(self, context: TableContext, options: WriteOptions | None, *,
+                 after_load: Callable[[Commit], None] | None = None) -> None:
         self._context = context
+        #: What runs after a commit that added a segment (auto compaction), as after an append.
+        self._after_load = after_load
         #: None: the commit options name a producer's batch committed already (nothing to do).
         self._options = options
         self._apply = _Apply(context)
@@ -389,6 +392,8 @@ class Transaction:
 
         self._result = commit_planned(self._context, plan, self._options.extra,
                                       progress=self._options.progress)
+        if self._result is not None and self._result.segment is not None and self._after_load:
+            self._after_load(self._result)
         return self._result
 
     # -- the operations -------------------------------------------------------------------------
