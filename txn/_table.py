@@ -276,7 +276,8 @@ class Table:
         ``txn.Commit``, operation ``"transaction"``, ``operations`` the names in order; None
         when nothing changed); an exception leaves the table as it was. Staged rows are held
         in memory until the commit. ``commit_properties``: as on :meth:`append`; an
-        idempotent transaction whose ``app_id`` committed its ``version`` commits nothing.
+        idempotent transaction whose ``app_id`` committed its ``version`` (found when it is
+        created) ignores its operations and commits nothing.
 
         Raises (at the commit):
             CommitConflictError: a commit that completed after the transaction's snapshot wrote a

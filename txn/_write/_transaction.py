@@ -24,6 +24,9 @@ Guarantees:
   retried (the user's code never runs twice), as single writes are planned again.
 * An operation that raises (a duplicate key, a bad argument) changes nothing staged: the
   transaction may go on, or the exception leave the block and nothing is committed.
+* Idempotent (``commit_properties`` with ``app_id``/``version``): a version its producer committed
+  already, found when the transaction is created, makes every operation a no-op and the commit
+  return None; one committed by another process meanwhile is found under the lock at the commit.
 
 Not guaranteed, by design:
 
@@ -482,6 +485,10 @@ class Transaction:
             raise InvalidOptionError(
                 "a partition-scoped tx.overwrite must be the transaction's only operation (the "
                 "partitions it replaces are those of the rows it writes); nothing was staged")
+        if self._options is None:
+            # Its producer committed this version already: a retry's operations would read the
+            # table as that commit left it (and find its own keys), so they are not applied.
+            return
         staged = self._staged
         if staged is None:
             staged = _new_staged(self._context, None if name == "overwrite" else read_state(self._context))
