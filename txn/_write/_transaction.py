@@ -36,6 +36,8 @@ Not guaranteed, by design:
   deleted from existing files. Memory grows linearly with the rows a transaction writes; a large
   load belongs in a single write or the two-phase form, which stream to storage.
 * No reads through the transaction, and no schema changes in it.
+* A transaction kept open for long may outlive its snapshot: once cleaning expired it (many
+  commits later), an operation that reads it raises ``SnapshotExpiredError``; run it again.
 * ``overwrite`` must be the transaction's first operation: whole-table (``partitions=None``) the
   operations after it see only the transaction's own rows; partition-scoped, it must be the only
   operation (which partitions it replaces is known only from the rows it writes).
@@ -324,9 +326,9 @@ class Transaction:
 
     Each operation reads the snapshot the transaction read at its first operation plus the
     transaction's own earlier operations; the block commits on a clean exit and writes nothing
-    when an exception leaves it. Staged rows are kept in memory until the commit (see the module
-    documentation of ``txn._write._transaction`` for how memory grows); large loads belong in a
-    single ``append`` or the two-phase commit.
+    when an exception leaves it. Staged rows are kept in memory until the commit, growing
+    linearly with the rows it writes (design/consistency.md); large loads belong in a single
+    ``append`` or the two-phase commit.
     """
 
     def __init__(self, context: TableContext, options: WriteOptions | None, *,
