@@ -48,6 +48,7 @@ from ._read import Snapshot
 from ._segments import CleanResult
 from ._streams import Stream, StreamInfo
 from ._table import Table, create_table, open_table
+from ._write import Transaction
 
 __all__ = [
     "CleanResult",
@@ -77,6 +78,7 @@ __all__ = [
     "Table",
     "TableExistsError",
     "TableNotFoundError",
+    "Transaction",
     "TxnError",
     "ValidationReport",
     "WorkerEnvironmentError",

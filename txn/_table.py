@@ -16,6 +16,7 @@ from . import _external, _read, _segments, _streams, _write
 from ._commit import maintain, protocol_of
 from ._context import (
     Commit,
+    CommitProperties,
     IdFactory,
     MaintenanceReport,
     Segment,
@@ -28,6 +29,7 @@ from ._context import (
 )
 from ._read import Snapshot
 from ._segments import CleanResult
+from ._write import Transaction
 
 #: What a write accepts: a pyarrow Table, a RecordBatchReader (streamed) or a pandas DataFrame.
 WriteInput: TypeAlias = "pa.Table | pa.RecordBatchReader | Any"
@@ -105,7 +107,8 @@ class Table:
     # -- writes --------------------------------------------------------------------------------
 
     def append(self, data: WriteInput, *, extra: dict[str, str] | None = None,
-               app_id: str | None = None, version: int | None = None) -> Commit | None:
+               app_id: str | None = None, version: int | None = None,
+               commit_properties: CommitProperties | None = None) -> Commit | None:
         """Load ``data`` as a new segment in one commit.
 
         Returns None, and commits nothing, when ``data`` holds no rows (as ``upsert`` and
@@ -113,6 +116,10 @@ class Table:
         one (an idempotent write; every write takes ``app_id`` and ``version``: a producer that
         retries after a failure can never commit the same version twice, even from two
         processes at once).
+
+        Commit options (on every write): ``commit_properties=txn.CommitProperties(extra=...,
+        app_id=..., version=...)``, or the same as the keywords ``extra``, ``app_id`` and
+        ``version``; not both (``InvalidOptionError``).
 
         Raises:
             SchemaMismatchError: the data's columns or types differ from the table's, or a
@@ -122,16 +129,18 @@ class Table:
             DuplicateKeyError: (keyed tables) a key of ``data`` is already in the table, or
                 appears twice in ``data``; nothing is written.
         """
-        progress = _write.app_progress(app_id, version)
-        if _write.already_committed(self._context, progress):
+        options = _write.write_options(self._context, commit_properties, extra=extra,
+                                       app_id=app_id, version=version)
+        if options is None:
             return None
-        commit = _write.append(self._context, data, extra=extra, progress=progress)
+        commit = _write.append(self._context, data, extra=options.extra, progress=options.progress)
         _segments.after_load(self._context, commit)
         return commit
 
     def overwrite(self, data: WriteInput, *, extra: dict[str, str] | None = None,
                   app_id: str | None = None, version: int | None = None,
-                  partitions: str | Mapping[str, Any] | None = None) -> Commit | None:
+                  partitions: str | Mapping[str, Any] | None = None,
+                  commit_properties: CommitProperties | None = None) -> Commit | None:
         """Replace the whole content with ``data`` in one commit (None: ``app_id`` committed
         ``version`` already, see :meth:`append`).
 
@@ -152,14 +161,16 @@ class Table:
             InvalidOptionError: a bad ``partitions``.
             SchemaMismatchError: a row of ``data`` outside the partition ``partitions`` names.
         """
-        progress = _write.app_progress(app_id, version)
-        if _write.already_committed(self._context, progress):
+        options = _write.write_options(self._context, commit_properties, extra=extra,
+                                       app_id=app_id, version=version)
+        if options is None:
             return None
-        return _write.overwrite(self._context, data, extra=extra, progress=progress,
+        return _write.overwrite(self._context, data, extra=options.extra, progress=options.progress,
                                 partitions=partitions)
 
     def upsert(self, data: WriteInput, *, extra: dict[str, str] | None = None,
-               app_id: str | None = None, version: int | None = None) -> Commit | None:
+               app_id: str | None = None, version: int | None = None,
+               commit_properties: CommitProperties | None = None) -> Commit | None:
         """Keyed tables: replace the rows whose key exists, insert the others, in one commit.
 
         Replaced rows are deleted by delete deltas (their files are not rewritten); every row of
@@ -170,14 +181,16 @@ class Table:
             CommitConflictError: a commit that completed after this upsert read the table changed
                 some of the same keys or files; nothing was written, retry.
         """
-        progress = _write.app_progress(app_id, version)
-        if _write.already_committed(self._context, progress):
+        options = _write.write_options(self._context, commit_properties, extra=extra,
+                                       app_id=app_id, version=version)
+        if options is None:
             return None
-        return _write.upsert(self._context, data, extra=extra, progress=progress)
+        return _write.upsert(self._context, data, extra=options.extra, progress=options.progress)
 
     def delete(self, where: ds.Expression | None = None, *, keys: Any = None,
                extra: dict[str, str] | None = None, app_id: str | None = None,
-               version: int | None = None) -> Commit | None:
+               version: int | None = None,
+               commit_properties: CommitProperties | None = None) -> Commit | None:
         """Delete the rows matching ``where``, or (keyed tables) the rows with these ``keys``.
 
         Deleted rows are recorded as delete deltas (row positions per data file): the bytes
@@ -189,28 +202,34 @@ class Table:
                 table without a record key.
             CommitConflictError: a concurrent commit changed the same rows' files or keys.
         """
-        progress = _write.app_progress(app_id, version)
-        if _write.already_committed(self._context, progress):
+        options = _write.write_options(self._context, commit_properties, extra=extra,
+                                       app_id=app_id, version=version)
+        if options is None:
             return None
-        return _write.delete(self._context, where, keys=keys, extra=extra, progress=progress)
+        return _write.delete(self._context, where, keys=keys, extra=options.extra,
+                             progress=options.progress)
 
     def update(self, where: ds.Expression | None, values: dict[str, Any], *,
                extra: dict[str, str] | None = None, app_id: str | None = None,
-               version: int | None = None) -> Commit | None:
+               version: int | None = None,
+               commit_properties: CommitProperties | None = None) -> Commit | None:
         """Set ``values`` (column -> new value) on the rows matching ``where`` (None: all rows).
 
         The old rows are deleted by delete deltas and the updated rows written as a new
         segment. Returns None, and commits nothing, when no row matches. Record key columns
         cannot be updated.
         """
-        progress = _write.app_progress(app_id, version)
-        if _write.already_committed(self._context, progress):
+        options = _write.write_options(self._context, commit_properties, extra=extra,
+                                       app_id=app_id, version=version)
+        if options is None:
             return None
-        return _write.update(self._context, where, values, extra=extra, progress=progress)
+        return _write.update(self._context, where, values, extra=options.extra,
+                             progress=options.progress)
 
     def add_segment(self, path: str | os.PathLike[str], format: str = "parquet", *,
                     partition: str | None = None,
-                    storage_options: dict[str, Any] | None = None) -> Commit:
+                    storage_options: dict[str, Any] | None = None,
+                    commit_properties: CommitProperties | None = None) -> Commit | None:
         """ADD SEGMENT: register the existing ``format`` files below ``path`` (``parquet``,
         ``orc``, ``csv`` or newline-delimited ``json``; any fsspec URL) as external segments,
         read in place and never converted, moved or deleted, in one commit.
@@ -221,7 +240,8 @@ class Table:
         (``"day:int, hour:int, type:int"``); an unpartitioned table takes one segment and no
         ``partition``. Row counts and column statistics come from Parquet and ORC footers, and
         from one scan of CSV and JSON files. ``storage_options`` open the folder's filesystem
-        (kept by this handle only: the table records no credentials).
+        (kept by this handle only: the table records no credentials). ``commit_properties``: as
+        on :meth:`append` (None returned: its ``app_id`` committed its ``version`` already).
 
         Raises:
             InvalidOptionError: the path does not exist, holds no data files, or was added
@@ -233,8 +253,41 @@ class Table:
             DuplicateKeyError: (keyed tables) a key repeats within the files or is already in
                 the table.
         """
+        options = _write.write_options(self._context, commit_properties)
+        if options is None:
+            return None
         return _external.add_segment(self._context, path, format, partition=partition,
-                                     storage_options=storage_options)
+                                     storage_options=storage_options, extra=options.extra,
+                                     progress=options.progress)
+
+    def transaction(self, *, commit_properties: CommitProperties | None = None) -> Transaction:
+        """Several writes committed as one instant, all or nothing::
+
+            with t.transaction() as tx:
+                tx.delete(keys=[1, 2])
+                tx.append(data)
+
+        Operations: ``tx.append(data)``, ``tx.upsert(data)``, ``tx.delete(where=None, *,
+        keys=None)``, ``tx.update(where, values)``, ``tx.delete_rows({DataFile.path:
+        positions})`` and ``tx.overwrite(data, partitions=None)`` (only as the first operation;
+        partition-scoped, as the only one). Each sees the snapshot the transaction read at its
+        first operation plus its own earlier operations; an operation that raises stages
+        nothing. Leaving the block without an exception commits (``tx.result``: the
+        ``txn.Commit``, operation ``"transaction"``, ``operations`` the names in order; None
+        when nothing changed); an exception leaves the table as it was. Staged rows are held
+        in memory until the commit. ``commit_properties``: as on :meth:`append`; an
+        idempotent transaction whose ``app_id`` committed its ``version`` (found when it is
+        created) ignores its operations and commits nothing.
+
+        Raises (at the commit):
+            CommitConflictError: a commit that completed after the transaction's snapshot wrote a
+                key or data file the transaction read or wrote; nothing was written. A
+                compaction meanwhile is not a conflict: the operations are replayed on the
+                compacted table.
+        """
+        context = self._context
+        return _write.Transaction(context, _write.write_options(context, commit_properties),
+                                  after_load=lambda commit: _segments.after_load(context, commit))
 
     # -- streams -------------------------------------------------------------------------------
 

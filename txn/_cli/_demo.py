@@ -215,6 +215,7 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     legacy_bytes = _folder_bytes(legacy)
     started = time.perf_counter()
     added = table.add_segment(legacy, "parquet", partition="o_orderstatus:string")
+    assert added is not None  # None only for an idempotent add (commit_properties)
     print(f"add_segment {added.instant}: {added.files_added} files, {added.rows_added:,} rows as "
           f"segment(s) {added.segment}.. (one per partition folder); row counts and column ranges "
           f"from the Parquet footers, the keys indexed; nothing copied ({_ms(started)})")

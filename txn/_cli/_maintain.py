@@ -92,6 +92,7 @@ def add_segment(args: argparse.Namespace) -> int:
     with working(f"adding {args.path} ({args.format})"):
         commit = t.add_segment(args.path, args.format, partition=args.partition,
                                storage_options=options)
+    assert commit is not None  # None only for an idempotent add (commit_properties)
     if args.json:
         _json.emit(_json.commit(commit))
         return 0

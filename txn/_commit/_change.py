@@ -219,6 +219,8 @@ class Change:
     progress: Progress | None = None
     #: A stream's batch or drop: its streaming segments.
     stream: StreamStep | None = None
+    #: A transaction: the operations it ran (recorded in the commit metadata).
+    operations: tuple[str, ...] = ()
 
     @property
     def segment(self) -> str | None:
@@ -390,7 +392,7 @@ def to_commit(instant_time: str, completed_at: str, metadata: CommitMetadata) ->
         rows_added=metadata.rows_added, rows_deleted=metadata.rows_deleted,
         paths_added=tuple(f.path for f in metadata.files_added), extra=dict(metadata.extra),
         retries=metadata.retries, segments_removed=tuple(metadata.segments_removed),
-        segments_merged=tuple(metadata.segments_merged),
+        segments_merged=tuple(metadata.segments_merged), operations=tuple(metadata.operations),
     )
 
 
@@ -659,7 +661,7 @@ def builder(context: TableContext, change: Change, extra: dict[str, str] | None,
                 rows_added=sum(s.rows for s in statuses), rows_deleted=rows_deleted,
                 extra=dict(extra or {}), deltas_added=deltas_added, deltas_removed=removed_deltas,
                 index_shards=sorted(written.index_sizes), read_at=change.read_at,
-                segments_merged=merged, retries=retries,
+                segments_merged=merged, retries=retries, operations=list(change.operations),
             )
             changes = MetadataChanges(
                 files=files, column_stats=stats, segments=segments, deletes=deletes,

@@ -22,6 +22,9 @@ COMPACT = "compact"
 #: only with a concurrent commit of the same keys, which is a duplicate key.
 INSERTS = frozenset({"append", "add_segment", "stream"})
 
+#: The operation of a transaction's commit; ``CommitMetadata.operations`` lists what it ran.
+TRANSACTION = "transaction"
+
 #: Operations and the timeline action each one commits as.
 ACTION_OF = {
     "append": "commit",
@@ -32,6 +35,9 @@ ACTION_OF = {
     "upsert": "commit",
     "delete": "commit",
     "update": "commit",
+    #: Several writes in one instant (``Table.transaction``); a ``commit`` even when it begins
+    #: with an overwrite: its ``files_removed`` and ``segments_removed`` say what it replaced.
+    TRANSACTION: "commit",
     COMPACT: "compaction",
 }
 
@@ -84,6 +90,9 @@ class CommitMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="commit", ta
     #: How often the write was planned again because a table service (a compaction) completed
     #: while it ran and replaced files it had read.
     retries: int = 0
+    #: A transaction (``operation`` is ``transaction``): the operations it ran, in order (e.g.
+    #: ``["delete", "append"]``). Empty for a single write, and in commits written before it.
+    operations: list[str] = msgspec.field(default_factory=list)
 
 
 #: The action of a CLEAN FILES instant, and where it moves what it removes.
@@ -164,6 +173,9 @@ class Commit:
     #: segments a compaction merged into ``segment`` (now ``Compacted``).
     segments_removed: tuple[str, ...] = ()
     segments_merged: tuple[str, ...] = ()
+    #: A transaction's operations, in order (``operation`` is ``"transaction"``); empty for a
+    #: single write.
+    operations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

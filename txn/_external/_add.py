@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from indexes import FILES, SEGMENTS
 from timeline import DuplicateKeyError, InvalidOptionError, TimelineView
 
-from .._commit import Change, ExternalLoad
+from .._commit import Change, ExternalLoad, Progress
 from .._context import Commit, TableContext
 from .._files import KeyLocations
 from .._rows import check_not_null, check_unique, describe, index_keys
@@ -41,7 +41,8 @@ OPERATION = "add_segment"
 
 
 def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", *,
-                partition: Any = None, storage_options: Any = None) -> Commit:
+                partition: Any = None, storage_options: Any = None,
+                extra: dict[str, str] | None = None, progress: Progress | None = None) -> Commit | None:
     """Register the files below ``path`` as external segment(s); see :meth:`txn.Table.add_segment`."""
     request = check_request(context.uri, context.schema, context.partition_by, path, file_format,
                             partition, storage_options)
@@ -71,9 +72,10 @@ def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", 
         return Change(OPERATION, None, state.read_at, state.deltas, external=load,
                       rows_bytes=load.located.keys.nbytes if load.located is not None else 0)
 
-    commit = commit_planned(context, plan, None,
+    commit = commit_planned(context, plan, extra, progress=progress,
                             admit=lambda view: _refuse_taken(context, view, url, targets))
-    assert commit is not None
+    if commit is None:  # its producer committed this version already (found under the lock)
+        return None
     log.info("added %d %s file(s) of %s as segment(s) %s", commit.files_added, request.format,
              request.url, commit.segment)
     return commit

@@ -1,7 +1,8 @@
 """Writing: what each write changes (keys found, rows matched, new rows), read from the latest
-state and handed to the commit."""
+state and handed to the commit; transactions of several writes; the options of a commit."""
 
 from ._mutations import append, delete, lookup, overwrite, update, upsert
+from ._options import WriteOptions, write_options
 from ._scope import layout_scope, overwrite_scope
 from ._state import (
     REPLANS,
@@ -14,10 +15,13 @@ from ._state import (
     latest,
     read_state,
 )
+from ._transaction import Transaction
 
 __all__ = [
     "REPLANS",
     "State",
+    "Transaction",
+    "WriteOptions",
     "already_committed",
     "app_progress",
     "append",
@@ -33,4 +37,5 @@ __all__ = [
     "read_state",
     "update",
     "upsert",
+    "write_options",
 ]
