@@ -81,7 +81,7 @@ class Template:
                    match=lambda p: _INDEX_LOG.match(p) is not None, crash=True)
         # (A write past the small-write bound: a small one would hold the lock, with no heartbeat.)
         with pytest.MonkeyPatch.context() as patch, pytest.raises(Exception):  # noqa: B017 - the injected death
-            patch.setattr("txn._commit._change.SMALL_WRITE_BYTES", -1)
+            patch.setattr("txn._commit._writes._base.SMALL_WRITE_BYTES", -1)
             table_on(str(root), faulty).upsert(_rows([5, 500]))
         self.files = sorted(timeline.open_storage(str(root)).list("", recursive=True))
         view = timeline.Timeline(timeline.open_storage(str(root))).load()

@@ -36,7 +36,7 @@ from .._files import partition_of
 from .._rows import describe
 
 if TYPE_CHECKING:
-    from ._change import Merge
+    from ._writes import Merge
 
 COMPACT_ACTION = ACTION_OF[COMPACT]
 

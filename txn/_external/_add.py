@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from indexes import FILES, SEGMENTS
 from timeline import DuplicateKeyError, InvalidOptionError, TimelineView
 
-from .._commit import Change, ExternalLoad, Progress
+from .._commit import AddSegment, ExternalLoad, Progress
 from .._context import Commit, TableContext
 from .._files import KeyLocations
 from .._rows import check_not_null, check_unique, describe, index_keys
@@ -36,9 +36,6 @@ from ._listing import list_folder
 from ._request import AddRequest, check_outside, check_request, check_targets
 
 log = logging.getLogger("metatxn")
-
-OPERATION = "add_segment"
-
 
 def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", *,
                 partition: Any = None, storage_options: Any = None,
@@ -60,7 +57,7 @@ def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", 
     inspected = Inspector(reader, request.format, context.record_key_columns).inspect(folders)
     load = _load(context, request, inspected)
 
-    def plan(state: State) -> Change:
+    def plan(state: State) -> AddSegment:
         if load.located is not None:
             existing = find_keys(context, state, index_keys(load.located.keys,
                                                              context.record_key_columns))
@@ -69,11 +66,10 @@ def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", 
                     f"add_segment: record key(s) {describe(existing, context.record_key_columns)} "
                     f"of {request.url} already exist in the table; nothing was added\n"
                     "Help: remove those rows from the table or from the folder first")
-        return Change(OPERATION, None, state.read_at, state.deltas, external=load,
-                      rows_bytes=load.located.keys.nbytes if load.located is not None else 0)
+        return AddSegment(load=load, read_at=state.read_at, current=state.deltas,
+                          admission=lambda view: _refuse_taken(context, view, url, targets))
 
-    commit = commit_planned(context, plan, extra, progress=progress,
-                            admit=lambda view: _refuse_taken(context, view, url, targets))
+    commit = commit_planned(context, plan, extra, progress=progress)
     if commit is None:  # its producer committed this version already (found under the lock)
         return None
     log.info("added %d %s file(s) of %s as segment(s) %s", commit.files_added, request.format,

@@ -34,7 +34,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import msgspec
 
@@ -65,7 +64,7 @@ from timeline import (
     move,
 )
 
-from .._commit import Builder, Pending, Protocol, protocol_of
+from .._commit import Pending, Protocol, Write, protocol_of, run
 from .._context import (
     CLEAN_ACTION,
     DATA_ACTIONS,
@@ -174,51 +173,83 @@ def clean(context: TableContext, *, dry_run: bool = False, force: bool = False) 
     if not plan.files and not plan.segments:
         with context.timeline.lock() as lease:
             return _result([], _clean_metadata(context, protocol, lease))
-    pending = protocol.begin("clean", CLEAN_ACTION, plan=plan,
-                             admit=lambda view: _refuse_running_clean(context, view))
-    swept = _Swept()
-    outcome = _Done()
-    hidden: list[SegmentEntry] = []
-
-    def write(begun: Pending) -> _Done:
-        if plan.floor is not None:
-            with context.timeline.lock() as lease:
-                context.metadata.raise_retention(plan.floor, source="clean", lease=lease)
-        _move(storage, plan, trash_folder(begun.instant.time), outcome)
-        return outcome
-
-    def build(begun: Pending, done: _Done) -> Builder:
-        def under_lock(lease: Lease, view: TimelineView) -> tuple[MetadataChanges, CleanMetadata]:
-            now_swept = _clean_metadata(context, protocol, lease)
-            swept.metadata.update(now_swept.metadata)
-            swept.temporaries.update(now_swept.temporaries)
-            # Purged now, deleted after the commit point: a crash in between leaves files no
-            # snapshot needs (leftovers), never a record of a file that is gone.
-            files = [e.path for e in direct if e.record == FILES]
-            deltas = [e.path for e in direct if e.record == DELETES]
-            hidden[:] = _still_shown(context, view, plan.segments)
-            cleaned = [msgspec.structs.replace(entry, cleaned=begun.instant.time) for entry in hidden]
-            changes = MetadataChanges(
-                files=purges(FILES_SCHEMA, files),
-                column_stats=purges(column_stats_schema(context.schema), files),
-                deletes=purges(DELETES_SCHEMA, deltas),
-                segments=cleaned)
-            record = CleanMetadata(
-                moved=[e.path for e in done.moved], deleted=[e.path for e in done.deleted],
-                metadata_deleted=sorted(swept.metadata),
-                temporaries_deleted=sorted(swept.temporaries),
-                bytes=sum(e.size for e in (*done.moved, *done.deleted, *direct)) + swept.bytes(),
-                floor=plan.floor, removed=[e.path for e in direct],
-                segments_cleaned=[entry.id for entry in hidden])
-            return changes, record
-
-        return cast(Builder, under_lock)
-
-    completed, _ = protocol.finish(pending, write, build)
+    write = CleanFiles(plan=plan, direct=direct, protocol=protocol)
+    completed, _ = run(context, write)
+    outcome, swept, hidden = write.done, write.swept, write.hidden
     freed = _delete_after_commit(storage, direct, completed.time)
     return _result([*outcome.moved, *outcome.deleted, *freed], swept, instant=completed.time,
                    trash=trash_folder(completed.time) if outcome.moved else None,
                    segments=[entry.id for entry in hidden])
+
+
+@dataclass
+class CleanFiles(Write):
+    """CLEAN FILES (a table service, action ``clean``: not a data action) carrying out ``plan``.
+
+    Segments: none. Lock: heartbeat. Its ``requested`` file holds the ``CleanPlan``.
+    Admission: no other clean runs, and no rollback of a clean is pending. Write phase:
+    publish the plan's time-travel floor, move orphans to ``_trash/<T>/`` and delete expired
+    trash. Conflicts: none; it removes only what no retained snapshot needs, and a data write
+    never conflicts with it (a write that needs a file it removed is planned again,
+    ``_write.commit_planned``). Records, under the lock: the metadata table's old files cleaned
+    and decided markers swept, the ``direct`` paths purged from ``files``, ``column_stats`` and
+    ``deletes``, the planned segments still shown marked cleaned, and a ``CleanMetadata``. What
+    it did is kept on the instance (``done``, ``swept``, ``hidden``) for the caller's result.
+    """
+
+    plan: CleanPlan
+    #: The plan's files deleted for good after the commit point (their records purged here).
+    direct: list[CleanEntry]
+    protocol: Protocol
+    done: _Done = field(default_factory=_Done)
+    swept: _Swept = field(default_factory=_Swept)
+    hidden: list[SegmentEntry] = field(default_factory=list)
+    operation = "clean"
+
+    @property
+    def action(self) -> str:
+        return CLEAN_ACTION
+
+    def requested(self) -> CleanPlan:
+        return self.plan
+
+    def admit(self, context: TableContext, view: TimelineView) -> None:
+        _refuse_running_clean(context, view)
+
+    def write(self, context: TableContext, pending: Pending) -> _Done:
+        if self.plan.floor is not None:
+            with context.timeline.lock() as lease:
+                context.metadata.raise_retention(self.plan.floor, source="clean", lease=lease)
+        _move(context.storage, self.plan, trash_folder(pending.instant.time), self.done)
+        return self.done
+
+    def record(self, context: TableContext, view: TimelineView, pending: Pending, written: _Done, *,
+               lease: Lease, extra: dict[str, str] | None,
+               retries: int) -> tuple[MetadataChanges, CleanMetadata]:
+        now_swept = _clean_metadata(context, self.protocol, lease)
+        self.swept.metadata.update(now_swept.metadata)
+        self.swept.temporaries.update(now_swept.temporaries)
+        # Purged now, deleted after the commit point: a crash in between leaves files no
+        # snapshot needs (leftovers), never a record of a file that is gone.
+        direct = self.direct
+        files = [e.path for e in direct if e.record == FILES]
+        deltas = [e.path for e in direct if e.record == DELETES]
+        self.hidden[:] = _still_shown(context, view, self.plan.segments)
+        cleaned = [msgspec.structs.replace(entry, cleaned=pending.instant.time) for entry in self.hidden]
+        changes = MetadataChanges(
+            files=purges(FILES_SCHEMA, files),
+            column_stats=purges(column_stats_schema(context.schema), files),
+            deletes=purges(DELETES_SCHEMA, deltas),
+            segments=cleaned)
+        swept = self.swept
+        record = CleanMetadata(
+            moved=[e.path for e in written.moved], deleted=[e.path for e in written.deleted],
+            metadata_deleted=sorted(swept.metadata),
+            temporaries_deleted=sorted(swept.temporaries),
+            bytes=sum(e.size for e in (*written.moved, *written.deleted, *direct)) + swept.bytes(),
+            floor=self.plan.floor, removed=[e.path for e in direct],
+            segments_cleaned=[entry.id for entry in self.hidden])
+        return changes, record
 
 
 def _still_shown(context: TableContext, view: TimelineView, ids: Sequence[str]) -> list[SegmentEntry]:

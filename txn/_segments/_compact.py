@@ -22,7 +22,6 @@ never fails because of a compaction: one that only overlapped a compaction is pl
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Final
@@ -32,9 +31,8 @@ import pyarrow as pa
 from indexes import STREAMING, STREAMING_FINISH, SUCCESS, SegmentEntry, segment_sort_key
 from timeline import CommitConflictError, InvalidOptionError, TimelineView
 
-from .._commit import Change, Merge, Pending, StreamStep, Written, commit_change
+from .._commit import Compaction, Merge, Pending, StreamFilesMerge, Written, commit
 from .._context import (
-    COMPACT,
     LATEST_PARTITIONS,
     Commit,
     CommitMetadata,
@@ -55,9 +53,9 @@ KINDS: Final = ("minor", "major", "custom", "close_streaming")
 KIND_KEY: Final = "compaction"
 
 
-#: A rewrite done elsewhere (Spark's executors): given the planned change, the write phase that
-#: writes its rows as the new segment's files.
-Rewrite = Callable[[Change], Callable[[Pending], Written]]
+#: A rewrite done elsewhere (Spark's executors): given the planned compaction, the write phase
+#: that writes its rows as the new segment's files.
+Rewrite = Callable[[Compaction], Callable[[Pending], Written]]
 
 
 def compact(context: TableContext, kind: str = "minor", *,
@@ -72,17 +70,15 @@ def compact(context: TableContext, kind: str = "minor", *,
     taken = 0
     made_by: dict[str, str] = {}
     while True:
-        change = latest(context, lambda state: plan(context, state, kind, segments, made_by))
-        if change is None:
+        planned = latest(context, lambda state: plan(context, state, kind, segments, made_by))
+        if planned is None:
             return last
-        merge = change.merge
-        assert merge is not None
+        merge = planned.merge
         log.info("compacting segment(s) %s into %s (%s)",
                  sorted(merge.sources, key=segment_sort_key), merge.target, kind)
-        write = rewrite(change) if rewrite is not None else None
+        written_by = rewrite(planned) if rewrite is not None else None
         try:
-            last = commit_change(context, change if write is None else dataclasses.replace(change, rows=None),
-                                 {KIND_KEY: kind}, write=write, admit=_admit(context, merge))
+            last = commit(context, planned, {KIND_KEY: kind}, written_by=written_by)
         except _SourcesHeld:
             # A DELETE SEGMENT (or another compaction) took a source between our plan and our
             # begin: MINOR and MAJOR choose again without it; CUSTOM was asked for exactly these.
@@ -117,12 +113,10 @@ def merge_stream_files(context: TableContext, segment: str) -> Commit | None:
     files meanwhile wins (``CommitConflictError``)."""
     last: Commit | None = None
     for _ in range(_STREAM_FILES_ROUNDS):  # a merge may fill the next tier up
-        change = latest(context, lambda state: _plan_stream_files(context, state, segment))
-        if change is None:
+        planned = latest(context, lambda state: _plan_stream_files(context, state, segment))
+        if planned is None:
             break
-        merge = change.merge
-        assert merge is not None
-        last = commit_change(context, change, {KIND_KEY: STREAM_FILES}, admit=_admit(context, merge))
+        last = commit(context, planned, {KIND_KEY: STREAM_FILES})
     return last
 
 
@@ -134,7 +128,7 @@ _STREAM_FILES_ROUNDS: Final = 6
 STREAM_FILES: Final = "stream_files"
 
 
-def _plan_stream_files(context: TableContext, state: State, segment: str) -> Change | None:
+def _plan_stream_files(context: TableContext, state: State, segment: str) -> StreamFilesMerge | None:
     entries = context.metadata_at(state.view, None, LATEST_PARTITIONS).segments or {}
     entry = entries.get(segment)
     if entry is None or entry.status not in (STREAMING, STREAMING_FINISH):
@@ -155,8 +149,8 @@ def _plan_stream_files(context: TableContext, state: State, segment: str) -> Cha
     merge = Merge(kind=STREAM_FILES, target=segment, sources={}, files=files, deltas=[],
                   rows=sum(rows for _, _, rows, _ in chosen),
                   size=sum(size for _, size, _, _ in chosen), formats=formats)
-    return Change(COMPACT, _merged_rows(context, state, files, formats), state.read_at, state.deltas,
-                  merge=merge, stream=StreamStep(segment=segment, files_only=True))
+    return StreamFilesMerge(merge=merge, rows=_merged_rows(context, state, files, formats),
+                            read_at=state.read_at, current=state.deltas, admission=_admit(context, merge))
 
 
 class _SourcesHeld(CommitConflictError):
@@ -215,7 +209,7 @@ def _check_kind(context: TableContext, kind: object, segments: object) -> str:
 
 
 def plan(context: TableContext, state: State, kind: str, ids: Sequence[str | int] | None,
-         made_by: dict[str, str] | None = None) -> Change | None:
+         made_by: dict[str, str] | None = None) -> Compaction | None:
     """The compaction to run on ``state``, or None when there is nothing to compact.
 
     ``made_by``: compaction instant -> its kind, as read so far (MINOR's rounds share it, so a
@@ -230,7 +224,7 @@ def plan(context: TableContext, state: State, kind: str, ids: Sequence[str | int
                            if e.status == STREAMING_FINISH and e.id not in held), key=segment_sort_key)
         if not finished:
             return None
-        return _change(context, state, kind, {finished[0]: entries[finished[0]]}, entries)
+        return _compaction(context, state, kind, {finished[0]: entries[finished[0]]}, entries)
     if kind == "custom":
         if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Iterable):
             raise InvalidOptionError(
@@ -249,11 +243,11 @@ def plan(context: TableContext, state: State, kind: str, ids: Sequence[str | int
             chosen = select_major(free, options.major_size_bytes, preserve=options.preserve_segments)
         if len(chosen) < 2:
             return None
-    return _change(context, state, kind, {i: entries[i] for i in chosen}, entries)
+    return _compaction(context, state, kind, {i: entries[i] for i in chosen}, entries)
 
 
-def _change(context: TableContext, state: State, kind: str, sources: dict[str, SegmentEntry],
-            entries: Mapping[str, SegmentEntry]) -> Change:
+def _compaction(context: TableContext, state: State, kind: str, sources: dict[str, SegmentEntry],
+            entries: Mapping[str, SegmentEntry]) -> Compaction:
     ordered = sorted(sources, key=segment_sort_key)
     target = merged_name(ordered)
     while target in entries:  # never reuse an id (a bumped level is still a valid x.y)
@@ -267,8 +261,8 @@ def _change(context: TableContext, state: State, kind: str, sources: dict[str, S
     formats = dict(zip(files, live_files["format"].to_pylist(), strict=True))
     merge = Merge(kind=kind, target=target, sources=sources, files=files, deltas=deltas, rows=rows,
                   size=sum(live_files["size"].to_pylist()), formats=formats)
-    return Change(COMPACT, _merged_rows(context, state, files, formats), state.read_at,
-                  state.deltas, merge=merge)
+    return Compaction(merge=merge, rows=_merged_rows(context, state, files, formats),
+                      read_at=state.read_at, current=state.deltas, admission=_admit(context, merge))
 
 
 def _merged_rows(context: TableContext, state: State, files: list[str],

@@ -26,6 +26,7 @@ delete or update of its rows) conflicts: this commit's ``files_removed`` counts 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final, NoReturn
 
@@ -56,7 +57,7 @@ from timeline import (
     parse_time,
 )
 
-from .._commit import Builder, Pending, protocol_of, to_commit
+from .._commit import Pending, Write, commit
 from .._context import (
     DATA_ACTIONS,
     LATEST_PARTITIONS,
@@ -120,18 +121,7 @@ def delete_segments(context: TableContext, ids: Any = None, *,
                 f"{_moment(before)}; nothing was deleted")
     refuse_held(context, view, targets, refused="delete segment", nothing="nothing was deleted")
 
-    def admit(recovered: TimelineView) -> None:
-        # Under the lock, after dead writers were rolled back: the definitive checks.
-        refuse_held(context, recovered, targets, refused="delete segment",
-                    nothing="nothing was deleted")
-        _recheck(context, recovered, targets, read_at, when="before it began")
-
-    completed, metadata = protocol_of(context).run(
-        OPERATION, ACTION, write=lambda pending: None,
-        build=lambda pending, _: _builder(context, pending, targets, read_at),
-        sources=targets, admit=admit,
-    )
-    return to_commit(completed.time, completed.completed_at or "", metadata)
+    return commit(context, DeleteSegments(targets=targets, seen_at=read_at))
 
 
 # -- arguments -------------------------------------------------------------------------------------
@@ -244,10 +234,46 @@ def _changed_by(context: TableContext, view: TimelineView, read_at: str | None,
 # -- the commit ------------------------------------------------------------------------------------
 
 
-def _builder(context: TableContext, pending: Pending, targets: list[str],
-             read_at: str | None) -> Builder:
-    def under_lock(lease: Lease, view: TimelineView) -> tuple[MetadataChanges, CommitMetadata]:
-        _recheck(context, view, targets, read_at, when="while it ran")
+@dataclass
+class DeleteSegments(Write):
+    """DELETE SEGMENT (a table service): ``targets`` become ``Marked for Delete``.
+
+    Segments: none allocated; the targets are its ``sources`` (recorded in its plan, so later
+    compactions and deletes leave them alone). Lock: heartbeat. Admission, under the lock on
+    the recovered timeline: no running write (a compaction, another delete) holds a target,
+    and each is still deletable. Conflicts: a commit completed since ``seen_at`` (the
+    completion time of the state the targets were selected from; the plan records no
+    ``read_at``: the commit reads the latest state under the lock) that left a target
+    undeletable (another delete, an overwrite, a compaction) fails it; appends, row writes and
+    ADD SEGMENT pass. A row write that read a target's files and commits after it conflicts
+    the other way (its ``files_removed``). Records: the targets marked, their live files,
+    statistics and deltas tombstoned; no file is written or removed.
+    """
+
+    targets: list[str]
+    seen_at: str | None
+    operation = OPERATION
+
+    @property
+    def action(self) -> str:
+        return ACTION
+
+    def sources(self) -> list[str]:
+        return list(self.targets)
+
+    def admit(self, context: TableContext, view: TimelineView) -> None:
+        # Under the lock, after dead writers were rolled back: the definitive checks.
+        refuse_held(context, view, self.targets, refused="delete segment",
+                    nothing="nothing was deleted")
+        _recheck(context, view, self.targets, self.seen_at, when="before it began")
+
+    def check(self, context: TableContext, view: TimelineView, pending: Pending, written: None) -> None:
+        _recheck(context, view, self.targets, self.seen_at, when="while it ran")
+
+    def record(self, context: TableContext, view: TimelineView, pending: Pending, written: None, *,
+               lease: Lease, extra: dict[str, str] | None,
+               retries: int) -> tuple[MetadataChanges, CommitMetadata]:
+        targets, read_at = self.targets, self.seen_at
         current = context.metadata_at(view, None, LATEST_PARTITIONS)
         assert current.files is not None and current.segments is not None
         chosen = set(targets)
@@ -273,5 +299,3 @@ def _builder(context: TableContext, pending: Pending, targets: list[str],
             deltas_removed=removed_deltas, rows_deleted=rows, read_at=read_at,
         )
         return changes, metadata
-
-    return under_lock

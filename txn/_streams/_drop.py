@@ -6,7 +6,7 @@ from __future__ import annotations
 from indexes import APP, DROPPED, STREAM
 from timeline import StreamNotFoundError
 
-from .._commit import Change, Progress, StreamStep, producer_record
+from .._commit import DropStream, Progress, producer_record
 from .._context import Commit, TableContext
 from .._write import State, commit_planned
 from ._stream import _check_name, close_running, hand_off, record_of
@@ -26,9 +26,8 @@ def drop_stream(context: TableContext, name: str) -> Commit:
             + "; expected the name of a stream SHOW STREAMS (t.streams()) lists with kind 'stream'")
     progress = Progress(STREAM, name, record.last_batch, record.generation)
 
-    def plan(state: State) -> Change:
-        return Change("drop_stream", None, state.read_at, state.deltas,
-                      stream=StreamStep(segment=None, finish=record.segment, drop=True))
+    def plan(state: State) -> DropStream:
+        return DropStream(read_at=state.read_at, progress=progress, finish=record.segment)
 
     close_running(context.uri, name)  # its writers here stop: a write now would start afresh
     commit = commit_planned(context, plan, {"stream": name}, progress=progress)

@@ -25,8 +25,8 @@ from indexes import DROPPED, MAX_BATCH, SEGMENTS, STREAM, STREAMING, StreamRecor
 from timeline import DuplicateKeyError, InvalidOptionError, TxnError
 
 from .._commit import (
-    Change,
     Progress,
+    StreamBatch,
     StreamStep,
     check_generation,
     committed,
@@ -160,7 +160,7 @@ class Stream:
             raise
         steps: list[StreamStep] = []
 
-        def plan(state: State) -> Change | None:
+        def plan(state: State) -> StreamBatch | None:
             # The replay check reads the state the write reads anyway (one look at the table);
             # it is made again under the lock at begin and at commit.
             record = producer_record(context, state.view, STREAM, self.name)
@@ -176,8 +176,9 @@ class Stream:
                         f"{describe(existing, columns)} already exist in the table; nothing was "
                         "written\nHelp: a stream appends; deduplicate the batch against the table")
             steps.append(_step(context, state, record))
-            return Change("stream", rows.to_batches() if rows.num_rows else None, state.read_at,
-                          state.deltas, stream=steps[-1], rows_bytes=rows.nbytes, progress=progress)
+            return StreamBatch(rows=rows.to_batches() if rows.num_rows else None, read_at=state.read_at,
+                               current=state.deltas, step=steps[-1], rows_bytes=rows.nbytes,
+                               progress=progress)
 
         commit = commit_planned(context, plan, {"stream": self.name, "batch_id": str(batch_id)})
         if commit is not None and steps and steps[-1].finish is not None:

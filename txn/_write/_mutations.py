@@ -1,10 +1,11 @@
 """Working out what a write changes: which keys exist, which rows match, what the new rows are.
 
-Each operation reads the latest snapshot once (its completion time becomes the change's
-``read_at``) and returns a :class:`~txn._operations.Change`; ``_operations`` writes and commits
-it. Existing rows are found through the record index (keyed tables) or by scanning the files
-whose column ranges can match a filter; either way only row positions are recorded, so no
-existing data file is rewritten.
+Each operation reads the latest snapshot once (its completion time becomes the write's
+``read_at``) and returns one of ``_commit``'s write classes (``Append``, ``Overwrite``,
+``Upsert``, ``Delete``, ``Update``), which the commit driver writes and commits. Existing rows
+are found through the record index (keyed tables) or by scanning the files whose column ranges
+can match a filter; either way only row positions are recorded, so no existing data file is
+rewritten.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pyarrow.dataset as ds
 from indexes import key_names
 from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
 
-from .._commit import Change, Progress
+from .._commit import Append, Delete, Overwrite, Progress, Update, Upsert
 from .._context import Commit, TableContext
 from .._files import LiveDeltas, Positions, scan_file
 from .._read import snapshot_at
@@ -72,23 +73,22 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
         if source is None:
             log.info("append of no rows: nothing to commit")
             return None
-        change = Change("append", source, None, LiveDeltas(context.store, {}),
-                        rows_bytes=data.nbytes if isinstance(data, pa.Table) else None)
-        change.progress = progress
-        return commit_once(context, change, extra)
+        write = Append(rows=source, current=LiveDeltas(context.store, {}), progress=progress,
+                       rows_bytes=data.nbytes if isinstance(data, pa.Table) else None)
+        return commit_once(context, write, extra)
     rows = _materialize(context, data)
     if rows.num_rows == 0:
         log.info("append of no rows: nothing to commit")
         return None
     check_not_null(rows, columns)
     check_unique(rows, columns)
-    def plan(state: State) -> Change:
+    def plan(state: State) -> Append:
         existing = find_keys(context, state, index_keys(rows, columns))
         if existing.num_rows:
             raise DuplicateKeyError(
                 f"append: record key(s) {describe(existing, columns)} already exist in the table; "
                 "nothing was written\nHelp: use upsert to replace existing keys")
-        return Change("append", rows.to_batches(), state.read_at, state.deltas,
+        return Append(rows=rows.to_batches(), read_at=state.read_at, current=state.deltas,
                       rows_bytes=rows.nbytes)
 
     return commit_planned(context, plan, extra, progress=progress)
@@ -116,9 +116,7 @@ def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None 
         rows = first or iter(())  # no rows: empties the table
     # An overwrite conflicts with every concurrent data commit (of a partition it replaces, when
     # partition-scoped); it reads its state under the lock.
-    change = Change("overwrite", rows, None, LiveDeltas(context.store, {}), replace=True,
-                    progress=progress, partitions=scope)
-    return commit_once(context, change, extra)
+    return commit_once(context, Overwrite(rows=rows, progress=progress, partitions=scope), extra)
 
 
 # -- keyed writes ----------------------------------------------------------------------------------
@@ -132,9 +130,9 @@ def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
     if rows.num_rows == 0:
         log.info("upsert of no rows: nothing to commit")
         return None
-    def plan(state: State) -> Change:
+    def plan(state: State) -> Upsert:
         existing = find_keys(context, state, index_keys(rows, columns))
-        return Change("upsert", rows.to_batches(), state.read_at, state.deltas,
+        return Upsert(rows=rows.to_batches(), read_at=state.read_at, current=state.deltas,
                       deleted=_by_file(existing), rows_bytes=rows.nbytes)
 
     return commit_planned(context, plan, extra, progress=progress)
@@ -201,7 +199,7 @@ def delete(context: TableContext, where: Any = None, *, keys: Any = None,
         _require_key(context, "delete(keys=...)")
     wanted = keys_argument(keys, context.schema, columns) if keys is not None else None
 
-    def plan(state: State) -> Change | None:
+    def plan(state: State) -> Delete | None:
         if wanted is not None:
             found = find_keys(context, state, wanted)
             deleted = _by_file(found)
@@ -214,7 +212,7 @@ def delete(context: TableContext, where: Any = None, *, keys: Any = None,
             return None
         # Every key asked for, found or not: a key inserted by a commit that completes before
         # this one would otherwise outlive a delete acknowledged after it.
-        return Change("delete", None, state.read_at, state.deltas, deleted=deleted,
+        return Delete(read_at=state.read_at, current=state.deltas, deleted=deleted,
                       removed_keys=removed, read_keys=wanted, rows_bytes=0)
 
     return commit_planned(context, plan, extra, progress=progress)
@@ -292,7 +290,7 @@ def update(context: TableContext, where: Any, values: Any, *,
     expression = _check_where(where, context.schema)
     _new_values(context, values, 0)  # check the values before reading anything
 
-    def plan(state: State) -> Change | None:
+    def plan(state: State) -> Update | None:
         deleted, matched = _matching_rows(context, state, expression, list(context.schema.names))
         if not deleted:
             log.info("update matched no rows: nothing to commit")
@@ -300,7 +298,8 @@ def update(context: TableContext, where: Any, values: Any, *,
         for name, array in _new_values(context, values, matched.num_rows).items():
             matched = matched.set_column(matched.schema.get_field_index(name),
                                          context.schema.field(name), array)
-        return Change("update", matched.to_batches(), state.read_at, state.deltas, deleted=deleted)
+        return Update(rows=matched.to_batches(), read_at=state.read_at, current=state.deltas,
+                      deleted=deleted)
 
     # Read once, like the other writes (re-read only after a compaction overtook it).
     return commit_planned(context, plan, extra, attempts=1, progress=progress)

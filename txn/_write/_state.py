@@ -14,15 +14,15 @@ from indexes import APP, DELETES, FILES, MAX_BATCH, MetadataSnapshot, SnapshotEx
 from timeline import InvalidOptionError, ObjectNotFoundError, TimelineView
 
 from .._commit import (
-    Admission,
     AlreadyCommitted,
-    Change,
     CompactedMeanwhileError,
+    DataWrite,
     Pending,
     Progress,
+    RowChanges,
     Written,
     check_generation,
-    commit_change,
+    commit,
     committed,
     in_range,
     producer_record,
@@ -33,6 +33,7 @@ from .._files import LiveDeltas, check_external, is_external
 log = logging.getLogger("metatxn")
 
 T = TypeVar("T")
+W = TypeVar("W", bound=DataWrite)
 #: How often a write reads the latest state again when cleaning overtook its read.
 _ATTEMPTS = 3
 
@@ -93,11 +94,10 @@ def latest(context: TableContext, work: Callable[[State], T], *, attempts: int =
 REPLANS = 3
 
 
-def commit_planned(context: TableContext, plan: Callable[[State], Change | None],
+def commit_planned(context: TableContext, plan: Callable[[State], W | None],
                    extra: dict[str, str] | None, *, attempts: int = _ATTEMPTS,
-                   write: Callable[[Change], Callable[[Pending], Written]] | None = None,
-                   admit: Admission | None = None, progress: Progress | None = None,
-                   ) -> Commit | None:
+                   write: Callable[[W], Callable[[Pending], Written]] | None = None,
+                   progress: Progress | None = None) -> Commit | None:
     """Plan a write on the latest state and commit it (None: ``plan`` found nothing to do).
 
     Table services never fail the write: when its only conflict is a compaction that completed
@@ -105,30 +105,30 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
     completed since it read the table removed a file it needs (a delete delta the compaction
     replaced), it is planned again on the new state and retried, up to :data:`REPLANS` times;
     the returned commit says how often (``Commit.retries``). A conflict with any other writer is
-    the caller's to resolve, as before. ``write`` gives the write phase of a planned change
-    when it runs elsewhere (Spark's executors); ``admit`` runs under the lock when the instant
-    begins (see ``Protocol.begin``). ``progress``: the producer's batch this write is; None is
+    the caller's to resolve, as before. ``write`` gives the write phase of a planned write
+    when it runs elsewhere (Spark's executors). ``progress``: the producer's batch this write
+    is (set on the planned write); None is
     returned, and nothing written, if it committed already (see :func:`commit_once`).
     """
     read_at: list[str | None] = []
 
-    def remembered(state: State) -> Change | None:
+    def remembered(state: State) -> W | None:
         read_at.append(state.read_at)
-        change = plan(state)
-        if change is not None:
-            check_external_deletes(context, state, change)
-        return change
+        planned = plan(state)
+        if isinstance(planned, RowChanges):
+            check_external_deletes(context, state, planned)
+        return planned
 
     for retries in range(REPLANS + 1):
         read_at.clear()
         try:
-            change = latest(context, remembered, attempts=attempts)
-            if change is None:
+            planned = latest(context, remembered, attempts=attempts)
+            if planned is None:
                 return None
             if progress is not None:
-                change.progress = progress
-            return commit_once(context, change, extra, retries=retries, admit=admit,
-                               write=write(change) if write is not None else None)
+                planned.progress = progress
+            return commit_once(context, planned, extra, retries=retries,
+                               written_by=write(planned) if write is not None else None)
         except CompactedMeanwhileError:
             if retries == REPLANS:
                 raise
@@ -147,7 +147,7 @@ def commit_planned(context: TableContext, plan: Callable[[State], Change | None]
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def check_external_deletes(context: TableContext, state: State, change: Change) -> None:
+def check_external_deletes(context: TableContext, state: State, change: RowChanges) -> None:
     """Refuse to delete rows by position from an external file that is not what ADD SEGMENT
     recorded: the record index and the planned positions describe the file as it was, so a delta
     would delete other rows (``CorruptMetadataError`` naming it). One open and footer read per
@@ -183,12 +183,12 @@ def already_committed(context: TableContext, progress: Progress | None) -> bool:
     return committed(record, progress)
 
 
-def commit_once(context: TableContext, change: Change, extra: dict[str, str] | None,
+def commit_once(context: TableContext, write: DataWrite, extra: dict[str, str] | None,
                 **options: Any) -> Commit | None:
-    """``commit_change``, but None (nothing written) when ``change.progress`` is a batch its
+    """``_commit.commit``, but None (nothing written) when ``write.progress`` is a batch its
     producer committed already, found under the lock at begin or at commit."""
     try:
-        return commit_change(context, change, extra, **options)
+        return commit(context, write, extra, **options)
     except AlreadyCommitted as exc:
         log.info("%s: skipped, already committed", exc)
         return None

@@ -60,7 +60,7 @@ import pyarrow.compute as pc
 from indexes import key_names, matching
 from timeline import DuplicateKeyError, InvalidOptionError
 
-from .._commit import Change
+from .._commit import DataWrite, Overwrite, RowChanges
 from .._context import TRANSACTION, Commit, TableContext
 from .._files import LiveDeltas, Positions, scan_file
 from .._read import snapshot_at
@@ -386,7 +386,7 @@ class Transaction:
         staged, operations = self._staged, list(self._operations)
         replays = 0
 
-        def plan(state: State) -> Change | None:
+        def plan(state: State) -> DataWrite | None:
             nonlocal replays
             replays += 1
             if replays == 1:
@@ -525,8 +525,10 @@ def replay(apply: _Apply, context: TableContext, state: State,
     return replace(staged, operations=tuple(operation.name for operation in operations))
 
 
-def reduce(context: TableContext, staged: _Staged) -> Change | None:
-    """The one ``Change`` a transaction commits (None: it changes nothing).
+def reduce(context: TableContext, staged: _Staged) -> DataWrite | None:
+    """The one write a transaction commits (None: it changes nothing): an ``Overwrite`` when it
+    began with one (later operations see only its own rows, so it deletes nothing by position),
+    else a ``RowChanges``, both recording ``operation="transaction"`` and the operations it ran.
 
     This is the only place that knows how a transaction maps onto the commit path: new rows as one
     segment, the snapshot's rows deleted by position, the keys of deleted rows not rewritten
@@ -548,10 +550,13 @@ def reduce(context: TableContext, staged: _Staged) -> Change | None:
     # The writer takes non-empty batches only (staging concatenates and filters tables).
     batches = [batch for batch in rows.to_batches() if batch.num_rows]
     new_rows: Any = batches if batches else (iter(()) if staged.replace else None)
-    return Change(
-        TRANSACTION, new_rows, state.read_at if state is not None else None,
-        state.deltas if state is not None else LiveDeltas(context.store, {}),
-        deleted=dict(staged.deleted), removed_keys=removed, read_keys=read,
-        replace=staged.replace, partitions=staged.partitions, rows_bytes=rows.nbytes,
+    if staged.replace:
+        assert not staged.deleted, "an overwrite first: later operations delete staged rows only"
+        return Overwrite(operation=TRANSACTION, rows=new_rows, partitions=staged.partitions,
+                         operations=staged.operations)
+    return RowChanges(
+        operation=TRANSACTION, rows=new_rows, read_at=state.read_at if state is not None else None,
+        current=state.deltas if state is not None else LiveDeltas(context.store, {}),
+        deleted=dict(staged.deleted), removed_keys=removed, read_keys=read, rows_bytes=rows.nbytes,
         operations=staged.operations)
 

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._commit import Change, Pending, Written
+from .._commit import Compaction, Pending, Written
 from .._context import Commit, TableContext, open_context, target_file_bytes
 from .._files import is_external
 from .._segments import compact as compact_table
@@ -38,9 +38,8 @@ def compact(spark: Any, uri: str, kind: str = "minor", *,
                          rewrite=lambda change: _rewrite(spark, context, change))
 
 
-def _rewrite(spark: Any, context: TableContext, change: Change) -> Callable[[Pending], Written]:
+def _rewrite(spark: Any, context: TableContext, change: Compaction) -> Callable[[Pending], Written]:
     merge = change.merge
-    assert merge is not None
     store = context.store
     schema = spark_schema(context.schema)
     native = [f for f in merge.files if not is_external(f)]

@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
 
 from timeline import DuplicateKeyError, InvalidOptionError, Timeline, open_storage
 
-from .._commit import Change, Pending, Written, commit_begun, protocol_of
+from .._commit import Append, Overwrite, Pending, RowChanges, Written, finish, protocol_of
 from .._context import ACTION_OF, TableContext, open_context, target_file_bytes
 from .._files import DataStore, ExternalReader, LiveDeltas, check_external, read_positions, scan_file
 from .._read import snapshot as read_snapshot
@@ -178,9 +178,9 @@ class _Writer(DataSourceArrowWriter):
         except BaseException:
             protocol_of(table).roll_back(instant)
             raise
-        commit_begun(table, change, None, pending, Written(statuses=statuses, index_sizes=shards))
+        finish(table, change, None, pending, Written(statuses=statuses, index_sizes=shards))
 
-    def _change(self, table: TableContext, shards: dict[int, int]) -> Change:
+    def _change(self, table: TableContext, shards: dict[int, int]) -> RowChanges | Overwrite:
         """The change to commit; on a keyed table, after checking the keys the tasks wrote.
 
         ``commit()`` cannot run Spark jobs, so the keys come back from the index log files the
@@ -191,7 +191,7 @@ class _Writer(DataSourceArrowWriter):
         columns = table.record_key_columns
         index = table.metadata.record_index
         if not columns or index is None or not shards:
-            return Change(self._mode, None, None, LiveDeltas(table.store, {}), replace=replace)
+            return Overwrite() if replace else Append(current=LiveDeltas(table.store, {}))
         keys = index.instant_entries(self._instant, sorted(shards)).select(index.keys)
         twice = repeated(keys)
         if twice.num_rows:
@@ -199,9 +199,9 @@ class _Writer(DataSourceArrowWriter):
                 f"record key {columns} repeats within the DataFrame: {describe(twice, columns)} "
                 "appear more than once; nothing was written\nHelp: de-duplicate the DataFrame")
         if replace:
-            return Change(self._mode, None, None, LiveDeltas(table.store, {}), replace=True)
+            return Overwrite()
 
-        def plan(state: State) -> Change:
+        def plan(state: State) -> RowChanges:
             found = find_keys(table, state, keys)
             if found.num_rows:
                 raise DuplicateKeyError(
@@ -209,7 +209,7 @@ class _Writer(DataSourceArrowWriter):
                     "exist in the table; nothing was written\nHelp: use txn.spark.write(df, uri, "
                     "mode='upsert') to replace existing keys")
             # Commits that complete after this read are checked for the same keys at commit.
-            return Change(self._mode, None, state.read_at, state.deltas)
+            return Append(read_at=state.read_at, current=state.deltas)
 
         return latest(table, plan)
 

@@ -34,7 +34,7 @@ from timeline import (
     open_storage,
 )
 
-from .._commit import Change, Pending, Progress, Written
+from .._commit import Overwrite, Pending, Progress, RowChanges, Written
 from .._context import Commit, TableContext, delete_compaction_threshold, target_file_bytes
 from .._files import (
     DataFileWriter,
@@ -307,7 +307,7 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     if scope is not None and not values and df.isEmpty():
         return None  # the partitions of no rows: nothing is replaced
 
-    def plan(state: State) -> Change:
+    def plan(state: State) -> RowChanges | Overwrite:
         deleted: dict[str, Positions] = {}
         if columns and operation in ("append", "upsert"):
             found = _find_existing_rows(table, df, state)
@@ -318,16 +318,24 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
                     f"table, e.g. {describe(sample, columns)}; nothing was written\n"
                     "Help: use mode='upsert' to replace existing keys")
             deleted = _positions_by_file(found)
-        return Change(operation, None, state.read_at if operation != "overwrite" else None,
-                      state.deltas, deleted=deleted, replace=operation == "overwrite", partitions=scope)
+        if operation == "overwrite":
+            return Overwrite(partitions=scope)
+        return RowChanges(operation=operation, read_at=state.read_at, current=state.deltas,
+                          deleted=deleted)
 
     # A keyed DataFrame is pinned, so planning and writing it again (when a table service
     # overtook the write) writes the same rows against the new state.
     commit = commit_planned(table, plan, extra, progress=progress, write=lambda change: functools.partial(
-        _write_phase, table, df, change.deleted, change.current))
+        _write_phase, table, df, *_deletes_of(table, change)))
     if operation == "append":
         after_load(table, commit)
     return commit
+
+
+def _deletes_of(table: TableContext, change: Any) -> tuple[dict[str, Positions], LiveDeltas]:
+    if isinstance(change, RowChanges):
+        return change.deleted, change.current
+    return {}, LiveDeltas(table.store, {})  # an overwrite deletes by position under the lock
 
 
 def _write_phase(table: TableContext, df: Any, deleted: dict[str, Positions], current: LiveDeltas,

@@ -384,9 +384,9 @@ def test_an_overwrite_is_not_failed_by_a_compaction_that_completed_while_it_ran(
         table_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     table = loads(table_uri, 4)
     compactor = txn.open_table(table_uri)
-    from txn._commit import _change
+    from txn._commit._writes import _base
 
-    real = _change._write
+    real = _base.write_phase
     fired: list[bool] = []
 
     def write_after_compaction(*args: Any) -> Any:
@@ -395,7 +395,7 @@ def test_an_overwrite_is_not_failed_by_a_compaction_that_completed_while_it_ran(
             assert compactor.compact() is not None
         return real(*args)
 
-    monkeypatch.setattr(_change, "_write", write_after_compaction)
+    monkeypatch.setattr(_base, "write_phase", write_after_compaction)
     commit = table.overwrite(rows(range(500, 505)))
     assert fired and commit.operation == "overwrite"
     assert sorted(table.to_arrow()["id"].to_pylist()) == list(range(500, 505))

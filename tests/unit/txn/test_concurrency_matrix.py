@@ -37,7 +37,8 @@ import pytest
 
 import txn
 from tests.unit.txn.helpers import SCHEMA, insert_keys, priced, relative, rows, storage_of
-from txn._commit import Pending, Protocol, _change
+from txn._commit import Pending, Protocol
+from txn._commit._writes import _base
 from txn._segments import _compact
 from txn._write import _state
 
@@ -145,7 +146,7 @@ def race(monkeypatch: pytest.MonkeyPatch, table: txn.Table, b: Callable[[], Any]
     monkeypatch.setattr(Protocol, "commit", b_then_commit)
     # A small write holds the lock from begin to commit, so nothing can complete beside it:
     # A must be a write with a window between the two (any write past the small-write bound).
-    monkeypatch.setattr("txn._commit._change.SMALL_WRITE_BYTES", -1)
+    monkeypatch.setattr("txn._commit._writes._base.SMALL_WRITE_BYTES", -1)
     return run
 
 
@@ -1059,16 +1060,16 @@ def test_iud_x_clean_after_a_compaction_overtook_the_iud(
 
     monkeypatch.setattr(_state, "read_state", after_read)
     if point == "write-phase":
-        write = _change._write
+        write = _base.write_phase
 
         def clean_then_write(context: Any, pending: Pending, change: Any) -> Any:
             if not cleaned and change.operation == op:
                 cleaned.append(b.clean(force=True))
             return write(context, pending, change)
 
-        monkeypatch.setattr(_change, "_write", clean_then_write)
+        monkeypatch.setattr(_base, "write_phase", clean_then_write)
         # Only a write past the small-write bound has a write phase outside the lock.
-        monkeypatch.setattr(_change, "SMALL_WRITE_BYTES", -1)
+        monkeypatch.setattr(_base, "SMALL_WRITE_BYTES", -1)
     model = initial()
     del model[1]
     commit = iud(a, op, 5, -1.0, keyed=keyed)

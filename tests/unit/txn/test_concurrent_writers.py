@@ -32,7 +32,8 @@ import pytest
 import txn
 from tests.unit.txn.helpers import SCHEMA, insert_keys, priced, rows, storage_of
 from timeline import Instant
-from txn._commit import Protocol, _change
+from txn._commit import Protocol
+from txn._commit._writes import _base
 from txn._context import CommitMetadata
 from txn._write import _state
 
@@ -106,7 +107,7 @@ def run_between(monkeypatch: pytest.MonkeyPatch, point: str, write: Callable[[],
     if point in ("begin", "write"):
         # A small write holds the lock from begin to commit: nothing runs between the two. The
         # interleavings below are those of writes past the small-write bound.
-        monkeypatch.setattr(_change, "SMALL_WRITE_BYTES", -1)
+        monkeypatch.setattr(_base, "SMALL_WRITE_BYTES", -1)
     if point == "read":
         read_state = _state.read_state
 
@@ -126,13 +127,13 @@ def run_between(monkeypatch: pytest.MonkeyPatch, point: str, write: Callable[[],
         monkeypatch.setattr(Protocol, "begin", before_begin)
     else:
         assert point == "write", point
-        write_files = _change._write
+        write_files = _base.write_phase
 
         def before_write(table: txn.Table, pending: Any, change: Any) -> Any:
             other.fire()
             return write_files(table, pending, change)
 
-        monkeypatch.setattr(_change, "_write", before_write)
+        monkeypatch.setattr(_base, "write_phase", before_write)
     return other
 
 
@@ -847,14 +848,14 @@ def _lockstep_writer(uri: str, p: int, rounds: int, between: Any, results: Any) 
     them writes (a barrier in the write phase), so exactly one per round can commit."""
     try:
         table = txn.open_table(uri)
-        write = _change._write
+        write = _base.write_phase
 
         def after_everyone_began(table: txn.Table, pending: Any, change: Any) -> Any:
             between.wait(timeout=60)
             return write(table, pending, change)
 
-        _change._write = after_everyone_began  # type: ignore[assignment]
-        _change.SMALL_WRITE_BYTES = -1  # the write phase outside the lock, as past the bound
+        _base.write_phase = after_everyone_began  # type: ignore[assignment]
+        _base.SMALL_WRITE_BYTES = -1  # the write phase outside the lock, as past the bound
         acknowledged, rejected = [], []
         for n in range(rounds):
             keys = list(range(SHARED_KEYS))

@@ -562,7 +562,7 @@ def test_a_write_failing_at_any_storage_call_leaves_the_table_as_it_was(
 def test_a_write_whose_lock_confirmation_fails_is_rolled_back_at_once(
         memory_uri: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     # A write past the small-write bound, which takes the lock twice (begin, commit).
-    monkeypatch.setattr("txn._commit._change.SMALL_WRITE_BYTES", -1)
+    monkeypatch.setattr("txn._commit._writes._base.SMALL_WRITE_BYTES", -1)
     table = txn.create_table(memory_uri, SCHEMA, record_key="id", clock=clock,
                              properties={"lock.timeout_ms": "200"})
     table.append(rows(range(10)))

@@ -61,7 +61,7 @@ def test_a_small_write_takes_the_lock_once_and_beats_no_heartbeat(
 
 def test_a_write_past_the_bound_takes_the_lock_twice_with_a_heartbeat(
         memory_uri: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("txn._commit._change.SMALL_WRITE_BYTES", 100)
+    monkeypatch.setattr("txn._commit._writes._base.SMALL_WRITE_BYTES", 100)
     txn.create_table(memory_uri, SCHEMA, clock=clock, properties={"maintenance.mode": "manual"})
     store, table = on(memory_uri, clock)
     table.append(rows(range(1000)))

@@ -52,7 +52,7 @@ def _content(table: txn.Table) -> dict[int, float]:
 def test_a_crash_at_every_write_of_the_commit_leaves_all_or_nothing(
         monkeypatch: pytest.MonkeyPatch, memory_uri: str, lock: str) -> None:
     if lock == "two holds":  # the write phase outside the lock, as for a large write
-        monkeypatch.setattr("txn._commit._change.SMALL_WRITE_BYTES", -1)
+        monkeypatch.setattr("txn._commit._writes._base.SMALL_WRITE_BYTES", -1)
     reference = f"{memory_uri}/reference"
     _prepare(reference, FakeClock())
     before = _content(txn.open_table(reference))

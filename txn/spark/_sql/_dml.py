@@ -43,7 +43,7 @@ from sqlglot import exp
 
 from timeline import InvalidOptionError, SchemaMismatchError
 
-from ..._commit import Change, Pending, Written
+from ..._commit import Delete, Pending, Update, Written
 from ..._context import TableContext, open_context
 from ..._files import Positions
 from ..._rows import index_keys
@@ -331,7 +331,7 @@ def update(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
     new_rows: list[Any] = []
     updated: list[int] = [0]
 
-    def plan(state: State) -> Change | None:
+    def plan(state: State) -> Update | None:
         matched = _matching(spark, catalog, context, state, target, projection, statement,
                             UPDATE_FORM, joined)
         pinned = matched.localCheckpoint(eager=True)
@@ -344,9 +344,9 @@ def update(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
         if not found.num_rows:
             return None
         new_rows[:] = [rows.drop(FILE, POSITION)]
-        return Change("update", None, state.read_at, state.deltas, deleted=_by_file(found))
+        return Update(read_at=state.read_at, current=state.deltas, deleted=_by_file(found))
 
-    def write(change: Change) -> Any:
+    def write(change: Update) -> Any:
         def phase(pending: Pending) -> Written:
             return run_job(context, new_rows[0], pending, change.deleted, change.current)
         return phase
@@ -368,7 +368,7 @@ def delete(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
     projection = [f"{alias}.{_quoted(c)}" for c in (FILE, POSITION, *keys)]
     deleted: list[int] = [0]
 
-    def plan(state: State) -> Change | None:
+    def plan(state: State) -> Delete | None:
         found = _matching(spark, catalog, context, state, target, projection, statement,
                           DELETE_FORM).toArrow()
         deleted[0] = found.num_rows
@@ -378,7 +378,7 @@ def delete(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
         if keys:
             typed = pa.table([found[k].cast(context.schema.field(k).type) for k in keys], names=keys)
             removed = index_keys(typed, keys)
-        return Change("delete", None, state.read_at, state.deltas, deleted=_by_file(found),
+        return Delete(read_at=state.read_at, current=state.deltas, deleted=_by_file(found),
                       removed_keys=removed, rows_bytes=0)
 
     commit_planned(context, plan, None)

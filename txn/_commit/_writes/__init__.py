@@ -1,0 +1,75 @@
+"""One class per kind of write, and the driver that commits any of them as one instant.
+
+``_base`` holds the interface (:class:`Write`) and the building blocks the kinds share; each
+other module is one kind or family; ``_driver`` runs a write through the commit protocol. A new
+kind of write is a new :class:`Write` (usually :class:`DataWrite`) subclass; see
+design/protocol.md ("The write classes").
+"""
+
+from ._base import (
+    NEW_SEGMENT,
+    NO_SEGMENT,
+    SMALL_WRITE_BYTES,
+    SMALL_WRITE_DELETES,
+    Allocation,
+    DataWrite,
+    LockPolicy,
+    Recorded,
+    Write,
+    Written,
+    to_commit,
+)
+from ._compaction import Compaction, Merge, StreamFilesMerge
+from ._driver import WrittenBy, commit, finish, run
+from ._external import AddSegment, ExternalLoad
+from ._overwrite import Overwrite
+from ._progress import (
+    AlreadyCommitted,
+    Progress,
+    check_generation,
+    committed,
+    generation_of,
+    in_range,
+    producer_record,
+)
+from ._rows import Append, Delete, RowChanges, Update, Upsert
+from ._streams import DropStream, StreamBatch, StreamStep
+
+__all__ = [
+    "NEW_SEGMENT",
+    "NO_SEGMENT",
+    "SMALL_WRITE_BYTES",
+    "SMALL_WRITE_DELETES",
+    "AddSegment",
+    "Allocation",
+    "AlreadyCommitted",
+    "Append",
+    "Compaction",
+    "DataWrite",
+    "Delete",
+    "DropStream",
+    "ExternalLoad",
+    "LockPolicy",
+    "Merge",
+    "Overwrite",
+    "Progress",
+    "Recorded",
+    "RowChanges",
+    "StreamBatch",
+    "StreamFilesMerge",
+    "StreamStep",
+    "Update",
+    "Upsert",
+    "Write",
+    "Written",
+    "WrittenBy",
+    "check_generation",
+    "commit",
+    "committed",
+    "finish",
+    "generation_of",
+    "in_range",
+    "producer_record",
+    "run",
+    "to_commit",
+]

@@ -1,0 +1,73 @@
+"""The commit driver: one write (any kind) through the commit protocol as one instant."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from indexes import MetadataChanges
+from timeline import Instant, Lease, TimelineView
+
+from ..._context import Commit, TableContext
+from .._protocol import Builder, Pending
+from .._upkeep import protocol_of
+from ._base import LockPolicy, Write, Written, to_commit
+
+#: A write phase run elsewhere (Spark's executors): given the begun instant, what they wrote.
+WrittenBy = Callable[[Pending], Written]
+
+
+def run(context: TableContext, write: Write, extra: dict[str, str] | None = None, *,
+        retries: int = 0, written_by: WrittenBy | None = None) -> tuple[Instant, Any]:
+    """Begin, write and commit ``write`` as one instant, rolled back on any failure before the
+    commit point; return the completed instant and its commit metadata.
+
+    ``extra``: recorded in the plan and the commit. ``retries``: how often the caller planned
+    this write again after a table service overtook it (recorded). ``written_by`` replaces the
+    write's own write phase (it then always gets a heartbeat).
+    """
+    elsewhere = written_by is not None
+    allocation = write.allocation(elsewhere=elsewhere)
+    return protocol_of(context).run(
+        write.operation, write.action,
+        hold_lock=write.lock_policy(elsewhere=elsewhere) is LockPolicy.HELD,
+        new_segment=allocation.new > 0, segment_count=max(1, allocation.new),
+        segment=allocation.named, sources=write.sources(), read_at=write.read_at, extra=extra,
+        plan=write.requested(), admit=lambda view: write.admit(context, view),
+        write=written_by or (lambda pending: write.write(context, pending)),
+        build=_commit_step(context, write, extra, retries=retries),
+    )
+
+
+def commit(context: TableContext, write: Write, extra: dict[str, str] | None = None, *,
+           retries: int = 0, written_by: WrittenBy | None = None) -> Commit:
+    """:func:`run` for a data write: returns its :class:`~txn.Commit`."""
+    completed, metadata = run(context, write, extra, retries=retries, written_by=written_by)
+    return to_commit(completed.time, completed.completed_at or "", metadata)
+
+
+def finish(context: TableContext, write: Write, extra: dict[str, str] | None, pending: Pending,
+           written: Written) -> Commit:
+    """Commit an instant begun earlier (``Protocol.begin``) whose files were written elsewhere
+    (rolled back on failure): the second half of a two-phase write."""
+    completed, metadata = protocol_of(context).finish(pending, lambda _: written,
+                                                      _commit_step(context, write, extra))
+    return to_commit(completed.time, completed.completed_at or "", metadata)
+
+
+def _commit_step(context: TableContext, write: Write, extra: dict[str, str] | None, *,
+            retries: int = 0) -> Callable[[Pending, Any], Builder]:
+    """The commit step of ``write``, under the lock: its conflict rule, then its record."""
+
+    def build(pending: Pending, written: Any) -> Builder:
+        def under_lock(lease: Lease, view: TimelineView) -> tuple[MetadataChanges, Any]:
+            write.check(context, view, pending, written)
+            return write.record(context, view, pending, written, lease=lease, extra=extra,
+                                retries=retries)
+
+        return under_lock
+
+    return build
+
+
+__all__ = ["WrittenBy", "commit", "finish", "run"]
