@@ -29,7 +29,8 @@ def _imported_rooms(path: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module:
             rooms.add(node.module.split(".")[0])
         elif isinstance(node, ast.ImportFrom) and node.level == 2 and not node.module:
-            rooms |= {alias.name for alias in node.names}
+
+            rooms |= {alias.name for alias in node.names if alias.name not in txn.__all__}
     return rooms
 
 
