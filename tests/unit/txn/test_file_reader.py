@@ -6,6 +6,8 @@ changed external file raises ``CorruptMetadataError``."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -151,3 +153,28 @@ def test_the_reader_pickles_small(mixed: txn.Table) -> None:
         mixed.append(flat_rows(range(1000, 2000)))
     assert len(pickle.dumps(mixed.snapshot().file_reader())) < 4096
 
+
+
+def test_another_process_reads_with_the_pickled_reader(mixed: txn.Table, tmp_path: Path) -> None:
+    """What Ray, Dask or a plain worker process does: the reader and a file, pickled, read
+    there with nothing but the pickle."""
+    snapshot = mixed.snapshot()
+    csv = next(f for f in snapshot.files() if f.format == "csv")
+    job = tmp_path / "job.pickle"
+    job.write_bytes(pickle.dumps((snapshot.file_reader(), csv)))
+    script = ("import pickle, sys; reader, file = pickle.loads(open(sys.argv[1], 'rb').read()); "
+              "print(reader.read(file, columns=['id'], positions=True).to_pydict())")
+    done = subprocess.run([sys.executable, "-c", script, str(job)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str({"id": list(range(201, 209)), "_position": list(range(1, 9))})
+
+
+def test_a_table_on_s3_is_read_with_its_storage_options(s3_uri) -> None:  # type: ignore[no-untyped-def]
+    uri, options = s3_uri
+    t = txn.create_table(uri, FLAT, storage_options=options)
+    t.append(flat_rows(range(5)))
+    t.delete(pc.field("id") == 1)
+    snapshot = txn.open_table(uri, storage_options=options).snapshot()
+    [data_file] = snapshot.files()
+    assert shipped(snapshot).read(data_file, positions=True)["_position"].to_pylist() == [0, 2, 3, 4]
