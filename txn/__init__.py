@@ -44,7 +44,7 @@ from ._context import (
     Segment,
     ValidationReport,
 )
-from ._read import Snapshot
+from ._read import FileReader, Snapshot
 from ._segments import CleanResult
 from ._streams import Stream, StreamInfo
 from ._table import Table, create_table, open_table
@@ -59,6 +59,7 @@ __all__ = [
     "CorruptMetadataError",
     "DataFile",
     "DuplicateKeyError",
+    "FileReader",
     "IllegalTransitionError",
     "InvalidOptionError",
     "LockLostError",

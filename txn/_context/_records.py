@@ -213,6 +213,8 @@ class DataFile(msgspec.Struct, frozen=True, gc=False):
     partition: dict[str, object] = msgspec.field(default_factory=dict)
     #: Locations of the file's live delete deltas (each a Parquet file of row positions).
     delete_files: tuple[str, ...] = ()
+    #: Whether it is an external segment's file (ADD SEGMENT: read in place, ``path`` its URL).
+    external: bool = False
 
 
 def _moment(epoch_ms: int) -> datetime | None:

@@ -289,7 +289,7 @@ class ExternalReader:
         if file_format == "orc":
             orc = porc.ORCFile(handle)
             self._compare_rows(url, record, orc.nrows)
-            return orc.read(columns=list(columns))
+            return _read_orc(orc, columns)
         table = read_format(handle, file_format, stored, columns)
         self._compare_rows(url, record, table.num_rows)
         return table
@@ -412,7 +412,7 @@ def read_format(handle: Any, file_format: str, stored: pa.Schema, columns: Seque
     if file_format == "parquet":
         return pq.ParquetFile(handle).read(columns=list(columns), use_threads=False)
     if file_format == "orc":
-        return porc.ORCFile(handle).read(columns=list(columns))
+        return _read_orc(porc.ORCFile(handle), columns)
     wanted = pa.schema([stored.field(name) for name in columns])
     data = handle.read()
     if file_format == "csv":
@@ -420,6 +420,14 @@ def read_format(handle: Any, file_format: str, stored: pa.Schema, columns: Seque
     if file_format == "json":
         return _read_json(data, stored, wanted)
     raise ValueError(f"unknown external format {file_format!r}")
+
+
+def _read_orc(orc: porc.ORCFile, columns: Sequence[str]) -> pa.Table:
+    """``columns`` of every row of an ORC file; without columns, its row count kept (Arrow's ORC
+    reader returns no rows when asked for no columns)."""
+    if not columns:
+        return pa.table({"rows": pa.nulls(orc.nrows)}).drop_columns(["rows"])
+    return orc.read(columns=list(columns))
 
 
 def _nullable(schema: pa.Schema) -> pa.Schema:

@@ -1,6 +1,7 @@
 """Reading: resolving a snapshot (latest or time travel) and reading it."""
 
+from ._file_reader import FileReader
 from ._resolve import snapshot, snapshot_at
 from ._snapshot import Snapshot
 
-__all__ = ["Snapshot", "snapshot", "snapshot_at"]
+__all__ = ["FileReader", "Snapshot", "snapshot", "snapshot_at"]

@@ -100,4 +100,6 @@ def snapshot_at(context: TableContext, view: TimelineView, instant: str | None, 
             check_retained(context, instant or bound, bound, completed)
 
     return Snapshot(instant=instant, completed_at=bound, metadata=metadata, schema=context.schema,
-                    store=context.store, load_column_stats=column_stats, check_retained=still_retained)
+                    store=context.store, load_column_stats=column_stats, check_retained=still_retained,
+                    uri=context.uri, storage_options=context.storage_options,
+                    partition_by=context.partition_by)

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from indexes import MetadataSnapshot, live
-from timeline import InvalidOptionError, StorageError
+from timeline import StorageError
 
 from .._context import DataFile
 from .._files import (
@@ -42,9 +42,9 @@ from .._files import (
     parse_hive_value,
     raise_for_files,
     reading_file,
-    scan_file,
     timestamp_value,
 )
+from ._file_reader import FileReader, check_columns, check_filter
 from ._file_table import file_table, with_locations, with_stats
 from ._prune import prune
 
@@ -115,9 +115,18 @@ class Snapshot:
         store: DataStore,
         load_column_stats: Callable[[], pa.Table],
         check_retained: Callable[[], None] = lambda: None,
+        uri: str = "",
+        storage_options: dict[str, Any] | None = None,
+        partition_by: Sequence[str] = (),
     ) -> None:
         """``check_retained`` raises ``SnapshotExpiredError`` if a clean since expired this
-        snapshot: a read that misses a file asks it before blaming the file."""
+        snapshot: a read that misses a file asks it before blaming the file. ``uri``,
+        ``storage_options`` and ``partition_by``: what a :class:`FileReader` shipped to another
+        process opens the table with."""
+        self._uri = uri
+        self._storage_options = storage_options
+        self._partition_by = list(partition_by)
+        self._reader: FileReader | None = None
         self._check_retained = check_retained
         self._instant = instant
         self._completed_at = completed_at
@@ -156,6 +165,16 @@ class Snapshot:
         if self._live_deltas is None:
             self._live_deltas = LiveDeltas.of(self._store, self._metadata.deletes)
         return self._live_deltas
+
+    def file_reader(self) -> FileReader:
+        """The reader of this snapshot's files one at a time, deletes applied: what an engine
+        ships to its workers with some of :meth:`files` each (see :class:`txn.FileReader`).
+        This snapshot reads its own files with deletes, and external ones, through it."""
+        if self._reader is None:
+            self._reader = FileReader(uri=self._uri, storage_options=self._storage_options,
+                                      schema=self._schema, partition_by=self._partition_by,
+                                      store=self._store, deltas=self._deltas)
+        return self._reader
 
     def _file_table(self, *, stats: bool) -> pa.Table:
         """The file table without ``location`` (planning needs none; callers add it to what
@@ -227,27 +246,16 @@ class Snapshot:
         parsed = {partition: parse(partition) for partition in set(table["partition"].to_pylist())}
         return [
             DataFile(location, segment, rows, size, fmt, deleted, dict(parsed[partition]),
-                     tuple(deltas))
-            for location, segment, rows, size, fmt, deleted, partition, deltas in zip(
+                     tuple(deltas), external)
+            for location, segment, rows, size, fmt, deleted, partition, deltas, external in zip(
                 table["location"].to_pylist(), table["segment"].to_pylist(),
                 table["rows"].to_pylist(), table["size"].to_pylist(), table["format"].to_pylist(),
                 table["deleted_rows"].to_pylist(), table["partition"].to_pylist(),
-                table["delete_files"].to_pylist(), strict=True)
+                table["delete_files"].to_pylist(), _external(table).to_pylist(), strict=True)
         ]
 
     def _check_filter(self, filter: object) -> ds.Expression | None:
-        if filter is None:
-            return None
-        if not isinstance(filter, ds.Expression):
-            raise InvalidOptionError(
-                f"filter must be a pyarrow.compute.Expression (e.g. pc.field('x') > 3), "
-                f"got {type(filter).__name__}"
-            )
-        try:  # bind it to the schema now: an empty snapshot must not hide a bad filter
-            self._schema.empty_table().filter(filter)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-            raise InvalidOptionError(f"filter {filter} does not apply to this table: {exc}") from None
-        return filter
+        return check_filter(self._schema, filter)
 
     def _dataset(self, expression: ds.Expression | None, table: pa.Table) -> ds.FileSystemDataset:
         """A dataset of the files of ``table`` (a file table, with ``stats`` if ``expression``
@@ -263,14 +271,7 @@ class Snapshot:
                  columns: Sequence[str] | None = None) -> pa.Table:
         """The rows of the snapshot, optionally filtered and projected."""
         expression = self._check_filter(filter)
-        if columns is not None:
-            unknown = [c for c in columns if self._schema.get_field_index(c) < 0]
-            if unknown or isinstance(columns, str):
-                raise InvalidOptionError(
-                    f"columns must be a list of table columns; unknown {unknown or [columns]}, "
-                    f"table columns: {self._schema.names}"
-                )
-            columns = list(columns)
+        columns = check_columns(self._schema, columns)
         if self._files.num_rows == 0:
             empty = self._schema.empty_table()
             return empty.select(columns) if columns is not None else empty
@@ -310,9 +311,10 @@ class Snapshot:
             if clean.num_rows else []
         wanted = columns if columns is not None else self._schema.names
         others = table.filter(one_by_one)
+        reader = self.file_reader() if others.num_rows else None
         for path, file_format in zip(self._paths(others), others["format"].to_pylist(), strict=True):
-            rows, _ = scan_file(self._store, path, self._schema, filter=expression, columns=wanted,
-                                deleted=self._deltas.positions(path), file_format=file_format)
+            assert reader is not None
+            rows, _ = reader._rows(path, file_format, expression, wanted)
             parts.append(rows)
         return parts
 

@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._commit import Compaction, Pending, Written
-from .._context import Commit, TableContext, open_context, target_file_bytes
+from .._context import Commit, DataFile, TableContext, open_context, target_file_bytes
 from .._files import is_external
+from .._read import FileReader
 from .._segments import compact as compact_table
 from ._external import external_frames
 from ._read import native_scan, without_deleted
@@ -48,8 +49,14 @@ def _rewrite(spark: Any, context: TableContext, change: Compaction) -> Callable[
                                for f in native if change.current.paths(f)])] if native else []
     external = [f for f in merge.files if is_external(f)]
     if external:  # CUSTOM compaction of external segments: their rows become a native segment
-        frames += external_frames(spark, schema, store.external_reader(), [
-            (f, merge.formats[f], change.current.positions(f)) for f in external])
+        # The compaction's own read state, not a snapshot's: its reader and files are made here.
+        reader = FileReader(uri=context.uri, storage_options=context.storage_options,
+                            schema=context.schema, partition_by=context.partition_by, store=store,
+                            deltas=change.current)
+        frames += external_frames(spark, schema, reader, [
+            DataFile(f, "", 0, 0, merge.formats[f], delete_files=tuple(
+                store.location(d) for d in change.current.paths(f)), external=True)
+            for f in external])
     frame = functools.reduce(lambda a, b: a.unionByName(b), frames)
     # Parquet is several times smaller than the Arrow memory a file's target counts.
     tasks = max(1, math.ceil(3 * merge.size / target_file_bytes(context.properties)))

@@ -10,23 +10,24 @@ infers no partition column from folder names that happen to look like one.
 
 An external file with deleted rows is not given to Spark's scan: JSON scans have no row index,
 and positions must mean what metatxn's own reader counted. Those files (few: a delete touches
-the files of the rows it deletes) are read on the executors by metatxn's external reader, which
-drops the deleted positions, through ``mapInArrow``; so are CSV and JSON files (Spark's text
-dialects are not pyarrow's: one reader makes the values, the statistics and the keys agree) and
-files below a partition folder whose name holds an escape (Spark decodes ``%C3%BC`` byte by
-byte).
+the files of the rows it deletes) are read on the executors by the snapshot's public
+``txn.FileReader``, which drops the deleted positions, through ``mapInArrow``; so are CSV and
+JSON files (Spark's text dialects are not pyarrow's: one reader makes the values, the
+statistics and the keys agree) and files below a partition folder whose name holds an escape
+(Spark decodes ``%C3%BC`` byte by byte).
 """
 
 from __future__ import annotations
 
+import functools
+import pickle
 import posixpath
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from .._files import ExternalReader, expected, reading_file
+from .. import DataFile, FileReader
 
 #: Formats whose files Spark scans itself. CSV and JSON are read by metatxn's reader: Spark's
 #: text dialects (CSV escapes, null and header rules; JSON timestamp and number parsing) could
@@ -53,41 +54,35 @@ def _spark_path(location: str) -> str:
     return "".join("\\" + c if c in "[]{}*?\\" else c for c in _spark_location(location))
 
 
-def _read_by_metatxn(reader_state: tuple[bytes, list[str], dict[str, dict[str, Any]]],
-                     target: bytes, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Executor side: each input row names an external file, its format and deleted positions;
-    yield its live rows as the table's columns in Spark's types."""
-    schema_bytes, partition_by, options = reader_state
-    schema = pa.ipc.read_schema(pa.py_buffer(schema_bytes))
+def _read_by_metatxn(reader: FileReader, target: bytes,
+                     batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Executor side: each input row is a pickled ``DataFile``; yield its live rows as the
+    table's columns in Spark's types."""
     wanted = pa.ipc.read_schema(pa.py_buffer(target))
-    reader = ExternalReader(schema, partition_by, options)
     for batch in batches:
-        for location, file_format, positions in zip(batch["location"].to_pylist(),
-                                                    batch["format"].to_pylist(),
-                                                    batch["positions"].to_pylist(), strict=True):
-            rows, _ = reader.scan(location, file_format, filter=None, columns=schema.names,
-                                  deleted=np.asarray(positions, dtype=np.int64))
-            yield from rows.cast(wanted).to_batches()
+        for pickled in batch["file"].to_pylist():
+            yield from reader.read(pickle.loads(pickled)).cast(wanted).to_batches()
 
 
-def external_frames(spark: Any, spark_schema: Any, reader: ExternalReader,
-                    files: Sequence[tuple[str, str, np.ndarray]]) -> list[Any]:
-    """DataFrames of the live rows of external files ``(location, format, deleted positions)``,
-    columns in the table's order and Spark's types of ``spark_schema``."""
+def external_frames(spark: Any, spark_schema: Any, reader: FileReader,
+                    files: Sequence[DataFile]) -> list[Any]:
+    """DataFrames of the live rows of external ``files`` (of ``reader``'s snapshot), columns in
+    the table's order and Spark's types of ``spark_schema``."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     names = reader.schema.names
     levels = len(reader.partition_by)
     # Spark's scans neither know nor check what ADD SEGMENT recorded: the driver does, once per
     # file, when it plans the job (a file changed after that is Spark's to read as it is).
-    for location, file_format, _ in files:
-        with reading_file(location, expected(file_format)):
-            reader.check(location, file_format)
+    for data_file in files:
+        reader.check(data_file)
     groups: dict[tuple[str, str], list[str]] = {}
-    by_reader: list[tuple[str, str, list[int]]] = []
-    for location, file_format, positions in files:
-        if len(positions) or file_format not in _SPARK_SCANS or (levels and _escaped(location, levels)):
-            by_reader.append((location, file_format, [int(p) for p in positions]))
+    by_reader: list[tuple[bytes]] = []
+    for data_file in files:
+        location, file_format = data_file.path, data_file.format
+        if data_file.delete_files or file_format not in _SPARK_SCANS or (
+                levels and _escaped(location, levels)):
+            by_reader.append((pickle.dumps(data_file),))
             continue
         base = _folder_of(location, levels) if levels else ""
         groups.setdefault((file_format, base), []).append(location)
@@ -99,15 +94,11 @@ def external_frames(spark: Any, spark_schema: Any, reader: ExternalReader,
             scan.option("recursiveFileLookup", "true")
         frames.append(scan.load([_spark_path(location) for location in locations]).select(*names))
     if by_reader:
-        target = to_arrow_schema(spark_schema, timezone="UTC")
-        listing = spark.createDataFrame(
-            by_reader, "location string, format string, positions array<bigint>").repartition(
-                min(len(by_reader), spark.sparkContext.defaultParallelism))
-        state = (reader.schema.serialize().to_pybytes(), list(reader.partition_by),
-                 dict(reader.options))
-        frames.append(listing.mapInArrow(
-            lambda batches: _read_by_metatxn(state, target.serialize().to_pybytes(), batches),
-            spark_schema))
+        target = to_arrow_schema(spark_schema, timezone="UTC").serialize().to_pybytes()
+        listing = spark.createDataFrame(by_reader, "file binary").repartition(
+            min(len(by_reader), spark.sparkContext.defaultParallelism))
+        frames.append(listing.mapInArrow(functools.partial(_read_by_metatxn, reader, target),
+                                         spark_schema))
     return frames
 
 

@@ -20,9 +20,7 @@ import pyarrow.dataset as ds
 
 from timeline import InvalidOptionError
 
-from .._context import open_context
-from .._files import is_external
-from .._read import snapshot as read_snapshot
+from .. import open_table
 from ._deleted import kept_rows
 from ._external import external_frames
 from ._filters import to_expression
@@ -60,7 +58,7 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     are filtered with pyarrow on the executors). ``columns`` selects columns.
     """
     ensure_workers_run_metatxn(spark)
-    table = open_context(uri, storage_options)
+    table = open_table(uri, storage_options=storage_options)
     schema = spark_schema(table.schema)
     if columns is not None:
         unknown = [c for c in columns if table.schema.get_field_index(c) < 0]
@@ -70,18 +68,16 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     if filter is not None and not isinstance(filter, (str, ds.Expression)):
         raise InvalidOptionError(f"filter must be a SQL predicate string or a "
                                  f"pyarrow.compute.Expression, got {type(filter).__name__}")
-    snapshot = read_snapshot(table, as_of)
+    snapshot = table.snapshot(as_of)
     pruning = to_expression(filter, table.schema) if isinstance(filter, str) else filter
     files = snapshot.files(pruning)
-    native = [f for f in files if not is_external(f.path)]
+    reader = snapshot.file_reader()
+    native = [f for f in files if not f.external]
     frames = []
     if native:
-        prefix = table.store.location("")
         frames.append(without_deleted(native_scan(spark, schema, [f.path for f in native]), [
-            (f.path, snapshot._deltas.positions(f.path.removeprefix(prefix)))
-            for f in native if f.delete_files]))
-    frames += external_frames(spark, schema, table.store.external_reader(), [
-        (f.path, f.format, snapshot._deltas.positions(f.path)) for f in files if is_external(f.path)])
+            (f.path, reader.deleted_positions(f)) for f in native if f.delete_files]))
+    frames += external_frames(spark, schema, reader, [f for f in files if f.external])
     frame = functools.reduce(lambda a, b: a.unionByName(b), frames) if frames \
         else spark.createDataFrame([], schema)
     if isinstance(filter, str):
@@ -102,7 +98,7 @@ def count(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     """
     if filter is not None:
         return int(read(spark, uri, filter, as_of=as_of, storage_options=storage_options).count())
-    return read_snapshot(open_context(uri, storage_options), as_of).count()
+    return open_table(uri, storage_options=storage_options).snapshot(as_of).count()
 
 
 def without_deleted(frame: Any, deleted: Sequence[tuple[str, Any]]) -> Any:

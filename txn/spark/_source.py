@@ -28,7 +28,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -40,10 +39,10 @@ from pyspark.sql.datasource import (
 
 from timeline import DuplicateKeyError, InvalidOptionError, Timeline, open_storage
 
+from .. import DataFile, FileReader, open_table
 from .._commit import Append, Overwrite, Pending, RowChanges, Written, finish, protocol_of
 from .._context import ACTION_OF, TableContext, open_context, target_file_bytes
-from .._files import DataStore, ExternalReader, LiveDeltas, check_external, read_positions, scan_file
-from .._read import snapshot as read_snapshot
+from .._files import LiveDeltas
 from .._rows import describe, repeated
 from .._write import State, find_keys, latest
 from ._sql._catalog import set_warehouse
@@ -70,7 +69,7 @@ class MetatxnDataSource(DataSource):
         return "metatxn"
 
     def schema(self) -> Any:
-        return spark_schema(open_context(_path(self.options)).schema)
+        return spark_schema(open_table(_path(self.options)).schema)
 
     def reader(self, schema: Any) -> DataSourceReader:
         return _Reader(_path(self.options), self.options.get("asof"), schema)
@@ -80,51 +79,40 @@ class MetatxnDataSource(DataSource):
 
 
 class _File(InputPartition):
-    def __init__(self, path: str | None, deltas: list[str], file_format: str = "parquet") -> None:
-        super().__init__((path, deltas))
-        self.path = path
-        self.deltas = deltas
-        self.format = file_format
+    def __init__(self, file: DataFile | None) -> None:
+        super().__init__(file)
+        self.file = file
 
 
 class _Reader(DataSourceReader):
     def __init__(self, uri: str, as_of: str | None, schema: Any) -> None:
-        table = open_context(uri)
         #: The schema Spark asks for (the table's, or one the user gave with ``.schema(...)``).
         self._wanted = schema
-        snapshot = read_snapshot(table, as_of)
-        prefix = table.store.location("")
-        self._uri = uri
-        self._schema = table.schema.serialize().to_pybytes()
-        self._partition_by = table.partition_by
-        self._files = [(f.path.removeprefix(prefix), [d.removeprefix(prefix) for d in f.delete_files],
-                        f.format) for f in snapshot.files()]
-        # The executors' readers know nothing of what ADD SEGMENT recorded: checked here.
-        check_external(table.store, [path for path, _, _ in self._files],
-                       [file_format for _, _, file_format in self._files])
+        snapshot = open_table(uri).snapshot(as_of)
+        #: Pickled with this reader to the tasks: each reads its file through it.
+        self._reader: FileReader = snapshot.file_reader()
+        self._files = snapshot.files()
+        # Checked here as well as by the tasks: a changed external file fails the plan, before
+        # any task runs.
+        for data_file in self._files:
+            self._reader.check(data_file)
 
     def partitions(self) -> list[InputPartition]:
-        return [_File(path, deltas, file_format) for path, deltas, file_format in self._files] \
-            or [_File(None, [])]
+        return [_File(data_file) for data_file in self._files] or [_File(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _File)
-        if partition.path is None:
+        if partition.file is None:
             return
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        schema = pa.ipc.read_schema(pa.py_buffer(self._schema))
+        schema = self._reader.schema
         target = to_arrow_schema(self._wanted, timezone="UTC")
         unknown = [name for name in target.names if schema.get_field_index(name) < 0]
         if unknown:
             raise InvalidOptionError(f"the schema given to read names column(s) {unknown} the table "
                                      f"does not have; its columns: {schema.names}")
-        store = DataStore(open_storage(self._uri), ExternalReader(schema, self._partition_by))
-        deleted = [read_positions(store, path) for path in partition.deltas]
-        rows, _ = scan_file(store, partition.path, schema, filter=None, columns=target.names,
-                            deleted=np.sort(np.concatenate(deleted)) if deleted else None,
-                            file_format=partition.format)
-        yield from rows.cast(target).to_batches()
+        yield from self._reader.read(partition.file, columns=target.names).cast(target).to_batches()
 
 
 @dataclass

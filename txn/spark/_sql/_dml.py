@@ -46,6 +46,7 @@ from timeline import InvalidOptionError, SchemaMismatchError
 from ..._commit import Delete, Pending, Update, Written
 from ..._context import TableContext, open_context
 from ..._files import Positions
+from ..._read import snapshot_at
 from ..._rows import index_keys
 from ..._write import State, commit_planned
 from .._filters import to_expression
@@ -234,7 +235,8 @@ def _matching(spark: Any, catalog: Catalog, context: TableContext, state: State,
 
     pruning = to_expression(target.predicate, context.schema) if target.predicate else None
     view = f"metatxn_target_{target.name.table}_{secrets.token_hex(4)}"
-    located_rows(spark, context, state, pruning).createOrReplaceTempView(view)
+    located_rows(spark, snapshot_at(context, state.view, None, state.read_at),
+                 pruning).createOrReplaceTempView(view)
     query = f"SELECT {', '.join(projection)} FROM {_quoted(view)} AS {_quoted(target.alias)}{joined}"
     if target.predicate:
         query += f" WHERE {target.predicate}"
@@ -260,10 +262,14 @@ def _refuse_nulls(rows: Any, not_null: list[str]) -> None:
                                   "them to NULL on a matching row; nothing was written")
 
 
-def _by_file(found: pa.Table) -> dict[str, Positions]:
+def _by_file(found: pa.Table, context: TableContext) -> dict[str, Positions]:
+    """Positions by data file, keyed as the metadata table keys files (:data:`FILE` holds their
+    locations)."""
+    prefix = context.store.location("")
     grouped: dict[str, list[int]] = {}
     for file, position in zip(found[FILE].to_pylist(), found[POSITION].to_pylist(), strict=True):
-        grouped.setdefault(file, []).append(position)
+        # An external file's URL is not below the table's location: it stays as it is.
+        grouped.setdefault(file.removeprefix(prefix), []).append(position)
     return {file: np.array(sorted(p), dtype=np.int64) for file, p in grouped.items()}
 
 
@@ -344,7 +350,7 @@ def update(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
         if not found.num_rows:
             return None
         new_rows[:] = [rows.drop(FILE, POSITION)]
-        return Update(read_at=state.read_at, current=state.deltas, deleted=_by_file(found))
+        return Update(read_at=state.read_at, current=state.deltas, deleted=_by_file(found, context))
 
     def write(change: Update) -> Any:
         def phase(pending: Pending) -> Written:
@@ -378,7 +384,7 @@ def delete(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
         if keys:
             typed = pa.table([found[k].cast(context.schema.field(k).type) for k in keys], names=keys)
             removed = index_keys(typed, keys)
-        return Delete(read_at=state.read_at, current=state.deltas, deleted=_by_file(found),
+        return Delete(read_at=state.read_at, current=state.deltas, deleted=_by_file(found, context),
                       removed_keys=removed, rows_bytes=0)
 
     commit_planned(context, plan, None)
