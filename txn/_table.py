@@ -14,19 +14,9 @@ from timeline import Clock, Instant, Storage, system_clock
 
 from . import _external, _read, _segments, _streams, _write
 from ._commit import maintain, protocol_of
-from ._context import (
-    Commit,
-    IdFactory,
-    MaintenanceReport,
-    Segment,
-    TableConfig,
-    TableContext,
-    ValidationReport,
-    create_context,
-    open_context,
-    random_id,
-)
+from ._context import IdFactory, TableConfig, TableContext, create_context, open_context, random_id
 from ._read import Snapshot
+from ._results import Commit, CompactionKind, MaintenanceReport, Segment, ValidationReport
 from ._segments import CleanResult
 
 #: What a write accepts: a pyarrow Table, a RecordBatchReader (streamed) or a pandas DataFrame.
@@ -266,7 +256,7 @@ class Table:
 
     # -- segment maintenance -------------------------------------------------------------------
 
-    def compact(self, kind: str = "minor", *,
+    def compact(self, kind: str = CompactionKind.MINOR, *,
                 segments: Sequence[str | int] | None = None) -> Commit | None:
         """Merge segments into one, CarbonData-style; returns the commit, or None when there is
         nothing to compact.

@@ -52,7 +52,6 @@ from .._context import (
     COMPACT,
     DATA_ACTIONS,
     LATEST_PARTITIONS,
-    Commit,
     CommitMetadata,
     TableContext,
     delete_compaction_threshold,
@@ -70,6 +69,7 @@ from .._files import (
     sort_memory_bytes,
     stage_deletes,
 )
+from .._results import Commit
 from .._rows import index_keys
 from . import _conflicts
 from ._protocol import Admission, Builder, Pending

@@ -27,8 +27,9 @@ from indexes import FILES, SEGMENTS
 from timeline import DuplicateKeyError, InvalidOptionError, TimelineView
 
 from .._commit import Change, ExternalLoad
-from .._context import Commit, TableContext
+from .._context import TableContext
 from .._files import KeyLocations
+from .._results import Commit, Operation
 from .._rows import check_not_null, check_unique, describe, index_keys
 from .._write import State, commit_planned, find_keys
 from ._inspect import Inspected, Inspector
@@ -37,7 +38,7 @@ from ._request import AddRequest, check_outside, check_request, check_targets
 
 log = logging.getLogger("metatxn")
 
-OPERATION = "add_segment"
+OPERATION = Operation.ADD_SEGMENT
 
 
 def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", *,

@@ -33,7 +33,6 @@ import pyarrow.dataset as ds
 from indexes import MetadataSnapshot, live
 from timeline import InvalidOptionError, StorageError
 
-from .._context import DataFile
 from .._files import (
     DATA_FILE_EXPECTED,
     DataStore,
@@ -45,6 +44,7 @@ from .._files import (
     scan_file,
     timestamp_value,
 )
+from .._results import DataFile
 from ._file_table import file_table, with_locations, with_stats
 from ._prune import prune
 

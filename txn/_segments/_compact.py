@@ -29,14 +29,12 @@ from typing import Final
 
 import pyarrow as pa
 
-from indexes import STREAMING, STREAMING_FINISH, SUCCESS, SegmentEntry, segment_sort_key
+from indexes import SegmentEntry, SegmentStatus, segment_sort_key
 from timeline import CommitConflictError, InvalidOptionError, TimelineView
 
 from .._commit import Change, Merge, Pending, StreamStep, Written, commit_change
 from .._context import (
-    COMPACT,
     LATEST_PARTITIONS,
-    Commit,
     CommitMetadata,
     TableContext,
     advanced,
@@ -44,13 +42,20 @@ from .._context import (
     target_file_bytes,
 )
 from .._files import is_external, raise_for_files, scan_file
+from .._results import (
+    Commit,
+    CompactionKind,
+    Operation,
+)
 from .._write import State, latest
 from ._running import held_segments, refuse_held
 from ._selection import check_custom, merged_name, select_major, select_minor
 
 log = logging.getLogger("metatxn")
 
-KINDS: Final = ("minor", "major", "custom", "close_streaming")
+#: The kinds ``compact`` takes (a stream runs STREAM_FILES itself).
+KINDS: Final = (CompactionKind.MINOR, CompactionKind.MAJOR, CompactionKind.CUSTOM,
+                CompactionKind.CLOSE_STREAMING)
 #: The ``extra`` key of a compaction's commit that says which kind made the segment.
 KIND_KEY: Final = "compaction"
 
@@ -60,7 +65,7 @@ KIND_KEY: Final = "compaction"
 Rewrite = Callable[[Change], Callable[[Pending], Written]]
 
 
-def compact(context: TableContext, kind: str = "minor", *,
+def compact(context: TableContext, kind: str = CompactionKind.MINOR, *,
             segments: Sequence[str | int] | None = None,
             rewrite: Rewrite | None = None) -> Commit | None:
     """Run one compaction (MINOR: as many rounds as find something); see :meth:`txn.Table.compact`.
@@ -87,10 +92,10 @@ def compact(context: TableContext, kind: str = "minor", *,
             # A DELETE SEGMENT (or another compaction) took a source between our plan and our
             # begin: MINOR and MAJOR choose again without it; CUSTOM was asked for exactly these.
             taken += 1
-            if kind == "custom" or taken > _REPLANS:
+            if kind == CompactionKind.CUSTOM or taken > _REPLANS:
                 raise
             continue
-        if kind not in ("minor", "close_streaming"):
+        if kind not in (CompactionKind.MINOR, CompactionKind.CLOSE_STREAMING):
             return last
 
 
@@ -131,13 +136,13 @@ _STREAM_FILES_ROUNDS: Final = 6
 
 
 #: The compaction kind of a streaming segment's file merge (in its commit's ``extra``).
-STREAM_FILES: Final = "stream_files"
+STREAM_FILES: Final = CompactionKind.STREAM_FILES
 
 
 def _plan_stream_files(context: TableContext, state: State, segment: str) -> Change | None:
     entries = context.metadata_at(state.view, None, LATEST_PARTITIONS).segments or {}
     entry = entries.get(segment)
-    if entry is None or entry.status not in (STREAMING, STREAMING_FINISH):
+    if entry is None or entry.status not in (SegmentStatus.STREAMING, SegmentStatus.STREAMING_FINISH):
         return None
     live = state.live_files.filter(pa.compute.equal(state.live_files["segment"], segment))
     tiers: dict[int, list[tuple[str, int, int, str]]] = {}
@@ -155,8 +160,8 @@ def _plan_stream_files(context: TableContext, state: State, segment: str) -> Cha
     merge = Merge(kind=STREAM_FILES, target=segment, sources={}, files=files, deltas=[],
                   rows=sum(rows for _, _, rows, _ in chosen),
                   size=sum(size for _, size, _, _ in chosen), formats=formats)
-    return Change(COMPACT, _merged_rows(context, state, files, formats), state.read_at, state.deltas,
-                  merge=merge, stream=StreamStep(segment=segment, files_only=True))
+    return Change(Operation.COMPACT, _merged_rows(context, state, files, formats), state.read_at,
+                  state.deltas, merge=merge, stream=StreamStep(segment=segment, files_only=True))
 
 
 class _SourcesHeld(CommitConflictError):
@@ -188,26 +193,27 @@ def after_load(context: TableContext, load: Commit | None) -> None:
     if load is None or not compaction_options(context.properties).auto:
         return
     try:
-        compact(context, "minor")
+        compact(context, CompactionKind.MINOR)
     except Exception:
         log.warning("auto compaction after load %s failed; the load is committed, and a later "
                     "load or compact('minor') merges its segments", load.instant, exc_info=True)
 
 
-def _check_kind(context: TableContext, kind: object, segments: object) -> str:
+def _check_kind(context: TableContext, kind: object, segments: object) -> CompactionKind:
     """The kind in lower case (SQL users write ``'MINOR'``); refuses what is not a kind."""
     if not isinstance(kind, str) or kind.lower() not in KINDS:
         raise InvalidOptionError(
             f"compaction kind {kind!r} is not one of {list(KINDS)}\n"
             "Help: compact('minor') merges by count, 'major' by size, 'custom' the given segments")
-    kind = kind.lower()
-    if kind == "custom" and segments is None:
+    kind = CompactionKind(kind.lower())
+    if kind == CompactionKind.CUSTOM and segments is None:
         raise InvalidOptionError("custom compaction needs segments=[...]: the segment ids to merge")
-    if kind != "custom" and segments is not None:
+    if kind != CompactionKind.CUSTOM and segments is not None:
         raise InvalidOptionError(
             f"segments={segments!r} applies only to kind='custom', not {kind!r} (CarbonData: "
             f"custom segments not supported when doing {kind.upper()} compaction)")
-    if kind == "close_streaming" and context.properties.get("streaming", "false").lower() != "true":
+    if (kind == CompactionKind.CLOSE_STREAMING
+            and context.properties.get("streaming", "false").lower() != "true"):
         raise InvalidOptionError(
             "compaction kind 'close_streaming' applies to streaming tables (table property "
             f"streaming=true); {context.uri} is not one")
@@ -222,16 +228,17 @@ def plan(context: TableContext, state: State, kind: str, ids: Sequence[str | int
     commit's metadata is read once per call, not once per round)."""
     entries = context.metadata_at(state.view, None, LATEST_PARTITIONS).segments or {}
     options = compaction_options(context.properties)
-    if kind == "close_streaming":
+    if kind == CompactionKind.CLOSE_STREAMING:
         # Hand-off: each finished streaming segment becomes a columnar one of its own, one
         # commit each (CarbonData converts them one by one), oldest first.
         held = held_segments(context, state.view)
         finished = sorted((e.id for e in entries.values()
-                           if e.status == STREAMING_FINISH and e.id not in held), key=segment_sort_key)
+                           if e.status == SegmentStatus.STREAMING_FINISH and e.id not in held),
+                          key=segment_sort_key)
         if not finished:
             return None
         return _change(context, state, kind, {finished[0]: entries[finished[0]]}, entries)
-    if kind == "custom":
+    if kind == CompactionKind.CUSTOM:
         if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Iterable):
             raise InvalidOptionError(
                 f"segments must be a list of segment ids such as ['0', '1'], got {ids!r}")
@@ -241,7 +248,7 @@ def plan(context: TableContext, state: State, kind: str, ids: Sequence[str | int
     else:
         held = held_segments(context, state.view)
         free = [e for e in entries.values() if e.id not in held]
-        if kind == "minor":
+        if kind == CompactionKind.MINOR:
             chosen = select_minor(free, options.level_threshold, preserve=options.preserve_segments,
                                   major_results=_major_results(context, state.view, free,
                                                                {} if made_by is None else made_by))
@@ -267,7 +274,7 @@ def _change(context: TableContext, state: State, kind: str, sources: dict[str, S
     formats = dict(zip(files, live_files["format"].to_pylist(), strict=True))
     merge = Merge(kind=kind, target=target, sources=sources, files=files, deltas=deltas, rows=rows,
                   size=sum(live_files["size"].to_pylist()), formats=formats)
-    return Change(COMPACT, _merged_rows(context, state, files, formats), state.read_at,
+    return Change(Operation.COMPACT, _merged_rows(context, state, files, formats), state.read_at,
                   state.deltas, merge=merge)
 
 
@@ -321,7 +328,7 @@ def _major_results(context: TableContext, view: TimelineView, entries: Sequence[
     compaction never merges them again). The kind is in the extra of the commit that made them;
     ``made_by`` caches it per instant.
     """
-    made = {e.instant: e.id for e in entries if "." in e.id and e.status == SUCCESS}
+    made = {e.instant: e.id for e in entries if "." in e.id and e.status == SegmentStatus.SUCCESS}
     unknown = {time for time in made if time not in made_by}
     if unknown:
         instants = {i.time: i for i in view.completed() if i.time in unknown}
@@ -330,5 +337,5 @@ def _major_results(context: TableContext, view: TimelineView, entries: Sequence[
                              if i.time in unknown and i.is_completed})
         for time, instant in instants.items():
             made_by[time] = context.timeline.read_metadata(instant, CommitMetadata).extra.get(KIND_KEY, "")
-    return {segment for time, segment in made.items() if made_by.get(time) == "major"}
+    return {segment for time, segment in made.items() if made_by.get(time) == CompactionKind.MAJOR}
 

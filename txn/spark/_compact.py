@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._commit import Change, Pending, Written
-from .._context import Commit, TableContext, open_context, target_file_bytes
+from .._context import TableContext, open_context, target_file_bytes
 from .._files import is_external
+from .._results import Commit
 from .._segments import compact as compact_table
 from ._external import external_frames
 from ._read import native_scan, without_deleted
