@@ -5,6 +5,8 @@ same bytes."""
 
 from __future__ import annotations
 
+import pickle
+
 import msgspec
 import pyarrow as pa
 import pytest
@@ -102,3 +104,11 @@ def test_members_show_as_their_spelling_in_messages() -> None:
         assert f"{member}" == str(member) == member.value
         assert repr(member) == repr(member.value)
     assert f"{[Operation.APPEND]}" == "['append']"
+
+
+def test_a_member_pickles_as_its_plain_string() -> None:
+    """So a reader without the enum (Spark's JVM unpickler, reading a SHOW command's rows) gets
+    a string, and a record pickled to another process still compares equal."""
+    for member in (Action.COMMIT, SegmentStatus.STREAMING_FINISH, ProducerKind.STREAM):
+        copied = pickle.loads(pickle.dumps(member))
+        assert type(copied) is str and copied == member
