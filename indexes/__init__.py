@@ -23,6 +23,7 @@ from ._metadata_table import (
     MetadataOptions,
     MetadataSnapshot,
     MetadataTable,
+    RetentionSource,
     SnapshotExpiredError,
 )
 from ._record_index import RecordIndex, index_schema, key_names, matching, merge_entries
@@ -50,6 +51,7 @@ from ._segments import (
     STREAMING_FINISH,
     SUCCESS,
     SegmentEntry,
+    SegmentStatus,
     merge_segment,
     segment_sort_key,
 )
@@ -60,8 +62,10 @@ from ._streams import (
     MAX_BATCH,
     STREAM,
     STREAMS_SCHEMA,
+    ProducerKind,
     StreamKey,
     StreamRecord,
+    StreamStatus,
 )
 
 __all__ = [
@@ -95,11 +99,15 @@ __all__ = [
     "MetadataOptions",
     "MetadataSnapshot",
     "MetadataTable",
+    "ProducerKind",
     "RecordIndex",
+    "RetentionSource",
     "SegmentEntry",
+    "SegmentStatus",
     "SnapshotExpiredError",
     "StreamKey",
     "StreamRecord",
+    "StreamStatus",
     "column_stats_schema",
     "extend_two_phase",
     "index_schema",

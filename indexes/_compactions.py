@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from timeline import COMPLETED, TimelineView
+from timeline import COMPLETED, Action, TimelineView
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class DoneCompactions:
 
     @classmethod
     def of(cls, view: TimelineView) -> DoneCompactions:
-        compactions = [i for i in view.instants if i.action == "compaction"]
+        compactions = [i for i in view.instants if i.action == Action.COMPACTION]
         return cls(frozenset(i.time for i in compactions if i.state == COMPLETED),
                    frozenset(i.time for i in compactions if i.state != COMPLETED))
 

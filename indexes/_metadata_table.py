@@ -38,6 +38,7 @@ import msgspec
 import pyarrow as pa
 
 from timeline import (
+    Action,
     Clock,
     CorruptMetadataError,
     Heartbeat,
@@ -52,6 +53,7 @@ from timeline import (
     Timeline,
     TimelineOptions,
     TxnError,
+    Vocabulary,
     next_time,
     parse_time,
     system_clock,
@@ -125,14 +127,21 @@ class MetadataOptions(msgspec.Struct, frozen=True, kw_only=True):
                 raise InvalidOptionError(f"metadata option {name} must be > 0, got {getattr(self, name)}")
 
 
+class RetentionSource(Vocabulary):
+    """Which retention expired old snapshots (and which table property keeps more)."""
+
+    #: Metadata cleaning, ``metadata.retain_commits``.
+    METADATA = "metadata"
+    #: CLEAN FILES, ``clean.retain_commits`` and ``clean.retain_hours``.
+    CLEAN = "clean"
+
+
 class _Retention(msgspec.Struct, frozen=True, kw_only=True, tag="retention", tag_field="kind"):
     #: Blocks of instants completed at or before this time were deleted, or (CLEAN FILES) data
     #: files that snapshots older than it need: older snapshots are gone.
     resolvable_from: str
-    #: Who set it: ``"metadata"`` (metadata cleaning, ``metadata.retain_commits``) or ``"clean"``
-    #: (CLEAN FILES, ``clean.retain_commits`` and ``clean.retain_hours``). Records written before
-    #: the field existed were written by metadata cleaning.
-    source: str = "metadata"
+    #: Who set it. Records written before the field existed were written by metadata cleaning.
+    source: RetentionSource = RetentionSource.METADATA
 
 
 @dataclass(frozen=True)
@@ -140,12 +149,11 @@ class RetentionFloor:
     """``retention.json``: snapshots completed before ``resolvable_from`` are expired."""
 
     resolvable_from: str
-    #: ``"metadata"`` or ``"clean"``: which retention expired them (see ``_Retention``).
-    source: str = "metadata"
+    source: RetentionSource = RetentionSource.METADATA
 
     def help(self) -> str:
         """The ``Help:`` line of an expired snapshot's error: which property keeps more."""
-        if self.source == "clean":
+        if self.source == RetentionSource.CLEAN:
             return ("Help: CLEAN FILES removed data files older snapshots need; raise the table "
                     "properties clean.retain_commits or clean.retain_hours to keep more history")
         return "Help: raise the table property metadata.retain_commits to keep more history"
@@ -384,7 +392,7 @@ class MetadataTable:
         # The deltacommit is bookkeeping (readers trust the data timeline), so it is recorded
         # straight as completed, after its blocks: one file, never a pending instant.
         entries = {f"{shard:04d}": count for shard, count in sorted(changes.record_index.items())}
-        self.timeline.record_completed("deltacommit", instant_time,
+        self.timeline.record_completed(Action.DELTACOMMIT, instant_time,
                                        {"bytes": sizes, "record_index_entries": entries}, lease=lease)
         return written
 
@@ -419,9 +427,9 @@ class MetadataTable:
         """
         view = self.timeline.view(lease)
         for instant in view.pending():
-            if instant.action == "compaction" and _lost_completion(instant, view.completed()):
+            if instant.action == Action.COMPACTION and _lost_completion(instant, view.completed()):
                 continue
-            if instant.action == "compaction" and not self.timeline.is_expired(instant):
+            if instant.action == Action.COMPACTION and not self.timeline.is_expired(instant):
                 continue
             try:
                 # Delete, then abort: a death between the two leaves a pending compaction that
@@ -430,7 +438,7 @@ class MetadataTable:
                 # complete_compaction refuses an expired compaction under the same lock. (A
                 # lock holder paused past its lease between its deletes and its abort could
                 # still race a maintainer that woke up: see design/metadata-table.md.)
-                if instant.action == "compaction":
+                if instant.action == Action.COMPACTION:
                     self._remove_bases(instant)
                 self.timeline.abort(instant, lease=lease)
             except LockLostError:
@@ -537,7 +545,7 @@ class MetadataTable:
         compaction it did not use that began after ``lowest`` (a horizon is always below its
         compaction's time). One whose horizon cannot be read counts, its horizon None."""
         for instant in self.timeline.load().completed():
-            if instant.action != "compaction":
+            if instant.action != Action.COMPACTION:
                 continue
             horizon = usable.get(instant.time)
             if horizon is None:
@@ -720,8 +728,8 @@ class MetadataTable:
     def _completed_compactions(self, files_listing: list[str] | None = None) -> dict[str, str]:
         """Completed metadata compactions: compaction time -> horizon (from the base names)."""
         view = self.timeline.load()
-        self._deltacommits = {i.time: i for i in view.completed() if i.action == "deltacommit"}
-        done = {i.time for i in view.completed() if i.action == "compaction"}
+        self._deltacommits = {i.time: i for i in view.completed() if i.action == Action.DELTACOMMIT}
+        done = {i.time for i in view.completed() if i.action == Action.COMPACTION}
         horizons: dict[str, str] = {}
         if files_listing is None:
             files_listing = self.storage.list(partition_folder(FILES))
@@ -762,7 +770,7 @@ class MetadataTable:
         """The completed metadata compactions: those on the active metadata timeline, and the
         archived ones (see ``indexes._compactions``)."""
         view = self.timeline.load()
-        self._deltacommits = {i.time: i for i in view.completed() if i.action == "deltacommit"}
+        self._deltacommits = {i.time: i for i in view.completed() if i.action == Action.DELTACOMMIT}
         return DoneCompactions.of(view)
 
     def read_retention(self) -> str | None:
@@ -791,7 +799,7 @@ class MetadataTable:
             parse_time(retention.resolvable_from)
         return RetentionFloor(retention.resolvable_from, retention.source)
 
-    def raise_retention(self, resolvable_from: str, *, source: str, lease: Lease) -> str:
+    def raise_retention(self, resolvable_from: str, *, source: RetentionSource, lease: Lease) -> str:
         """Expire the snapshots completed before ``resolvable_from``: publish it in
         ``retention.json`` unless the floor there is already as high. Returns the floor now in
         force. Runs under the table lock (read, compare, write), before anything that older
@@ -835,7 +843,7 @@ class MetadataTable:
             f"{METADATA_FOLDER}/_timeline/{instant.time}_<completion>.compaction",
             f"the completed file of compaction {instant.time} (a later compaction completed, so "
             "this one did too)", "no such file") for instant in view.pending()
-            if instant.action == "compaction" and _lost_completion(instant, view.completed())]
+            if instant.action == Action.COMPACTION and _lost_completion(instant, view.completed())]
         usable = self._completed_compactions()
         everything = "9" * 17
         for partition, schema in self.schemas.items():
@@ -933,12 +941,12 @@ class MetadataTable:
         """
         self.recover(lease=lease)
         view = self.timeline.view(lease)
-        if any(i.action == "compaction" and not _lost_completion(i, view.completed())
+        if any(i.action == Action.COMPACTION and not _lost_completion(i, view.completed())
                for i in view.pending()):
             return None
         horizon = completed_in_order[-1][1]
         after = max(filter(None, (data_max_time, view.max_time())), default=None)
-        instant = self.timeline.request("compaction", {"horizon": horizon}, lease=lease,
+        instant = self.timeline.request(Action.COMPACTION, {"horizon": horizon}, lease=lease,
                                         time=next_time(self.timeline.clock(), after))
         try:
             return self.timeline.start(instant, lease=lease)
@@ -1049,7 +1057,7 @@ class MetadataTable:
         so a reader that misses a deleted file can tell "expired" from "raced with cleaning"
         (it then lists again). Never lowers it: CLEAN FILES may have raised it further."""
         if plan.floor is not None:
-            self.raise_retention(plan.floor, source="metadata", lease=lease)
+            self.raise_retention(plan.floor, source=RetentionSource.METADATA, lease=lease)
 
     def finish_clean(self, plan: MetadataCleanPlan) -> list[str]:
         """Delete what a published plan dooms (needs no lock; deleting twice is harmless)."""
@@ -1108,10 +1116,10 @@ class MetadataTable:
         if len(view.completed()) <= self.timeline.options.archive_trigger:
             return []
         usable = self._completed_compactions()
-        newest = max((i.time for i in view.completed() if i.action == "compaction"), default=None)
+        newest = max((i.time for i in view.completed() if i.action == Action.COMPACTION), default=None)
         fence = min(filter(None, (min(usable, default=None), newest)), default=None)
         for instant in view.rolled_back():
-            if instant.action == "compaction":
+            if instant.action == Action.COMPACTION:
                 # Recovery deletes before it aborts, but a failed or expired compaction aborts
                 # first (and a crash may leave its runs): once archived, its runs would count.
                 self._remove_bases(instant)
@@ -1136,4 +1144,4 @@ class _ShardsRecorded:
 def _lost_completion(instant: Instant, completed: Sequence[Instant]) -> bool:
     """Whether pending compaction ``instant`` is older than a completed compaction: it cannot
     have died (every lock holder retires a dead one first), so its completed file was lost."""
-    return any(done.action == "compaction" and done.time > instant.time for done in completed)
+    return any(done.action == Action.COMPACTION and done.time > instant.time for done in completed)

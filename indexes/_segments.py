@@ -15,37 +15,53 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timeline import Vocabulary
+
 from ._records import ADDED_LATER
 
 T = TypeVar("T", int, str)
 
-INSERT_IN_PROGRESS: Final = "Insert In Progress"
-SUCCESS: Final = "Success"
-STREAMING: Final = "Streaming"
-STREAMING_FINISH: Final = "Streaming Finish"
-COMPACTED: Final = "Compacted"
-MARKED_FOR_DELETE: Final = "Marked for Delete"
+
+class SegmentStatus(Vocabulary):
+    """A segment's status, spelled as CarbonData's table status spells it (and as stored)."""
+
+    INSERT_IN_PROGRESS = "Insert In Progress"
+    SUCCESS = "Success"
+    STREAMING = "Streaming"
+    STREAMING_FINISH = "Streaming Finish"
+    COMPACTED = "Compacted"
+    MARKED_FOR_DELETE = "Marked for Delete"
+
+
+# The names before SegmentStatus, kept while modules being rewritten still import them.
+INSERT_IN_PROGRESS: Final = SegmentStatus.INSERT_IN_PROGRESS
+SUCCESS: Final = SegmentStatus.SUCCESS
+STREAMING: Final = SegmentStatus.STREAMING
+STREAMING_FINISH: Final = SegmentStatus.STREAMING_FINISH
+COMPACTED: Final = SegmentStatus.COMPACTED
+MARKED_FOR_DELETE: Final = SegmentStatus.MARKED_FOR_DELETE
 
 #: Position of each status in the lattice. A loaded segment goes Success -> Compacted or Marked
 #: for Delete; a streaming one Streaming -> Streaming Finish -> Compacted.
 STATUS_RANK: Final = {
-    INSERT_IN_PROGRESS: 0,
-    STREAMING: 1,
+    SegmentStatus.INSERT_IN_PROGRESS: 0,
+    SegmentStatus.STREAMING: 1,
     # No segment moves between Success and Streaming Finish; giving them distinct ranks keeps
     # the order total, so the merge never depends on argument order.
-    SUCCESS: 2,
-    STREAMING_FINISH: 3,
-    COMPACTED: 4,
-    MARKED_FOR_DELETE: 5,
+    SegmentStatus.SUCCESS: 2,
+    SegmentStatus.STREAMING_FINISH: 3,
+    SegmentStatus.COMPACTED: 4,
+    SegmentStatus.MARKED_FOR_DELETE: 5,
 }
-LIVE_STATUSES: Final = frozenset({SUCCESS, STREAMING, STREAMING_FINISH})
+LIVE_STATUSES: Final = frozenset(
+    {SegmentStatus.SUCCESS, SegmentStatus.STREAMING, SegmentStatus.STREAMING_FINISH})
 
 
 class SegmentEntry(msgspec.Struct, frozen=True, kw_only=True):
     """One segment's status record. Times are epoch milliseconds."""
 
     id: str
-    status: str
+    status: SegmentStatus
     format: str = "parquet"
     external: bool = False
     path: str | None = None

@@ -18,15 +18,34 @@ from typing import Final
 import msgspec
 import pyarrow as pa
 
-#: Kinds of producer.
-STREAM: Final = "stream"
-APP: Final = "app"
+from timeline import Vocabulary
 
-#: Stored statuses: a stream is active until dropped. (Whether its query runs now, SHOW STREAMS's
-#: Running or Stopped, is the writing process's to know, not the table's.)
-ACTIVE: Final = "Active"
-DROPPED: Final = "Dropped"
-_STATUS_RANK: Final = {ACTIVE: 0, DROPPED: 1}
+
+class ProducerKind(Vocabulary):
+    """What kind of producer a record tracks."""
+
+    #: A stream (``t.stream``, ``txn.spark.write_stream``): its batch ids.
+    STREAM = "stream"
+    #: An idempotent writer (``app_id`` and ``version`` on any write): its versions.
+    APP = "app"
+
+
+class StreamStatus(Vocabulary):
+    """A stored status: a stream is active until dropped. (Whether its query runs now, SHOW
+    STREAMS's Running or Stopped, is the writing process's to know, not the table's.)"""
+
+    ACTIVE = "Active"
+    DROPPED = "Dropped"
+
+
+# The names before ProducerKind and StreamStatus, kept while modules being rewritten still
+# import them.
+STREAM: Final = ProducerKind.STREAM
+APP: Final = ProducerKind.APP
+ACTIVE: Final = StreamStatus.ACTIVE
+DROPPED: Final = StreamStatus.DROPPED
+
+_STATUS_RANK: Final = {StreamStatus.ACTIVE: 0, StreamStatus.DROPPED: 1}
 
 #: The largest batch id (or version) a record holds: ``last_batch`` is stored as an int64.
 MAX_BATCH: Final = 2**63 - 1
@@ -36,7 +55,7 @@ class StreamRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One producer's progress. Times are epoch milliseconds."""
 
     name: str
-    kind: str = STREAM
+    kind: ProducerKind = ProducerKind.STREAM
     #: Bumped each time a dropped stream's name is started again.
     generation: int = 0
     #: The last committed batch id (a stream) or version (an app); -1 before the first.
@@ -45,7 +64,7 @@ class StreamRecord(msgspec.Struct, frozen=True, kw_only=True):
     rows: int = 0
     #: A stream's open segment (``Streaming``), None when it has none.
     segment: str | None = None
-    status: str = ACTIVE
+    status: StreamStatus = StreamStatus.ACTIVE
     started_ms: int = 0
     updated_ms: int = 0
     #: The instant that wrote this record.

@@ -13,7 +13,7 @@ Example:
     ['completed']
 """
 
-from ._archive import ARCHIVE_FOLDER, ArchivedInstant, ArchiveFile
+from ._archive import ArchivedInstant, ArchiveFile
 from ._archive import read_all as read_archive
 from ._clock import Clock, next_time, system_clock
 from ._errors import (
@@ -44,6 +44,7 @@ from ._instant import (
     INFLIGHT,
     REQUESTED,
     ROLLEDBACK,
+    Action,
     Instant,
     State,
     format_time,
@@ -51,6 +52,7 @@ from ._instant import (
     parse_time,
     time_of,
 )
+from ._layout import ARCHIVE_FOLDER, TIMELINE_FOLDER
 from ._local import LocalStorage
 from ._lock import Lease, LockRecord, TableLock
 from ._memory import MemoryStorage
@@ -59,6 +61,7 @@ from ._prefixed import PrefixedStorage
 from ._storage import Staging, Storage, Temporary, check_key, leftover_temporaries, move
 from ._timeline import RollbackPlan, Timeline, TimelineOptions
 from ._view import TimelineView
+from ._vocabulary import Vocabulary
 
 __all__ = [
     "ACTIONS",
@@ -67,6 +70,8 @@ __all__ = [
     "INFLIGHT",
     "REQUESTED",
     "ROLLEDBACK",
+    "TIMELINE_FOLDER",
+    "Action",
     "ArchiveFile",
     "ArchivedInstant",
     "Clock",
@@ -104,6 +109,7 @@ __all__ = [
     "TimelineOptions",
     "TimelineView",
     "TxnError",
+    "Vocabulary",
     "WorkerEnvironmentError",
     "check_key",
     "format_time",

@@ -27,15 +27,16 @@ from collections.abc import Iterable
 import msgspec
 
 from ._errors import CorruptMetadataError
+from ._instant import Action
+from ._layout import ARCHIVE_FOLDER
 from ._storage import Storage
 
-ARCHIVE_FOLDER = "_timeline/archive"
 ARCHIVE_SUFFIX = ".archive"
 
 
 class ArchivedInstant(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     time: str
-    action: str
+    action: Action
     state: str
     completed_at: str | None = None
     metadata: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))

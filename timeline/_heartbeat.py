@@ -14,9 +14,8 @@ from types import TracebackType
 import msgspec
 
 from ._clock import Clock
+from ._layout import HEARTBEAT_FOLDER
 from ._storage import Storage
-
-HEARTBEAT_FOLDER = "_timeline/heartbeats"
 
 
 class HeartbeatRecord(msgspec.Struct, frozen=True, kw_only=True, tag="heartbeat", tag_field="kind"):

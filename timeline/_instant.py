@@ -21,6 +21,8 @@ from typing import Final, Literal
 
 import msgspec
 
+from ._vocabulary import Vocabulary
+
 State = Literal["requested", "inflight", "completed", "rolledback"]
 
 REQUESTED: Final = "requested"
@@ -28,12 +30,30 @@ INFLIGHT: Final = "inflight"
 COMPLETED: Final = "completed"
 ROLLEDBACK: Final = "rolledback"
 
-#: Actions a table's timeline accepts. Data writes: ``commit`` (new files), ``deltacommit``
-#: (metadata-table log blocks), ``replacecommit`` (replaces segments: overwrite, compaction).
-#: Services: ``compaction``, ``clean``, ``rollback``, ``savepoint``.
-ACTIONS: Final = frozenset(
-    {"commit", "deltacommit", "replacecommit", "compaction", "clean", "rollback", "savepoint"}
-)
+
+class Action(Vocabulary):
+    """What an instant does; its value is the action's name in the instant's file names.
+
+    Members equal the names read from storage (see :class:`Vocabulary`).
+    """
+
+    #: A data write that adds files (and delete deltas).
+    COMMIT = "commit"
+    #: A metadata-table log block, at its data instant's time.
+    DELTACOMMIT = "deltacommit"
+    #: A data write that replaces segments (overwrite, DELETE SEGMENT).
+    REPLACECOMMIT = "replacecommit"
+    #: A table service that rewrites data (segment compaction) or folds the metadata table.
+    COMPACTION = "compaction"
+    #: CLEAN FILES.
+    CLEAN = "clean"
+    #: Undoes a pending instant that will never complete.
+    ROLLBACK = "rollback"
+    SAVEPOINT = "savepoint"
+
+
+#: Actions a table's timeline accepts.
+ACTIONS: Final = frozenset(Action)
 
 TIME_DIGITS: Final = 17
 _TIME_FORMAT: Final = "%Y%m%d%H%M%S"
@@ -55,7 +75,7 @@ class Instant(msgspec.Struct, frozen=True, kw_only=True, order=False):
     """
 
     time: str
-    action: str
+    action: Action
     state: State
     completed_at: str | None = None
 
@@ -113,7 +133,7 @@ def parse_file_name(name: str) -> Instant | None:
         return None
     return Instant(
         time=match.group("time"),
-        action=match.group("action"),
+        action=Action(match.group("action")),
         state=COMPLETED if completed else state,  # type: ignore[arg-type]
         completed_at=completed,
     )

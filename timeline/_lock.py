@@ -65,11 +65,11 @@ import msgspec
 
 from ._clock import Clock
 from ._errors import CorruptMetadataError, LockLostError, LockTimeoutError, ObjectExistsError
+from ._layout import LOCK_FOLDER
 from ._storage import Storage
 
 log = logging.getLogger("metatxn")
 
-LOCK_FOLDER = "_timeline/lock"
 _SEQ_DIGITS = 12
 _KEEP_RECORDS = 16
 #: The longest single wait between two looks at a busy lock, unless a lock is given another.

@@ -34,26 +34,27 @@ from ._errors import (
     InvalidOptionError,
     ObjectExistsError,
 )
-from ._heartbeat import HEARTBEAT_FOLDER, Heartbeat, HeartbeatRecord, heartbeat_path, last_beat_ms
+from ._heartbeat import Heartbeat, HeartbeatRecord, heartbeat_path, last_beat_ms
 from ._instant import (
     ACTIONS,
     COMPLETED,
     INFLIGHT,
     REQUESTED,
     ROLLEDBACK,
+    Action,
     Instant,
     file_name,
     looks_like_instant,
     parse_file_name,
     parse_time,
 )
-from ._lock import DEFAULT_LEASE_MS, LOCK_FOLDER, Lease, LockRecord, TableLock
+from ._layout import ARCHIVE_FOLDER, HEARTBEAT_FOLDER, LOCK_FOLDER, TIMELINE_FOLDER
+from ._lock import DEFAULT_LEASE_MS, Lease, LockRecord, TableLock
 from ._storage import Storage
 from ._view import TimelineView
 
 T = TypeVar("T")
 
-TIMELINE_FOLDER = "_timeline"
 
 log = logging.getLogger("metatxn")
 
@@ -96,7 +97,7 @@ class InstantFile(msgspec.Struct, frozen=True, kw_only=True, tag="instant", tag_
 
     format_version: int = 1
     time: str
-    action: str
+    action: Action
     state: str
     completed_at: str | None = None
     owner: str = ""
@@ -107,7 +108,7 @@ class RollbackPlan(msgspec.Struct, frozen=True, kw_only=True, tag="rollback_plan
     """The plan of a ``rollback`` instant: which instant it undoes."""
 
     target_time: str
-    target_action: str
+    target_action: Action
 
 
 _encoder = msgspec.json.Encoder()
@@ -265,7 +266,7 @@ class Timeline:
         self._last_issued = issued
         return issued
 
-    def request(self, action: str, plan: object = None, *, lease: Lease | None = None,
+    def request(self, action: Action | str, plan: object = None, *, lease: Lease | None = None,
                 time: str | None = None) -> Instant:
         """Create a new instant in the ``requested`` state, holding ``plan``.
 
@@ -288,12 +289,12 @@ class Timeline:
             if view.get(time) is not None:
                 raise IllegalTransitionError(time, view.get(time).state, REQUESTED,  # type: ignore[union-attr]
                                              "an instant with this time already exists")
-        instant = Instant(time=time, action=action, state=REQUESTED)
+        instant = Instant(time=time, action=Action(action), state=REQUESTED)
         self._put_state(instant, plan)
         self._remember(lease, instant)
         return instant
 
-    def record_completed(self, action: str, time: str, metadata: object = None, *,
+    def record_completed(self, action: Action | str, time: str, metadata: object = None, *,
                          lease: Lease) -> Instant:
         """Write an instant straight into the completed state, at a mirrored time ``time``.
 
@@ -309,9 +310,9 @@ class Timeline:
         if view.get(time) is not None:
             raise IllegalTransitionError(time, view.get(time).state, COMPLETED,  # type: ignore[union-attr]
                                          "an instant with this time already exists")
-        completed = Instant(time=time, action=action, state=COMPLETED,
+        completed = Instant(time=time, action=Action(action), state=COMPLETED,
                             completed_at=self._allocate_time(view.with_instant(
-                                Instant(time=time, action=action, state=REQUESTED))))
+                                Instant(time=time, action=Action(action), state=REQUESTED))))
         self._put_state(completed, metadata)
         self._remember(lease, completed)
         return completed
@@ -412,7 +413,7 @@ class Timeline:
         if not current.is_pending:
             raise IllegalTransitionError(target.time, current.state, ROLLEDBACK,
                                          "only a pending instant can be rolled back")
-        instant = self.request("rollback", RollbackPlan(target_time=target.time,
+        instant = self.request(Action.ROLLBACK, RollbackPlan(target_time=target.time,
                                                         target_action=target.action), lease=lease)
         return self._finish_rollback(instant, target, lease=lease, undo=undo)
 
@@ -651,7 +652,7 @@ def _archived_damaged(path: str, data: bytes, archive: str | None = None) -> Cor
         found = "undecodable when it was archived"
     except CorruptMetadataError as exc:
         found = exc.found
-    where = archive or f"{TIMELINE_FOLDER}/archive/"
+    where = archive or f"{ARCHIVE_FOLDER}/"
     return CorruptMetadataError(path, "a JSON instant file (kind 'instant')",
                                 f"{found}; archived as damaged past retention, its bytes kept in {where}")
 

@@ -14,8 +14,9 @@ Example:
     Help: open it with txn.open_table(uri), or choose another location
 """
 
-from indexes import SnapshotExpiredError
+from indexes import ProducerKind, SegmentStatus, SnapshotExpiredError
 from timeline import (
+    Action,
     CommitConflictError,
     CommitStateUnknownError,
     CorruptMetadataError,
@@ -35,27 +36,34 @@ from timeline import (
     WorkerEnvironmentError,
 )
 
-from ._context import (
+from ._read import FileReader, Snapshot
+from ._results import (
+    CleanReason,
     Commit,
     CommitProperties,
+    CompactionKind,
     DataFile,
     MaintenanceReport,
+    Operation,
     Problem,
+    ProblemKind,
     Segment,
     ValidationReport,
 )
-from ._read import FileReader, Snapshot
 from ._segments import CleanResult
 from ._streams import Stream, StreamInfo
 from ._table import Table, create_table, open_table
 from ._write import Transaction
 
 __all__ = [
+    "Action",
+    "CleanReason",
     "CleanResult",
     "Commit",
     "CommitConflictError",
     "CommitProperties",
     "CommitStateUnknownError",
+    "CompactionKind",
     "CorruptMetadataError",
     "DataFile",
     "DuplicateKeyError",
@@ -65,10 +73,14 @@ __all__ = [
     "LockLostError",
     "LockTimeoutError",
     "MaintenanceReport",
+    "Operation",
     "Problem",
+    "ProblemKind",
+    "ProducerKind",
     "SchemaMismatchError",
     "Segment",
     "SegmentNotFoundError",
+    "SegmentStatus",
     "Snapshot",
     "SnapshotExpiredError",
     "StorageError",

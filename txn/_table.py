@@ -14,20 +14,16 @@ from timeline import Clock, Instant, Storage, system_clock
 
 from . import _external, _read, _segments, _streams, _write
 from ._commit import maintain, protocol_of
-from ._context import (
+from ._context import IdFactory, TableConfig, TableContext, create_context, open_context, random_id
+from ._read import Snapshot
+from ._results import (
     Commit,
     CommitProperties,
-    IdFactory,
+    CompactionKind,
     MaintenanceReport,
     Segment,
-    TableConfig,
-    TableContext,
     ValidationReport,
-    create_context,
-    open_context,
-    random_id,
 )
-from ._read import Snapshot
 from ._segments import CleanResult
 from ._write import Transaction
 
@@ -319,7 +315,7 @@ class Table:
 
     # -- segment maintenance -------------------------------------------------------------------
 
-    def compact(self, kind: str = "minor", *,
+    def compact(self, kind: str = CompactionKind.MINOR, *,
                 segments: Sequence[str | int] | None = None) -> Commit | None:
         """Merge segments into one, CarbonData-style; returns the commit, or None when there is
         nothing to compact.

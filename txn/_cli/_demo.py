@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import SnapshotExpiredError
+from txn import CompactionKind
 
 from .._table import Table, create_table, open_table
 from . import _render
@@ -165,7 +166,7 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     _step("compact MINOR (CarbonData's ALTER TABLE orders COMPACT 'MINOR'), rewritten by Spark's "
           "executors")
     started = time.perf_counter()
-    compacted = txn_spark.compact(spark, uri, "minor")
+    compacted = txn_spark.compact(spark, uri, CompactionKind.MINOR)
     assert compacted is not None
     print(f"compaction {compacted.instant}: segments {', '.join(compacted.segments_merged)} -> "
           f"segment {compacted.segment}: {compacted.rows_added:,} rows in {compacted.files_added} "

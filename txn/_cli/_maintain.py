@@ -12,14 +12,15 @@ from collections.abc import Collection
 
 from rich.console import RenderableType
 
-from txn import InvalidOptionError, Table, open_table
+from txn import CompactionKind, InvalidOptionError, ProducerKind, Table, open_table
 
 from . import _json
 from ._progress import working
 from ._render import segments_table, show, size, table
 from ._shared import Commands, add_command, moment, segment_ids, storage_options
 
-COMPACTION_KINDS = ("minor", "major", "custom", "close_streaming")
+COMPACTION_KINDS = (CompactionKind.MINOR, CompactionKind.MAJOR, CompactionKind.CUSTOM,
+                    CompactionKind.CLOSE_STREAMING)
 
 
 def _show_segments(t: Table, ids: Collection[str] = (), *, instant: str | None = None) -> None:
@@ -123,7 +124,8 @@ def delete_segment(args: argparse.Namespace) -> int:
 
 def drop_stream(args: argparse.Namespace) -> int:
     t = open_table(args.uri)
-    segment = next((i.segment for i in t.streams() if i.name == args.name and i.kind == "stream"), None)
+    segment = next((i.segment for i in t.streams()
+                    if i.name == args.name and i.kind == ProducerKind.STREAM), None)
     commit = t.drop_stream(args.name)
     if args.json:
         _json.emit(_json.commit(commit))
@@ -142,7 +144,7 @@ def register(commands: Commands) -> None:
                          description="Merge segments into one, CarbonData-style (ALTER TABLE ... "
                                      "COMPACT), with a progress bar on a terminal.",
                          json_help="print the commit as JSON (null: nothing to compact)")
-    parser.add_argument("--kind", default="minor", metavar=kinds,
+    parser.add_argument("--kind", default=CompactionKind.MINOR, metavar=kinds,
                         help="minor: by count per level; major: by size; custom: the --segments "
                              "given; close_streaming: finished streaming segments to columnar ones "
                              "(default: %(default)s)")

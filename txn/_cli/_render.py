@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from timeline import Instant
-from txn import Segment, StreamInfo
+from txn import Segment, SegmentStatus, StreamInfo
 
 from .._context import load_time_taken, segment_size
 from .._files import hive_value
@@ -43,12 +43,12 @@ _PLAIN_BOX = Box("    \n    \n -  \n    \n    \n -  \n    \n    \n", ascii=True)
 _PLAIN_WIDTH = 1_000_000
 
 _STATUS_STYLES = {
-    "Success": "green",
-    "Compacted": "dim",
-    "Marked for Delete": "red",
-    "Insert In Progress": "yellow",
-    "Streaming": "cyan",
-    "Streaming Finish": "blue",
+    SegmentStatus.SUCCESS: "green",
+    SegmentStatus.COMPACTED: "dim",
+    SegmentStatus.MARKED_FOR_DELETE: "red",
+    SegmentStatus.INSERT_IN_PROGRESS: "yellow",
+    SegmentStatus.STREAMING: "cyan",
+    SegmentStatus.STREAMING_FINISH: "blue",
     "Running": "green",
     "Stopped": "dim",
     "completed": "green",

@@ -31,14 +31,21 @@ import pyarrow.compute as pc
 from indexes import matching, segment_sort_key
 from timeline import CommitConflictError, DuplicateKeyError, TimelineView
 
-from .._context import ACTION_OF, COMPACT, DATA_ACTIONS, INSERTS, CommitMetadata, TableContext
+from .._context import (
+    ACTION_OF,
+    DATA_ACTIONS,
+    INSERTS,
+    CommitMetadata,
+    TableContext,
+)
 from .._files import partition_of
+from .._results import Operation
 from .._rows import describe
 
 if TYPE_CHECKING:
     from ._writes import Merge
 
-COMPACT_ACTION = ACTION_OF[COMPACT]
+COMPACT_ACTION = ACTION_OF[Operation.COMPACT]
 
 
 class CompactedMeanwhileError(CommitConflictError):
@@ -114,7 +121,7 @@ def check(context: TableContext, view: TimelineView, *, operation: str, instant_
         return
     first = found[0]
     columns = context.record_key_columns
-    if operation not in INSERTS and all(o.operation == COMPACT for o in found):
+    if operation not in INSERTS and all(o.operation == Operation.COMPACT for o in found):
         raise CompactedMeanwhileError(
             f"{operation} {instant_time}: compaction(s) {[o.instant for o in found]} rewrote rows it "
             "had read while it ran; nothing was written\nHelp: plan the write again")

@@ -41,8 +41,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from indexes import MetadataChanges, MetadataTable
+from indexes import METADATA_FOLDER, MetadataChanges, MetadataTable
 from timeline import (
+    TIMELINE_FOLDER,
+    Action,
     CommitStateUnknownError,
     Heartbeat,
     Instant,
@@ -59,20 +61,25 @@ from timeline import (
 )
 
 from .._context import (
-    CLEAN_ACTION,
-    EXPIRED_TRASH,
-    TRASH_FOLDER,
     CleanPlan,
     CommitMetadata,
     WritePlan,
+)
+from .._files import (
+    MARKERS_FOLDER,
+    TRASH_FOLDER,
+    marked_paths,
+    marker_instant,
+    marker_path,
+    prefixes,
     trash_folder,
 )
-from .._files import MARKERS_FOLDER, marked_paths, marker_instant, marker_path
+from .._results import CleanReason, Operation
 
 log = logging.getLogger("metatxn")
 
 #: Folders a clean never moves files out of, so its undo never moves files into them.
-_NEVER_RESTORED = ("_timeline/", "_metadata/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/")
+_NEVER_RESTORED = prefixes((TIMELINE_FOLDER, METADATA_FOLDER, MARKERS_FOLDER, TRASH_FOLDER))
 
 
 @dataclass
@@ -122,7 +129,7 @@ class Protocol:
 
     # -- the steps -----------------------------------------------------------------------------
 
-    def begin(self, operation: str, action: str, *, new_segment: bool = False,
+    def begin(self, operation: str | None, action: str, *, new_segment: bool = False,
               segment: str | None = None, sources: Sequence[str] = (), read_at: str | None = None,
               extra: dict[str, str] | None = None, admit: Admission | None = None,
               plan: Any = None, segment_count: int = 1) -> Pending:
@@ -135,7 +142,7 @@ class Protocol:
         ``read_at``: the completion time of the snapshot the write read (recorded: CLEAN FILES
         keeps what it needs). ``admit`` runs under the lock on the recovered timeline before
         anything is written and may refuse the write by raising. ``plan`` replaces the
-        ``WritePlan`` (a table service with a plan of its own).
+        ``WritePlan`` (a table service with a plan of its own, whose ``operation`` is None).
         """
         with self._timeline.lock() as lease:
             instant, segments = self._request(lease, operation, action, new_segment=new_segment,
@@ -149,7 +156,7 @@ class Protocol:
             raise
         return _pending(instant, segments, heartbeat)
 
-    def _request(self, lease: Lease, operation: str, action: str, *, new_segment: bool = False,
+    def _request(self, lease: Lease, operation: str | None, action: str, *, new_segment: bool = False,
                  segment: str | None = None, sources: Sequence[str] = (), read_at: str | None = None,
                  extra: dict[str, str] | None = None, admit: Admission | None = None,
                  plan: Any = None, segment_count: int = 1) -> tuple[Instant, list[str]]:
@@ -162,7 +169,8 @@ class Protocol:
             first = int(self._next_segment(view))
             segments = [str(first + i) for i in range(segment_count)]
         if plan is None:
-            plan = WritePlan(operation=operation, segment=segments[0] if segments else None,
+            assert operation is not None, "a write without a plan of its own names its operation"
+            plan = WritePlan(operation=Operation(operation), segment=segments[0] if segments else None,
                              segments=segments if len(segments) > 1 else [],
                              sources=list(sources), read_at=read_at, extra=dict(extra or {}))
         # T comes back as the metadata table's deltacommit time, so it must also be above
@@ -194,7 +202,7 @@ class Protocol:
         assert completed is not None and metadata is not None
         return completed, metadata
 
-    def run(self, operation: str, action: str, *, write: Callable[[Pending], Any],
+    def run(self, operation: str | None, action: str, *, write: Callable[[Pending], Any],
             build: Callable[[Pending, Any], Builder], hold_lock: bool = False,
             **begin: Any) -> tuple[Instant, CommitMetadata]:
         """begin (with ``begin``'s keyword arguments), write, commit; roll back on any failure
@@ -211,7 +219,7 @@ class Protocol:
         pending = self.begin(operation, action, **begin)
         return self.finish(pending, write, build)
 
-    def _run_holding_lock(self, operation: str, action: str, write: Callable[[Pending], Any],
+    def _run_holding_lock(self, operation: str | None, action: str, write: Callable[[Pending], Any],
                           build: Callable[[Pending, Any], Builder],
                           begin: dict[str, Any]) -> tuple[Instant, CommitMetadata]:
         completed: Instant | None = None
@@ -306,7 +314,7 @@ class Protocol:
         for instant in self._timeline.expired(view):
             undo = self._undo(lease)
             try:
-                if instant.action == "rollback":
+                if instant.action == Action.ROLLBACK:
                     self._timeline.resume_rollback(instant, lease=lease, undo=undo)
                 else:
                     log.info("rolling back instant %s of a writer whose heartbeat expired",
@@ -315,7 +323,7 @@ class Protocol:
             except LockLostError:
                 raise
             except Exception:
-                step = "finish rollback" if instant.action == "rollback" else "roll back instant"
+                step = "finish rollback" if instant.action == Action.ROLLBACK else "roll back instant"
                 log.warning("could not %s %s of a dead writer; it stays pending for validate() "
                             "to report and a later writer to retry", step, instant.time,
                             exc_info=True)
@@ -351,7 +359,7 @@ class Protocol:
 
     def _undo(self, lease: Lease) -> Callable[[Instant], dict[str, list[str]]]:
         def undo(target: Instant) -> dict[str, list[str]]:
-            if target.action == CLEAN_ACTION:
+            if target.action == Action.CLEAN:
                 return self._undo_clean(target, lease)
             named, damaged = marked_paths(self._storage, target.time)
             deleted = []
@@ -388,7 +396,7 @@ class Protocol:
         restored = []
         for entry in plan.files:
             moved = f"{folder}/{entry.path}"
-            if entry.reason == EXPIRED_TRASH or moved not in trashed \
+            if entry.reason == CleanReason.EXPIRED_TRASH or moved not in trashed \
                     or entry.path.startswith(_NEVER_RESTORED):
                 continue  # a plan never moves these: a damaged one must not aim a move there
             try:
@@ -425,7 +433,7 @@ class Protocol:
         of pending instants are left to their writer or its rollback.
         """
         view = self._timeline.view(lease)
-        rolling_back = any(i.action == "rollback" and i.is_pending for i in view.instants)
+        rolling_back = any(i.action == Action.ROLLBACK and i.is_pending for i in view.instants)
         decided = {i.time for i in (view.completed() if rolling_back else view.instants)
                    if not i.is_pending}
 

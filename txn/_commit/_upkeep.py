@@ -22,13 +22,13 @@ from timeline import COMPLETED, Instant, Lease, TimelineView, TxnError, format_t
 
 from .._context import (
     DATA_ACTIONS,
-    MaintenanceReport,
     TableContext,
     WritePlan,
     clean_options,
     maintenance_mode,
     plan_segments,
 )
+from .._results import MaintenanceReport
 from ._protocol import Protocol
 
 log = logging.getLogger("metatxn")

@@ -1,7 +1,6 @@
 """The internal table context every operation works on: configuration, table properties and their
-bounds, what is recorded on the timeline, and the public value types operations return."""
+bounds, and what is recorded on the timeline."""
 
-from ._commit_properties import CommitProperties, commit_properties
 from ._compaction import (
     AUTO_PROPERTY,
     DEFAULT_LEVEL_THRESHOLD,
@@ -14,7 +13,6 @@ from ._compaction import (
     parse_level_threshold,
 )
 from ._config import TABLE_CONFIG_PATH, TableConfig, decode_config, encode_config, read_config
-from ._context import LATEST_PARTITIONS, IdFactory, TableContext, completion_map, random_id
 from ._display import load_time_taken, segment_size
 from ._open import create_context, open_context
 from ._options import (
@@ -31,34 +29,20 @@ from ._options import (
     target_file_bytes,
 )
 from ._progress import Reporter, advanced, progress, watched
-from ._records import (
+from ._table_context import LATEST_PARTITIONS, IdFactory, TableContext, completion_map, random_id
+from ._timeline_records import (
     ACTION_OF,
     CLEAN_ACTION,
     COMPACT,
-    COMPACTED_FILE,
     DATA_ACTIONS,
-    EXPIRED_TRASH,
     INSERTS,
-    LEFTOVER,
-    MARKED_FILE,
-    ORPHAN,
-    REMOVED_FILE,
-    REPLACED_DELTA,
     TRANSACTION,
-    TRASH_FOLDER,
     TRASHED_REASONS,
     CleanEntry,
     CleanPlan,
-    Commit,
     CommitMetadata,
-    DataFile,
-    MaintenanceReport,
-    Problem,
-    Segment,
-    ValidationReport,
     WritePlan,
     plan_segments,
-    trash_folder,
 )
 
 __all__ = [
@@ -66,48 +50,32 @@ __all__ = [
     "AUTO_PROPERTY",
     "CLEAN_ACTION",
     "COMPACT",
-    "COMPACTED_FILE",
     "DATA_ACTIONS",
     "DEFAULT_LEVEL_THRESHOLD",
-    "EXPIRED_TRASH",
     "INSERTS",
     "LATEST_PARTITIONS",
-    "LEFTOVER",
     "LEVEL_THRESHOLD_PROPERTY",
     "MAJOR_SIZE_PROPERTY",
-    "MARKED_FILE",
     "MAX_LEVEL_COUNT",
-    "ORPHAN",
     "PRESERVE_PROPERTY",
-    "REMOVED_FILE",
-    "REPLACED_DELTA",
     "TABLE_CONFIG_PATH",
     "TRANSACTION",
     "TRASHED_REASONS",
-    "TRASH_FOLDER",
     "CleanEntry",
     "CleanOptions",
     "CleanPlan",
-    "Commit",
     "CommitMetadata",
-    "CommitProperties",
     "CompactionOptions",
-    "DataFile",
     "IdFactory",
-    "MaintenanceReport",
-    "Problem",
     "Reporter",
-    "Segment",
     "TableConfig",
     "TableContext",
-    "ValidationReport",
     "WritePlan",
     "advanced",
     "check_layout",
     "check_properties",
     "clean_options",
     "column_list",
-    "commit_properties",
     "compaction_options",
     "completion_map",
     "create_context",
@@ -127,6 +95,5 @@ __all__ = [
     "streaming_enabled",
     "streaming_max_bytes",
     "target_file_bytes",
-    "trash_folder",
     "watched",
 ]

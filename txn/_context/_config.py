@@ -9,9 +9,9 @@ from __future__ import annotations
 import msgspec
 import pyarrow as pa
 
-from timeline import CorruptMetadataError, Storage
+from timeline import TIMELINE_FOLDER, CorruptMetadataError, Storage
 
-TABLE_CONFIG_PATH = "_timeline/table.json"
+TABLE_CONFIG_PATH = f"{TIMELINE_FOLDER}/table.json"
 FORMAT_VERSION = 1
 
 

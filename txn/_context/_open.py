@@ -23,7 +23,6 @@ from timeline import (
 )
 
 from ._config import TABLE_CONFIG_PATH, TableConfig, decode_config, describe_schema, encode_config
-from ._context import IdFactory, TableContext, random_id
 from ._options import (
     check_layout,
     check_properties,
@@ -31,6 +30,7 @@ from ._options import (
     record_index_shards,
     stored_property_warnings,
 )
+from ._table_context import IdFactory, TableContext, random_id
 
 log = logging.getLogger("metatxn")
 

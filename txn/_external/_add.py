@@ -27,8 +27,9 @@ from indexes import FILES, SEGMENTS
 from timeline import DuplicateKeyError, InvalidOptionError, TimelineView
 
 from .._commit import AddSegment, ExternalLoad, Progress
-from .._context import Commit, TableContext
+from .._context import TableContext
 from .._files import KeyLocations
+from .._results import Commit
 from .._rows import check_not_null, check_unique, describe, index_keys
 from .._write import State, commit_planned, find_keys
 from ._inspect import Inspected, Inspector

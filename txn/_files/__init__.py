@@ -11,7 +11,8 @@ from ._deltas import (
     reading_file,
     stage_deletes,
 )
-from ._external import (
+from ._footers import footer_stats
+from ._foreign import (
     CSV_EXACT_HEADER,
     CSV_NO_HEADER,
     CSV_OTHER_HEADER,
@@ -36,7 +37,6 @@ from ._external import (
     typed_value,
     url_filesystem,
 )
-from ._footers import footer_stats
 from ._hive import hive_value, parse_hive_value, partition_folder, timestamp_value
 from ._orc_footer import OrcFooterUnreadable, orc_footer_stats
 from ._scan import (
@@ -51,8 +51,16 @@ from ._scan import (
 from ._sort import DEFAULT_SORT_MEMORY_BYTES, SORT_MEMORY_PROPERTY, sort_memory_bytes
 from ._storage_io import DataStore
 from ._stored import same_stored, stored_type
-from ._writer import (
+from ._table_layout import (
     MARKERS_FOLDER,
+    PUT_FOLDERS,
+    RESERVED_FOLDERS,
+    STAGING_FOLDER,
+    TRASH_FOLDER,
+    prefixes,
+    trash_folder,
+)
+from ._writer import (
     ColumnStats,
     DataFileWriter,
     FileStatus,
@@ -73,7 +81,11 @@ __all__ = [
     "DELTA_SUFFIX",
     "EXTERNAL_FORMATS",
     "MARKERS_FOLDER",
+    "PUT_FOLDERS",
+    "RESERVED_FOLDERS",
     "SORT_MEMORY_PROPERTY",
+    "STAGING_FOLDER",
+    "TRASH_FOLDER",
     "ColumnStats",
     "DataFileWriter",
     "DataStore",
@@ -112,6 +124,7 @@ __all__ = [
     "partition_folder",
     "partition_of",
     "partition_values",
+    "prefixes",
     "raise_for_files",
     "read_data_file",
     "read_format",
@@ -124,6 +137,7 @@ __all__ = [
     "stage_deletes",
     "stored_type",
     "timestamp_value",
+    "trash_folder",
     "typed_value",
     "url_filesystem",
 ]

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from indexes import DELETES_SCHEMA, live
 from timeline import CorruptMetadataError, ObjectNotFoundError, StorageError, TxnError
 
-from ._external import is_external
+from ._foreign import is_external
 from ._storage_io import DataStore
 from ._writer import marker_path
 

@@ -21,7 +21,7 @@ import pyarrow.dataset as ds
 from timeline import CorruptMetadataError, StorageError, TxnError
 
 from ._deltas import Positions, reading_file
-from ._external import expected, is_external
+from ._foreign import expected, is_external
 from ._storage_io import DataStore
 from ._stored import same_stored
 

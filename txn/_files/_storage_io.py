@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from timeline import InvalidOptionError, Storage, StorageError
 
 if TYPE_CHECKING:
-    from ._external import ExternalReader
+    from ._foreign import ExternalReader
 
 #: Decimals of up to 18 digits stored as INT32/INT64 rather than fixed-length byte arrays:
 #: Spark's reader decodes byte-array decimals several times slower (TPC-H Q6 over

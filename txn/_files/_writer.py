@@ -47,8 +47,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import stats_eligible
-from timeline import CorruptMetadataError, InvalidOptionError, ObjectNotFoundError, Storage, check_key
+from indexes import METADATA_FOLDER, stats_eligible
+from timeline import (
+    TIMELINE_FOLDER,
+    CorruptMetadataError,
+    InvalidOptionError,
+    ObjectNotFoundError,
+    Storage,
+    check_key,
+)
 
 from ._hive import parse_hive_value, partition_folder
 from ._sort import (
@@ -61,13 +68,13 @@ from ._sort import (
     run_batch_bytes,
 )
 from ._storage_io import DataStore
+from ._table_layout import MARKERS_FOLDER, TRASH_FOLDER
 
 log = logging.getLogger("metatxn")
 
-MARKERS_FOLDER = "_markers"
 #: What a marker names: data files and delete deltas, never metadata.
 _MARKED_SUFFIXES = (".parquet", ".deletedelta")
-_NOT_DATA_FOLDERS = frozenset({"_timeline", "_metadata", MARKERS_FOLDER, "_trash"})
+_NOT_DATA_FOLDERS = frozenset({TIMELINE_FOLDER, METADATA_FOLDER, MARKERS_FOLDER, TRASH_FOLDER})
 class ColumnStats(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """min/max (None when unknown), null count and value count of one column in one file."""
 

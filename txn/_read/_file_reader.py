@@ -26,7 +26,6 @@ import pyarrow.dataset as ds
 
 from timeline import InvalidOptionError, open_storage
 
-from .._context import DataFile
 from .._files import (
     DataStore,
     ExternalReader,
@@ -36,6 +35,7 @@ from .._files import (
     is_external,
     scan_file,
 )
+from .._results import DataFile
 
 
 def check_filter(schema: pa.Schema, filter: object) -> ds.Expression | None:

@@ -33,7 +33,6 @@ import pyarrow.dataset as ds
 from indexes import MetadataSnapshot, live
 from timeline import StorageError
 
-from .._context import DataFile
 from .._files import (
     DATA_FILE_EXPECTED,
     DataStore,
@@ -44,6 +43,7 @@ from .._files import (
     reading_file,
     timestamp_value,
 )
+from .._results import DataFile
 from ._file_reader import FileReader, check_columns, check_filter
 from ._file_table import file_table, with_locations, with_stats
 from ._prune import prune

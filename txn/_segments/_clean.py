@@ -38,20 +38,20 @@ from dataclasses import dataclass, field
 import msgspec
 
 from indexes import (
-    COMPACTED,
     DELETES,
     DELETES_SCHEMA,
     FILES,
     FILES_SCHEMA,
-    MARKED_FOR_DELETE,
-    METADATA_FOLDER,
     SEGMENTS,
     MetadataChanges,
+    RetentionSource,
     SegmentEntry,
+    SegmentStatus,
     column_stats_schema,
     purges,
 )
 from timeline import (
+    Action,
     CommitConflictError,
     Lease,
     ObjectNotFoundError,
@@ -66,24 +66,20 @@ from timeline import (
 
 from .._commit import Pending, Protocol, Write, protocol_of, run
 from .._context import (
-    CLEAN_ACTION,
     DATA_ACTIONS,
-    EXPIRED_TRASH,
     TRASHED_REASONS,
     CleanEntry,
     CleanPlan,
     TableContext,
     progress,
-    trash_folder,
 )
-from .._files import MARKERS_FOLDER
+from .._files import PUT_FOLDERS, trash_folder
+from .._results import CleanReason
 from ._clean_plan import plan_clean
 from ._clean_retention import HOUR_MS
 
 log = logging.getLogger("metatxn")
 
-#: Where metatxn's own puts stage temporaries (data files are written in place, under markers).
-_STAGING_FOLDERS = ("_timeline", METADATA_FOLDER, MARKERS_FOLDER)
 
 
 @dataclass(frozen=True)
@@ -208,7 +204,7 @@ class CleanFiles(Write):
 
     @property
     def action(self) -> str:
-        return CLEAN_ACTION
+        return Action.CLEAN
 
     def requested(self) -> CleanPlan:
         return self.plan
@@ -219,7 +215,7 @@ class CleanFiles(Write):
     def write(self, context: TableContext, pending: Pending) -> _Done:
         if self.plan.floor is not None:
             with context.timeline.lock() as lease:
-                context.metadata.raise_retention(self.plan.floor, source="clean", lease=lease)
+                context.metadata.raise_retention(self.plan.floor, source=RetentionSource.CLEAN, lease=lease)
         _move(context.storage, self.plan, trash_folder(pending.instant.time), self.done)
         return self.done
 
@@ -262,13 +258,13 @@ def _still_shown(context: TableContext, view: TimelineView, ids: Sequence[str]) 
     current = context.metadata_at(view, None, (SEGMENTS,)).segments or {}
     found = [current.get(segment_id) for segment_id in ids]
     return [entry for entry in found if entry is not None and entry.visible
-            and entry.status in (COMPACTED, MARKED_FOR_DELETE)]
+            and entry.status in (SegmentStatus.COMPACTED, SegmentStatus.MARKED_FOR_DELETE)]
 
 
 def _after_commit(entry: CleanEntry) -> bool:
     """Whether the clean deletes this file for good after its commit point (not a move to the
     trash, not expired trash deleted before it)."""
-    return entry.reason != EXPIRED_TRASH and entry.reason not in TRASHED_REASONS
+    return entry.reason != CleanReason.EXPIRED_TRASH and entry.reason not in TRASHED_REASONS
 
 
 def _delete_after_commit(storage: Storage, entries: Sequence[CleanEntry],
@@ -294,20 +290,20 @@ def _refuse_running_clean(context: TableContext, view: TimelineView) -> None:
     """Admission of a clean, under the lock after recovery: a pending clean is a live one, and so
     is a pending rollback of a clean (it may still move files back from the trash: a clean
     beside it could remove a file that the rollback then restores without a record)."""
-    running = [i for i in view.pending() if i.action == CLEAN_ACTION]
+    running = [i for i in view.pending() if i.action == Action.CLEAN]
     if running:
         raise CommitConflictError(
             f"clean refused: clean instant {running[0].time} is still running (its writer's "
             "heartbeat is live); nothing was changed\nHelp: wait for it to finish; if its "
             "writer died, the next write or clean after heartbeat.timeout_ms rolls it back")
     for instant in view.pending():
-        if instant.action != "rollback":
+        if instant.action != Action.ROLLBACK:
             continue
         try:
             target = context.timeline.read_plan(instant, RollbackPlan)
         except TxnError:
             continue  # validate() reports a damaged plan; its target is unknown, not a clean
-        if target.target_action == CLEAN_ACTION:
+        if target.target_action == Action.CLEAN:
             raise CommitConflictError(
                 f"clean refused: rollback {instant.time} of clean {target.target_time} is still "
                 "pending (it moves that clean's files back from the trash); nothing was changed\n"
@@ -319,7 +315,7 @@ def _move(storage: Storage, plan: CleanPlan, folder: str, done: _Done) -> None:
     that is gone already is skipped. The rest of the plan is deleted after the commit point."""
     chosen = [e for e in plan.files if not _after_commit(e)]
     for entry in progress("moving files to the trash", chosen, len(chosen)):
-        if entry.reason == EXPIRED_TRASH:
+        if entry.reason == CleanReason.EXPIRED_TRASH:
             storage.delete(entry.path)
             done.deleted.append(entry)
             continue
@@ -357,7 +353,7 @@ def _leftover_temporaries(context: TableContext, *, delete: bool) -> dict[str, i
     margin = max(HOUR_MS, context.timeline.options.heartbeat_timeout_ms)
     older_than = time.time_ns() // 1_000_000 - margin
     found = {}
-    for folder in _STAGING_FOLDERS:
+    for folder in PUT_FOLDERS:
         for temporary in leftover_temporaries(storage, folder, recursive=True):
             if temporary.modified_ms >= older_than:
                 continue

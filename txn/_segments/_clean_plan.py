@@ -38,18 +38,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import (
-    COMPACTED,
     DELETES,
     FILES,
-    MARKED_FOR_DELETE,
-    METADATA_FOLDER,
     SEGMENTS,
     SegmentEntry,
+    SegmentStatus,
     live,
     removed,
     segment_sort_key,
 )
 from timeline import (
+    Action,
     InvalidOptionError,
     ObjectNotFoundError,
     Storage,
@@ -60,27 +59,27 @@ from timeline import (
 )
 
 from .._context import (
-    CLEAN_ACTION,
-    COMPACTED_FILE,
-    EXPIRED_TRASH,
-    LEFTOVER,
-    MARKED_FILE,
-    ORPHAN,
-    REMOVED_FILE,
-    REPLACED_DELTA,
-    TRASH_FOLDER,
     CleanEntry,
     CleanPlan,
     TableContext,
     clean_options,
 )
-from .._files import DELTA_SUFFIX, MARKERS_FOLDER, marker_instant, read_marker
+from .._files import (
+    DELTA_SUFFIX,
+    MARKERS_FOLDER,
+    RESERVED_FOLDERS,
+    TRASH_FOLDER,
+    marker_instant,
+    prefixes,
+    read_marker,
+)
+from .._results import CleanReason
 from ._clean_retention import HOUR_MS, History, retention_floor
 
 #: Folders that hold no data: never listed as data, never cleaned as orphans.
 #: ``_staging/``: a Spark write's own writer stages its files there before they are published
 #: under markers (``txn.spark``); a staged file is never a table file.
-NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/", "_staging/")
+NOT_DATA = prefixes(RESERVED_FOLDERS)
 DATA_SUFFIXES = (".parquet", DELTA_SUFFIX)
 
 
@@ -149,25 +148,26 @@ def _removed(files: pa.Table, deletes: pa.Table, segments: Mapping[str, SegmentE
         return [], set()
     external = {entry.id for entry in segments.values() if entry.external}
     outside = {row["path"] for row in gone_files if row["segment"] in external}
-    reasons = {COMPACTED: COMPACTED_FILE, MARKED_FOR_DELETE: MARKED_FILE}
+    reasons = {SegmentStatus.COMPACTED: CleanReason.COMPACTED,
+               SegmentStatus.MARKED_FOR_DELETE: CleanReason.MARKED_FOR_DELETE}
     live_files = set(live(files)["path"].to_pylist())
     segment_of = {row["path"]: row["segment"] for row in gone_files}
-    candidates: list[tuple[str, int, str, str]] = []
+    candidates: list[tuple[str, int, CleanReason, str]] = []
     for row in gone_files:
         if row["segment"] in external or not _inside(row["path"]):
             continue
         entry = segments.get(row["segment"])
-        reason = reasons.get(entry.status, REMOVED_FILE) if entry is not None else REMOVED_FILE
+        reason = CleanReason.REMOVED if entry is None else reasons.get(entry.status, CleanReason.REMOVED)
         candidates.append((row["path"], row["size"] or 0, reason, FILES))
     for row in gone_deltas:
         data_file = row["file"]
         if not _inside(row["path"]):  # an external file's deltas are the table's own
             continue
         if data_file in live_files:
-            reason = REPLACED_DELTA
+            reason = CleanReason.REPLACED_DELTA
         else:
             entry = segments.get(segment_of.get(data_file, ""))
-            reason = reasons.get(entry.status, REMOVED_FILE) if entry is not None else REMOVED_FILE
+            reason = CleanReason.REMOVED if entry is None else reasons.get(entry.status, CleanReason.REMOVED)
         candidates.append((row["path"], row["size"] or 0, reason, DELETES))
     found = history.removals({path for path, *_ in candidates} | outside, floor)
     return ([CleanEntry(path=path, size=size, reason=reason, removed_at=found[path], record=record)
@@ -187,7 +187,8 @@ def _cleaned_segments(files: pa.Table, segments: Mapping[str, SegmentEntry],
     held = files.filter(pc.is_valid(files["deleted"])).select(["path", "segment"]).to_pylist()
     blocked = {row["segment"] for row in held if row["path"] not in cleared}
     return sorted((entry.id for entry in segments.values()
-                   if entry.status in (COMPACTED, MARKED_FOR_DELETE) and entry.visible
+                   if entry.status in (SegmentStatus.COMPACTED, SegmentStatus.MARKED_FOR_DELETE)
+                   and entry.visible
                    and entry.id not in blocked), key=segment_sort_key)
 
 
@@ -198,10 +199,11 @@ def _leftovers(storage: Storage, on_storage: Iterable[str], files: pa.Table,
     purged = set()
     for part in (files, deletes):
         purged.update(part.filter(pc.is_null(part["deleted"]))["path"].to_pylist())
-    return _still_there(storage, [p for p in on_storage if p in purged and _inside(p)], LEFTOVER)
+    return _still_there(storage, [p for p in on_storage if p in purged and _inside(p)],
+                        CleanReason.LEFTOVER)
 
 
-def _still_there(storage: Storage, paths: Iterable[str], reason: str) -> list[CleanEntry]:
+def _still_there(storage: Storage, paths: Iterable[str], reason: CleanReason) -> list[CleanEntry]:
     """An entry for each of ``paths`` still on storage (another clean may have just deleted it)."""
     found = []
     for path in paths:
@@ -250,12 +252,12 @@ def _orphans(storage: Storage, view: TimelineView, on_storage: Iterable[str], re
         if not _is_time(writer) or writer in pending or writer > newest or writer >= last.time:
             continue
         candidates.append(path)
-    return _still_there(storage, candidates, ORPHAN)
+    return _still_there(storage, candidates, CleanReason.ORPHAN)
 
 
 def _expired_trash(storage: Storage, view: TimelineView, trash: Iterable[str], now: int,
                    keep_ms: int, force: bool) -> list[CleanEntry]:
-    if any(i.action == "rollback" and i.is_pending for i in view.instants):
+    if any(i.action == Action.ROLLBACK and i.is_pending for i in view.instants):
         return []  # a rollback in progress may be moving a clean's files back
     newest = view.max_time() or ""
     found = []
@@ -265,7 +267,7 @@ def _expired_trash(storage: Storage, view: TimelineView, trash: Iterable[str], n
         if not _is_time(cleaned_at) or cleaned_at > newest:
             continue
         instant = view.get(cleaned_at)
-        if instant is not None and (instant.is_pending or instant.action != CLEAN_ACTION):
+        if instant is not None and (instant.is_pending or instant.action != Action.CLEAN):
             continue
         if not force and now - parse_time(cleaned_at) < keep_ms:
             continue
@@ -273,7 +275,7 @@ def _expired_trash(storage: Storage, view: TimelineView, trash: Iterable[str], n
             size = storage.size(key)
         except ObjectNotFoundError:
             continue
-        found.append(CleanEntry(path=key, size=size, reason=EXPIRED_TRASH))
+        found.append(CleanEntry(path=key, size=size, reason=CleanReason.EXPIRED_TRASH))
     return found
 
 

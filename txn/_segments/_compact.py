@@ -28,13 +28,12 @@ from typing import Final
 
 import pyarrow as pa
 
-from indexes import STREAMING, STREAMING_FINISH, SUCCESS, SegmentEntry, segment_sort_key
+from indexes import SegmentEntry, SegmentStatus, segment_sort_key
 from timeline import CommitConflictError, InvalidOptionError, TimelineView
 
 from .._commit import Compaction, Merge, Pending, StreamFilesMerge, Written, commit
 from .._context import (
     LATEST_PARTITIONS,
-    Commit,
     CommitMetadata,
     TableContext,
     advanced,
@@ -42,13 +41,19 @@ from .._context import (
     target_file_bytes,
 )
 from .._files import is_external, raise_for_files, scan_file
+from .._results import (
+    Commit,
+    CompactionKind,
+)
 from .._write import State, latest
 from ._running import held_segments, refuse_held
 from ._selection import check_custom, merged_name, select_major, select_minor
 
 log = logging.getLogger("metatxn")
 
-KINDS: Final = ("minor", "major", "custom", "close_streaming")
+#: The kinds ``compact`` takes (a stream runs STREAM_FILES itself).
+KINDS: Final = (CompactionKind.MINOR, CompactionKind.MAJOR, CompactionKind.CUSTOM,
+                CompactionKind.CLOSE_STREAMING)
 #: The ``extra`` key of a compaction's commit that says which kind made the segment.
 KIND_KEY: Final = "compaction"
 
@@ -58,7 +63,7 @@ KIND_KEY: Final = "compaction"
 Rewrite = Callable[[Compaction], Callable[[Pending], Written]]
 
 
-def compact(context: TableContext, kind: str = "minor", *,
+def compact(context: TableContext, kind: str = CompactionKind.MINOR, *,
             segments: Sequence[str | int] | None = None,
             rewrite: Rewrite | None = None) -> Commit | None:
     """Run one compaction (MINOR: as many rounds as find something); see :meth:`txn.Table.compact`.
@@ -83,10 +88,10 @@ def compact(context: TableContext, kind: str = "minor", *,
             # A DELETE SEGMENT (or another compaction) took a source between our plan and our
             # begin: MINOR and MAJOR choose again without it; CUSTOM was asked for exactly these.
             taken += 1
-            if kind == "custom" or taken > _REPLANS:
+            if kind == CompactionKind.CUSTOM or taken > _REPLANS:
                 raise
             continue
-        if kind not in ("minor", "close_streaming"):
+        if kind not in (CompactionKind.MINOR, CompactionKind.CLOSE_STREAMING):
             return last
 
 
@@ -125,13 +130,13 @@ _STREAM_FILES_ROUNDS: Final = 6
 
 
 #: The compaction kind of a streaming segment's file merge (in its commit's ``extra``).
-STREAM_FILES: Final = "stream_files"
+STREAM_FILES: Final = CompactionKind.STREAM_FILES
 
 
 def _plan_stream_files(context: TableContext, state: State, segment: str) -> StreamFilesMerge | None:
     entries = context.metadata_at(state.view, None, LATEST_PARTITIONS).segments or {}
     entry = entries.get(segment)
-    if entry is None or entry.status not in (STREAMING, STREAMING_FINISH):
+    if entry is None or entry.status not in (SegmentStatus.STREAMING, SegmentStatus.STREAMING_FINISH):
         return None
     live = state.live_files.filter(pa.compute.equal(state.live_files["segment"], segment))
     tiers: dict[int, list[tuple[str, int, int, str]]] = {}
@@ -182,26 +187,27 @@ def after_load(context: TableContext, load: Commit | None) -> None:
     if load is None or not compaction_options(context.properties).auto:
         return
     try:
-        compact(context, "minor")
+        compact(context, CompactionKind.MINOR)
     except Exception:
         log.warning("auto compaction after load %s failed; the load is committed, and a later "
                     "load or compact('minor') merges its segments", load.instant, exc_info=True)
 
 
-def _check_kind(context: TableContext, kind: object, segments: object) -> str:
+def _check_kind(context: TableContext, kind: object, segments: object) -> CompactionKind:
     """The kind in lower case (SQL users write ``'MINOR'``); refuses what is not a kind."""
     if not isinstance(kind, str) or kind.lower() not in KINDS:
         raise InvalidOptionError(
             f"compaction kind {kind!r} is not one of {list(KINDS)}\n"
             "Help: compact('minor') merges by count, 'major' by size, 'custom' the given segments")
-    kind = kind.lower()
-    if kind == "custom" and segments is None:
+    kind = CompactionKind(kind.lower())
+    if kind == CompactionKind.CUSTOM and segments is None:
         raise InvalidOptionError("custom compaction needs segments=[...]: the segment ids to merge")
-    if kind != "custom" and segments is not None:
+    if kind != CompactionKind.CUSTOM and segments is not None:
         raise InvalidOptionError(
             f"segments={segments!r} applies only to kind='custom', not {kind!r} (CarbonData: "
             f"custom segments not supported when doing {kind.upper()} compaction)")
-    if kind == "close_streaming" and context.properties.get("streaming", "false").lower() != "true":
+    if (kind == CompactionKind.CLOSE_STREAMING
+            and context.properties.get("streaming", "false").lower() != "true"):
         raise InvalidOptionError(
             "compaction kind 'close_streaming' applies to streaming tables (table property "
             f"streaming=true); {context.uri} is not one")
@@ -216,16 +222,17 @@ def plan(context: TableContext, state: State, kind: str, ids: Sequence[str | int
     commit's metadata is read once per call, not once per round)."""
     entries = context.metadata_at(state.view, None, LATEST_PARTITIONS).segments or {}
     options = compaction_options(context.properties)
-    if kind == "close_streaming":
+    if kind == CompactionKind.CLOSE_STREAMING:
         # Hand-off: each finished streaming segment becomes a columnar one of its own, one
         # commit each (CarbonData converts them one by one), oldest first.
         held = held_segments(context, state.view)
         finished = sorted((e.id for e in entries.values()
-                           if e.status == STREAMING_FINISH and e.id not in held), key=segment_sort_key)
+                           if e.status == SegmentStatus.STREAMING_FINISH and e.id not in held),
+                          key=segment_sort_key)
         if not finished:
             return None
         return _compaction(context, state, kind, {finished[0]: entries[finished[0]]}, entries)
-    if kind == "custom":
+    if kind == CompactionKind.CUSTOM:
         if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Iterable):
             raise InvalidOptionError(
                 f"segments must be a list of segment ids such as ['0', '1'], got {ids!r}")
@@ -235,7 +242,7 @@ def plan(context: TableContext, state: State, kind: str, ids: Sequence[str | int
     else:
         held = held_segments(context, state.view)
         free = [e for e in entries.values() if e.id not in held]
-        if kind == "minor":
+        if kind == CompactionKind.MINOR:
             chosen = select_minor(free, options.level_threshold, preserve=options.preserve_segments,
                                   major_results=_major_results(context, state.view, free,
                                                                {} if made_by is None else made_by))
@@ -315,7 +322,7 @@ def _major_results(context: TableContext, view: TimelineView, entries: Sequence[
     compaction never merges them again). The kind is in the extra of the commit that made them;
     ``made_by`` caches it per instant.
     """
-    made = {e.instant: e.id for e in entries if "." in e.id and e.status == SUCCESS}
+    made = {e.instant: e.id for e in entries if "." in e.id and e.status == SegmentStatus.SUCCESS}
     unknown = {time for time in made if time not in made_by}
     if unknown:
         instants = {i.time: i for i in view.completed() if i.time in unknown}
@@ -324,5 +331,5 @@ def _major_results(context: TableContext, view: TimelineView, entries: Sequence[
                              if i.time in unknown and i.is_completed})
         for time, instant in instants.items():
             made_by[time] = context.timeline.read_metadata(instant, CommitMetadata).extra.get(KIND_KEY, "")
-    return {segment for time, segment in made.items() if made_by.get(time) == "major"}
+    return {segment for time, segment in made.items() if made_by.get(time) == CompactionKind.MAJOR}
 

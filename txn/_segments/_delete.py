@@ -37,17 +37,15 @@ import pyarrow.compute as pc
 from indexes import (
     DELETES_SCHEMA,
     FILES_SCHEMA,
-    INSERT_IN_PROGRESS,
-    MARKED_FOR_DELETE,
-    STREAMING_FINISH,
-    SUCCESS,
     MetadataChanges,
     SegmentEntry,
+    SegmentStatus,
     column_stats_schema,
     live,
 )
 from indexes import tombstones as tombstone_rows
 from timeline import (
+    Action,
     CommitConflictError,
     InvalidOptionError,
     Lease,
@@ -61,22 +59,23 @@ from .._commit import Pending, Write, commit
 from .._context import (
     DATA_ACTIONS,
     LATEST_PARTITIONS,
-    Commit,
     CommitMetadata,
     TableContext,
     plan_segments,
 )
 from .._files import LiveDeltas
-from ._running import DELETE_SEGMENTS, refuse_held, running_plans
+from .._results import Commit, Operation
+from ._running import refuse_held, running_plans
 from ._selection import select_delete_before, select_delete_by_id
 
 __all__ = ["delete_segments"]
 
-OPERATION: Final = DELETE_SEGMENTS
-ACTION: Final = "replacecommit"
+OPERATION: Final = Operation.DELETE_SEGMENTS
+ACTION: Final = Action.REPLACECOMMIT
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: The statuses a delete marks (a running load's Insert In Progress is refused separately).
-_DELETABLE: Final = frozenset({SUCCESS, STREAMING_FINISH, INSERT_IN_PROGRESS})
+_DELETABLE: Final = frozenset(
+    {SegmentStatus.SUCCESS, SegmentStatus.STREAMING_FINISH, SegmentStatus.INSERT_IN_PROGRESS})
 
 
 def delete_segments(context: TableContext, ids: Any = None, *,
@@ -179,7 +178,7 @@ def _entries(context: TableContext, view: TimelineView) -> tuple[dict[str, Segme
         for segment in plan_segments(plan):
             if segment not in entries:
                 entries[segment] = SegmentEntry(
-                    id=segment, status=INSERT_IN_PROGRESS, instant=instant.time,
+                    id=segment, status=SegmentStatus.INSERT_IN_PROGRESS, instant=instant.time,
                     load_start_ms=parse_time(instant.time))
                 running.add(segment)
     return entries, running
@@ -278,7 +277,7 @@ class DeleteSegments(Write):
         assert current.files is not None and current.segments is not None
         chosen = set(targets)
         # Every target is a committed segment here (a running load cannot pass the recheck).
-        marked = [msgspec.structs.replace(current.segments[i], status=MARKED_FOR_DELETE)
+        marked = [msgspec.structs.replace(current.segments[i], status=SegmentStatus.MARKED_FOR_DELETE)
                   for i in targets]
         files = live(current.files)
         files = files.filter(pc.is_in(files["segment"], value_set=pa.array(sorted(chosen), pa.string())))

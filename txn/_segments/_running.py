@@ -7,15 +7,18 @@ the next ``begin``, so their segments are free again.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Final
 
 from indexes import segment_sort_key
 from timeline import CommitConflictError, Instant, TimelineView
 
-from .._context import COMPACT, DATA_ACTIONS, TableContext, WritePlan
+from .._context import (
+    DATA_ACTIONS,
+    TableContext,
+    WritePlan,
+)
+from .._results import Operation
 
 #: The operation of DELETE SEGMENT's commits.
-DELETE_SEGMENTS: Final = "delete_segments"
 
 
 def running_plans(context: TableContext, view: TimelineView) -> list[tuple[Instant, WritePlan]]:
@@ -45,9 +48,9 @@ def refuse_held(context: TableContext, view: TimelineView, targets: Collection[s
     if not taken:
         return
     instant, plan = held[taken[0]]
-    if plan.operation == COMPACT:
+    if plan.operation == Operation.COMPACT:
         doing = f"compaction {instant.time} is merging"
-    elif plan.operation == DELETE_SEGMENTS:
+    elif plan.operation == Operation.DELETE_SEGMENTS:
         doing = f"delete segment {instant.time} is already deleting"
     else:
         doing = f"{plan.operation} {instant.time} is replacing"

@@ -23,16 +23,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
-from indexes import (
-    COMPACTED,
-    INSERT_IN_PROGRESS,
-    MARKED_FOR_DELETE,
-    STREAMING,
-    STREAMING_FINISH,
-    SUCCESS,
-    SegmentEntry,
-    segment_sort_key,
-)
+from indexes import SegmentEntry, SegmentStatus, segment_sort_key
 from timeline import InvalidOptionError, SegmentNotFoundError
 
 from .._context import (
@@ -58,6 +49,9 @@ __all__ = [
 
 _NATIVE_FORMAT: Final = "parquet"
 _SEGMENT_ID: Final = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
+#: The statuses DELETE SEGMENT marks (a running load's Insert In Progress is refused before).
+_DELETABLE: Final = frozenset(
+    {SegmentStatus.SUCCESS, SegmentStatus.STREAMING_FINISH, SegmentStatus.INSERT_IN_PROGRESS})
 
 
 # --- shared helpers -------------------------------------------------------------------------------
@@ -106,7 +100,7 @@ def _valid_after_preserve(entries: Iterable[SegmentEntry], preserve: int) -> lis
         # in the caller, so we refuse it. The upper bound belongs to whoever parses the property.
         raise InvalidOptionError(f"preserve must be a whole number >= 0, got {preserve!r}")
     valid = sorted(
-        (e for e in entries if _is_native(e) and e.status == SUCCESS),
+        (e for e in entries if _is_native(e) and e.status == SegmentStatus.SUCCESS),
         key=lambda e: segment_sort_key(e.id),
     )
     return valid[: len(valid) - preserve] if preserve else valid
@@ -149,8 +143,8 @@ def _normalise_ids(ids: Iterable[str | int], action: str) -> list[str]:
 
 def _described(entry: SegmentEntry) -> str:
     """An entry's status as an error message shows it, with the detail that explains it."""
-    if entry.status == COMPACTED and entry.merged_to:
-        return f"{COMPACTED} into {entry.merged_to}"
+    if entry.status == SegmentStatus.COMPACTED and entry.merged_to:
+        return f"{SegmentStatus.COMPACTED} into {entry.merged_to}"
     return entry.status
 
 
@@ -316,12 +310,12 @@ def check_custom(entries: Mapping[str, SegmentEntry], ids: Sequence[str | int]) 
     unfit: list[str] = []
     for segment_id in _sorted_ids(wanted):
         entry = entries[segment_id]
-        if entry.status != SUCCESS:
+        if entry.status != SegmentStatus.SUCCESS:
             unfit.append(f"{segment_id} ({_described(entry)})")
     if unfit:
         raise InvalidOptionError(
             f"custom compaction cannot merge segment{'s' if len(unfit) > 1 else ''} "
-            f"{', '.join(unfit)}: only {SUCCESS} segments can be merged"
+            f"{', '.join(unfit)}: only {SegmentStatus.SUCCESS} segments can be merged"
         )
     return _sorted_ids(wanted)
 
@@ -358,17 +352,18 @@ def select_delete_by_id(
         if entry is None:
             refused.append((segment_id, "no such segment"))
             not_found = True
-        elif entry.status == MARKED_FOR_DELETE:
-            refused.append((segment_id, f"already {MARKED_FOR_DELETE}"))
+        elif entry.status == SegmentStatus.MARKED_FOR_DELETE:
+            refused.append((segment_id, f"already {SegmentStatus.MARKED_FOR_DELETE}"))
             not_found = True
-        elif entry.status == COMPACTED:
+        elif entry.status == SegmentStatus.COMPACTED:
             into = f" (its rows now live in {entry.merged_to})" if entry.merged_to else ""
-            refused.append((segment_id, f"{COMPACTED}{into}"))
-        elif entry.status == STREAMING:
-            refused.append((segment_id, f"{STREAMING}, still being written; finish the stream first"))
-        elif entry.status == INSERT_IN_PROGRESS and segment_id in live:
-            refused.append((segment_id, f"{INSERT_IN_PROGRESS}, a load is still writing it"))
-        elif entry.status not in (SUCCESS, STREAMING_FINISH, INSERT_IN_PROGRESS):
+            refused.append((segment_id, f"{SegmentStatus.COMPACTED}{into}"))
+        elif entry.status == SegmentStatus.STREAMING:
+            refused.append(
+                (segment_id, f"{SegmentStatus.STREAMING}, still being written; finish the stream first"))
+        elif entry.status == SegmentStatus.INSERT_IN_PROGRESS and segment_id in live:
+            refused.append((segment_id, f"{SegmentStatus.INSERT_IN_PROGRESS}, a load is still writing it"))
+        elif entry.status not in _DELETABLE:
             # A status this module does not know: refuse rather than guess.
             refused.append((segment_id, entry.status))
     if refused:
@@ -376,8 +371,8 @@ def select_delete_by_id(
         listed = "; ".join(f"{_shown(segment_id)}: {reason}" for segment_id, reason in refused)
         message = (
             f"delete segment refused, nothing was deleted. Invalid segment id"
-            f"{'s' if len(refused) > 1 else ''}: {listed}. Deletable segments are {SUCCESS}, "
-            f"{STREAMING_FINISH} or abandoned {INSERT_IN_PROGRESS} segments"
+            f"{'s' if len(refused) > 1 else ''}: {listed}. Deletable segments are {SegmentStatus.SUCCESS}, "
+            f"{SegmentStatus.STREAMING_FINISH} or abandoned {SegmentStatus.INSERT_IN_PROGRESS} segments"
         )
         raise SegmentNotFoundError(message) if not_found else InvalidOptionError(message)
     return _sorted_ids(wanted)
@@ -397,5 +392,6 @@ def select_delete_before(entries: Iterable[SegmentEntry], before_ms: int) -> lis
     whether that is an error (CarbonData: "No matching segment found").
     """
     return _sorted_ids(
-        e.id for e in entries if e.load_start_ms < before_ms and e.status in (SUCCESS, STREAMING_FINISH)
+        e.id for e in entries
+        if e.load_start_ms < before_ms and e.status in (SegmentStatus.SUCCESS, SegmentStatus.STREAMING_FINISH)
     )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from indexes import INSERT_IN_PROGRESS, SEGMENTS, SegmentEntry, segment_sort_key
+from indexes import SEGMENTS, SegmentEntry, SegmentStatus, segment_sort_key
 from timeline import parse_time
 
-from .._context import DATA_ACTIONS, Segment, TableContext, WritePlan, plan_segments
+from .._context import DATA_ACTIONS, TableContext, WritePlan, plan_segments
 from .._read import snapshot
+from .._results import Segment
 
 
 def segments(context: TableContext, *, history: bool = False) -> list[Segment]:
@@ -24,7 +25,7 @@ def segments(context: TableContext, *, history: bool = False) -> list[Segment]:
         for segment in plan_segments(plan):
             if segment not in entries:
                 entries[segment] = SegmentEntry(
-                    id=segment, status=INSERT_IN_PROGRESS, instant=instant.time,
+                    id=segment, status=SegmentStatus.INSERT_IN_PROGRESS, instant=instant.time,
                     load_start_ms=parse_time(instant.time))
     ordered = sorted(entries.values(), key=lambda e: segment_sort_key(e.id), reverse=True)
     shown = [e for e in ordered if e.visible]

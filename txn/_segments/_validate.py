@@ -38,37 +38,43 @@ import pyarrow.compute as pc
 
 from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, STREAMS, live
 from indexes._layout import base_path, parse_listing, partition_folder
-from timeline import CorruptMetadataError, ObjectNotFoundError, TimelineView, TxnError
+from timeline import (
+    TIMELINE_FOLDER,
+    Action,
+    CorruptMetadataError,
+    ObjectNotFoundError,
+    TimelineView,
+    TxnError,
+)
 
 from .._context import (
-    CLEAN_ACTION,
-    TRASH_FOLDER,
-    Problem,
     TableContext,
-    ValidationReport,
     progress,
-    trash_folder,
 )
 from .._files import (
     DELTA_SUFFIX,
     MARKERS_FOLDER,
+    RESERVED_FOLDERS,
     LiveDeltas,
     check_data_file,
     file_version,
     is_external,
     marker_instant,
     modified_ms,
+    prefixes,
     read_marker,
     read_positions,
     scan_file,
+    trash_folder,
 )
+from .._results import Problem, ProblemKind, ValidationReport
 from .._rows import describe, index_keys, repeated
 
-#: Folders whose files are not data files of the table: the timelines, the markers, and the
-#: trash CLEAN FILES moves removed files to (they are no longer the table's).
-#: ``_staging/``: a Spark write's own writer stages its files there before they are published
-#: under markers (``txn.spark``); a staged file is never a table file.
-_NOT_DATA = ("_timeline/", f"{METADATA_FOLDER}/", f"{MARKERS_FOLDER}/", f"{TRASH_FOLDER}/", "_staging/")
+#: Folders whose files are not data files of the table: the timelines, the markers, the trash
+#: CLEAN FILES moves removed files to (they are no longer the table's), and ``_staging/``, where a
+#: Spark write's own writer stages its files before they are published under markers
+#: (``txn.spark``); a staged file is never a table file.
+_NOT_DATA = prefixes(RESERVED_FOLDERS)
 
 
 def validate(context: TableContext) -> ValidationReport:
@@ -112,27 +118,28 @@ def validate(context: TableContext) -> ValidationReport:
             size = storage.size(path)
         except FileNotFoundError:
             if not moving(path):
-                problems.append(Problem("missing file", path, "listed by the metadata table, not on storage"))
+                problems.append(Problem(ProblemKind.MISSING_FILE, path,
+                                        "listed by the metadata table, not on storage"))
             continue
         if size != row["size"]:
-            problems.append(Problem("size mismatch", path, f"metadata says {row['size']} bytes, "
+            problems.append(Problem(ProblemKind.SIZE_MISMATCH, path, f"metadata says {row['size']} bytes, "
                                                           f"storage has {size}"))
             continue
         if not row["deleted"]:
             try:
                 rows = check_data_file(context.store, path, context.schema)
             except TxnError as exc:
-                problems.append(_damaged(exc, "unreadable file"))
+                problems.append(_damaged(exc, ProblemKind.UNREADABLE_FILE))
                 continue
             if rows != row["rows"]:
-                problems.append(Problem("row count mismatch", path,
+                problems.append(Problem(ProblemKind.ROW_COUNT_MISMATCH, path,
                                         f"metadata says {row['rows']} rows, the file has {rows}"))
 
     assert metadata.column_stats is not None
     with_stats = set(metadata.column_stats["path"].to_pylist())
     for path in live_files["path"].to_pylist():
         if path not in with_stats:
-            problems.append(Problem("missing column stats", path, "a live file without statistics"))
+            problems.append(Problem(ProblemKind.MISSING_COLUMN_STATS, path, "a live file without statistics"))
 
     segment_rows: dict[str, int] = {}
     for row in live_files.to_pylist():
@@ -140,12 +147,12 @@ def validate(context: TableContext) -> ValidationReport:
     for segment_id in segment_rows:
         entry = metadata.segments.get(segment_id)
         if entry is None or not entry.is_live:
-            problems.append(Problem("dead segment", segment_id,
+            problems.append(Problem(ProblemKind.DEAD_SEGMENT, segment_id,
                                     f"live files belong to segment {segment_id}, which is "
                                     f"{entry.status if entry else 'unknown'}"))
     for entry in metadata.segments.values():
         if entry.is_live and not entry.external and entry.rows != segment_rows.get(entry.id, 0):
-            problems.append(Problem("segment row count", entry.id,
+            problems.append(Problem(ProblemKind.SEGMENT_ROW_COUNT, entry.id,
                                     f"segment says {entry.rows} rows, its live files hold "
                                     f"{segment_rows.get(entry.id, 0)}"))
 
@@ -166,20 +173,20 @@ def validate(context: TableContext) -> ValidationReport:
         if key.startswith(_NOT_DATA) or not key.endswith((".parquet", DELTA_SUFFIX)):
             continue
         if key not in known and key not in in_progress:
-            problems.append(Problem("unreferenced file", key,
+            problems.append(Problem(ProblemKind.UNREFERENCED_FILE, key,
                                     "on storage but in no committed instant or pending write"))
     return ValidationReport(problems=_unique(problems), files_checked=len(listed))
 
 
-def _damaged(error: TxnError, kind: str = "damaged file") -> Problem:
+def _damaged(error: TxnError, kind: ProblemKind = ProblemKind.DAMAGED_FILE) -> Problem:
     """A damaged (``kind``) or missing file, or a storage failure, as a problem naming the file."""
     if isinstance(error, CorruptMetadataError):
-        kind = "missing file" if error.found.startswith("no such file") else kind
+        kind = ProblemKind.MISSING_FILE if error.found.startswith("no such file") else kind
         return Problem(kind, error.path, f"expected {error.expected}"
                        + (f", found {error.found}" if error.found else ""))
     if isinstance(error, ObjectNotFoundError):
-        return Problem("missing file", error.path, str(error))
-    return Problem("unreadable file", getattr(error, "path", "") or "", str(error))
+        return Problem(ProblemKind.MISSING_FILE, error.path, str(error))
+    return Problem(ProblemKind.UNREADABLE_FILE, getattr(error, "path", "") or "", str(error))
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:
@@ -187,7 +194,8 @@ def _unique(problems: list[Problem]) -> list[Problem]:
     seen: set[tuple[str, str]] = set()
     kept = []
     for problem in problems:
-        key = (problem.kind, problem.path) if problem.kind in ("damaged file", "missing file") \
+        whole_file = problem.kind in (ProblemKind.DAMAGED_FILE, ProblemKind.MISSING_FILE)
+        key = (problem.kind, problem.path) if whole_file \
             else (problem.kind, f"{problem.path}\n{problem.detail}")
         if key not in seen:
             seen.add(key)
@@ -198,7 +206,7 @@ def _unique(problems: list[Problem]) -> list[Problem]:
 def _in_metadata(error: TxnError) -> TxnError:
     """``error`` of the metadata table, naming the file from the table root: the metadata
     timeline names its files ``_timeline/...`` relative to ``_metadata/``."""
-    if isinstance(error, CorruptMetadataError) and error.path.startswith("_timeline/"):
+    if isinstance(error, CorruptMetadataError) and error.path.startswith(f"{TIMELINE_FOLDER}/"):
         return CorruptMetadataError(f"{METADATA_FOLDER}/{error.path}", error.expected, error.found)
     return error
 
@@ -212,7 +220,7 @@ def _check_held_back(context: TableContext) -> list[Problem]:
     except TxnError as exc:
         return [_damaged(exc)]
     for damage in held:
-        problems.append(Problem("archival blocked", damage.path, (
+        problems.append(Problem(ProblemKind.ARCHIVAL_BLOCKED, damage.path, (
             f"archival keeps this instant on the active timeline: its file does not decode "
             f"({damage.found}). Rewrite the file with its content and the next archival takes it; "
             "otherwise it is archived as damaged, its bytes kept in the archive, once it is past "
@@ -222,7 +230,7 @@ def _check_held_back(context: TableContext) -> list[Problem]:
     except TxnError as exc:
         return [*problems, _damaged(_in_metadata(exc))]
     for damage in held:
-        problems.append(Problem("archival blocked", f"{METADATA_FOLDER}/{damage.path}", (
+        problems.append(Problem(ProblemKind.ARCHIVAL_BLOCKED, f"{METADATA_FOLDER}/{damage.path}", (
             f"archival of the metadata timeline keeps this instant active: its file does not "
             f"decode ({damage.found}). Rewrite the file with its content and the next archival "
             "takes it")))
@@ -238,12 +246,13 @@ def _check_metadata_timeline(context: TableContext, completed: dict[str, str]) -
     view = mdt.timeline.load()
     problems = []
     for instant in view.pending():
-        if instant.action == "deltacommit" and instant.time in completed:
+        if instant.action == Action.DELTACOMMIT and instant.time in completed:
             problems.append(Problem(
-                "missing file", f"{METADATA_FOLDER}/_timeline/{instant.time}_<completion>.deltacommit",
+                ProblemKind.MISSING_FILE,
+                f"{METADATA_FOLDER}/{TIMELINE_FOLDER}/{instant.time}_<completion>.deltacommit",
                 f"the completed file of metadata deltacommit {instant.time}: data instant "
                 f"{instant.time} completed, which it does only after its deltacommit did"))
-    compactions = [i for i in view.completed() if i.action == "compaction"]
+    compactions = [i for i in view.completed() if i.action == Action.COMPACTION]
     if compactions:
         newest = compactions[-1]
         for partition in (FILES, SEGMENTS, COLUMN_STATS, DELETES, STREAMS):
@@ -257,7 +266,7 @@ def _check_metadata_timeline(context: TableContext, completed: dict[str, str]) -
                 continue  # no column takes statistics: compactions write no base here
             horizon = (mdt.timeline.read_metadata(newest, dict) or {}).get("horizon", "<horizon>")
             problems.append(Problem(
-                "missing file", base_path(folder, newest.time, str(horizon), mdt.base_format),
+                ProblemKind.MISSING_FILE, base_path(folder, newest.time, str(horizon), mdt.base_format),
                 f"the {partition} base of metadata compaction {newest.time}, the newest completed"))
     return problems
 
@@ -271,7 +280,8 @@ def _check_lost_completions(view: TimelineView, listed: list[dict[str, object]])
         instant = pending.get(marker_instant(str(row["path"])))
         if instant is not None:
             lost[instant.time] = instant
-    return [Problem("missing file", f"_timeline/{instant.time}_<completion>.{instant.action}",
+    return [Problem(ProblemKind.MISSING_FILE,
+                    f"{TIMELINE_FOLDER}/{instant.time}_<completion>.{instant.action}",
                     f"the completed file of instant {instant.time}: the metadata table lists its "
                     "files, which only a completed instant's are; a rollback would delete them")
             for instant in lost.values()]
@@ -305,15 +315,15 @@ def _check_pending(context: TableContext, view: TimelineView) -> list[Problem]:
     except TxnError as exc:
         return [_damaged(exc)]
     for instant in view.pending():
-        path = f"_timeline/{instant.file_name}"
+        path = f"{TIMELINE_FOLDER}/{instant.file_name}"
         if instant.time not in expired:
             continue  # its writer still beats: a write or a rollback in progress is no problem
-        if instant.action == "rollback":
-            problems.append(Problem("pending rollback", path, (
+        if instant.action == Action.ROLLBACK:
+            problems.append(Problem(ProblemKind.PENDING_ROLLBACK, path, (
                 f"rollback instant {instant.time} is not completed and its writer stopped beating: "
                 "the next writer retries it (if this stays, see the warnings it logs)")))
         else:
-            problems.append(Problem("expired instant", path, (
+            problems.append(Problem(ProblemKind.EXPIRED_INSTANT, path, (
                 f"instant {instant.time} ({instant.action}) is pending and its writer stopped "
                 "beating: not rolled back yet (the next writer retries; if this stays, the "
                 "rollback keeps failing: see the warnings it logs)")))
@@ -325,7 +335,7 @@ def _moved_by_running_clean(context: TableContext, view: TimelineView) -> Callab
     (pending, or rolled back while its rollback still moves files back): moved, not lost. Its
     instant, or its rollback, is reported on its own if its writer died."""
     folders = [trash_folder(i.time) for i in view.instants
-               if i.action == CLEAN_ACTION and not i.is_completed]
+               if i.action == Action.CLEAN and not i.is_completed]
     return lambda path: any(context.storage.exists(f"{folder}/{path}") for folder in folders)
 
 
@@ -338,30 +348,30 @@ def _check_deltas(context: TableContext, deltas: list[dict[str, object]],
             size = context.storage.size(path)
         except FileNotFoundError:
             if not moving(path):
-                problems.append(Problem("missing delete delta", path, "listed by the metadata table, "
-                                                                      "not on storage"))
+                problems.append(Problem(ProblemKind.MISSING_DELETE_DELTA, path,
+                                        "listed by the metadata table, not on storage"))
             continue
         if size != row["size"]:
-            problems.append(Problem("size mismatch", path, f"metadata says {row['size']} bytes, "
+            problems.append(Problem(ProblemKind.SIZE_MISMATCH, path, f"metadata says {row['size']} bytes, "
                                                           f"storage has {size}"))
             continue
         if row["deleted"]:
             continue
         target = str(row["file"])
         if target not in file_rows:
-            problems.append(Problem("orphan delete delta", path,
+            problems.append(Problem(ProblemKind.ORPHAN_DELETE_DELTA, path,
                                     f"a live delta of {target}, which is not a live data file"))
             continue
         try:
             positions = read_positions(context.store, path)
         except TxnError as exc:
-            problems.append(_damaged(exc, "unreadable file"))
+            problems.append(_damaged(exc, ProblemKind.UNREADABLE_FILE))
             continue
         if len(positions) != row["rows"]:
-            problems.append(Problem("row count mismatch", path, f"metadata says {row['rows']} "
+            problems.append(Problem(ProblemKind.ROW_COUNT_MISMATCH, path, f"metadata says {row['rows']} "
                                                                 f"positions, the delta has {len(positions)}"))
         if len(positions) and (positions.min() < 0 or positions.max() >= file_rows[target]):
-            problems.append(Problem("bad delete delta", path,
+            problems.append(Problem(ProblemKind.BAD_DELETE_DELTA, path,
                                     f"positions outside 0..{file_rows[target] - 1} of {target}"))
     return problems
 
@@ -377,10 +387,10 @@ def _check_external(context: TableContext, row: dict[str, Any]) -> list[Problem]
         filesystem, inner = context.store.external_reader().filesystem(path)
         info = filesystem.info(inner)
     except FileNotFoundError:
-        return [Problem("missing external file", path, "an external segment's file, added in "
+        return [Problem(ProblemKind.MISSING_EXTERNAL_FILE, path, "an external segment's file, added in "
                         "place, is gone from its folder")]
     except Exception as exc:  # any backend's failure: the file cannot be checked
-        return [Problem("unreadable file", path, f"{type(exc).__name__}: {exc}")]
+        return [Problem(ProblemKind.UNREADABLE_FILE, path, f"{type(exc).__name__}: {exc}")]
     size = int(info.get("size") or 0)
     modified = modified_ms(info)
     version = file_version(info)
@@ -389,7 +399,7 @@ def _check_external(context: TableContext, row: dict[str, Any]) -> list[Problem]
     else:
         same = row.get("modified_ms") is None or modified is None or modified == row["modified_ms"]
     if size != row["size"] or not same:
-        return [Problem("changed external file", path,
+        return [Problem(ProblemKind.CHANGED_EXTERNAL_FILE, path,
                         f"added with {row['size']} bytes, modified at {row.get('modified_ms')} ms "
                         f"(version {row.get('version')}); now {size} bytes, modified at {modified} "
                         f"ms (version {version}): the table reads it in place, so its rows changed "
@@ -397,9 +407,9 @@ def _check_external(context: TableContext, row: dict[str, Any]) -> list[Problem]
     try:
         rows = check_data_file(context.store, path, context.schema, row["format"])
     except TxnError as exc:
-        return [_damaged(exc, "unreadable file")]
+        return [_damaged(exc, ProblemKind.UNREADABLE_FILE)]
     if rows != row["rows"]:
-        return [Problem("row count mismatch", path,
+        return [Problem(ProblemKind.ROW_COUNT_MISMATCH, path,
                         f"metadata says {row['rows']} rows, the file has {rows}")]
     return []
 
@@ -429,7 +439,7 @@ def _check_record_index(context: TableContext, completed: dict[str, str], bound:
     problems = []
     twice = repeated(truth.select(index.keys))
     if twice.num_rows:
-        problems.append(Problem("duplicate key", "record_index",
+        problems.append(Problem(ProblemKind.DUPLICATE_KEY, "record_index",
                                 f"{twice.num_rows} key(s) held by more than one live row: "
                                 f"{describe(twice, columns)}"))
     entries = index.read_all(completed, bound, context.metadata.done_compactions(),
@@ -442,13 +452,13 @@ def _check_record_index(context: TableContext, completed: dict[str, str], bound:
     if at_place.num_rows != truth.num_rows:
         place = [*index.keys, "file", "position"]
         missing = truth.join(at_place.select(place), keys=place, join_type="left anti")
-        problems.append(Problem("record index entry", "record_index",
+        problems.append(Problem(ProblemKind.RECORD_INDEX_ENTRY, "record_index",
                                 f"{truth.num_rows - at_place.num_rows} live row(s) without an index "
                                 f"entry at their place, e.g. keys {describe(missing, columns)}"))
     if alive.num_rows != at_place.num_rows:
         place = [*index.keys, "file", "position"]
         stray = alive.select(place).join(at_place.select(place), keys=place, join_type="left anti")
-        problems.append(Problem("record index entry", "record_index",
+        problems.append(Problem(ProblemKind.RECORD_INDEX_ENTRY, "record_index",
                                 f"{alive.num_rows - at_place.num_rows} live index entr(ies) for no "
                                 f"live row, e.g. keys {describe(stray, columns)}"))
     return problems

@@ -3,11 +3,12 @@ Finish`` (ready for hand-off), in one commit."""
 
 from __future__ import annotations
 
-from indexes import APP, DROPPED, STREAM
+from indexes import ProducerKind, StreamStatus
 from timeline import StreamNotFoundError
 
 from .._commit import DropStream, Progress, producer_record
-from .._context import Commit, TableContext
+from .._context import TableContext
+from .._results import Commit
 from .._write import State, commit_planned
 from ._stream import _check_name, close_running, hand_off, record_of
 
@@ -16,15 +17,16 @@ def drop_stream(context: TableContext, name: str) -> Commit:
     """Drop stream ``name``; see :meth:`txn.Table.drop_stream`."""
     name = _check_name(name)
     record = record_of(context, name)
-    if record is None or record.status == DROPPED:
-        app = producer_record(context, context.timeline.load(), APP, name) if record is None else None
+    if record is None or record.status == StreamStatus.DROPPED:
+        app = None if record is not None else producer_record(
+            context, context.timeline.load(), ProducerKind.APP, name)
         raise StreamNotFoundError(
             f"no stream {name!r} on the table at {context.uri!r}"
             + (" (it was dropped)" if record is not None else "")
             + (f"; {name!r} is the app_id of idempotent writes, which SHOW STREAMS lists too but "
                "DROP STREAM does not drop" if app is not None else "")
             + "; expected the name of a stream SHOW STREAMS (t.streams()) lists with kind 'stream'")
-    progress = Progress(STREAM, name, record.last_batch, record.generation)
+    progress = Progress(ProducerKind.STREAM, name, record.last_batch, record.generation)
 
     def plan(state: State) -> DropStream:
         return DropStream(read_at=state.read_at, progress=progress, finish=record.segment)

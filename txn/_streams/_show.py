@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from indexes import DROPPED, STREAM, STREAMS, StreamRecord
+from indexes import STREAMS, ProducerKind, StreamRecord, StreamStatus
 
 from .._context import TableContext
 from ._stream import running
@@ -33,7 +33,7 @@ def _moment(ms: int) -> datetime | None:
 
 
 def info(context: TableContext, record: StreamRecord) -> StreamInfo:
-    active = record.kind == STREAM and running(context.uri, record.name)
+    active = record.kind == ProducerKind.STREAM and running(context.uri, record.name)
     return StreamInfo(
         name=record.name, kind=record.kind, status="Running" if active else "Stopped",
         segment=record.segment, last_batch_id=record.last_batch if record.last_batch >= 0 else None,
@@ -44,5 +44,5 @@ def streams(context: TableContext) -> list[StreamInfo]:
     """Every stream not dropped, then every app, by name."""
     view = context.timeline.load()
     records = (context.metadata_at(view, None, (STREAMS,)).streams or {}).values()
-    kept = [r for r in records if r.status != DROPPED]
-    return [info(context, r) for r in sorted(kept, key=lambda r: (r.kind != STREAM, r.name))]
+    kept = [r for r in records if r.status != StreamStatus.DROPPED]
+    return [info(context, r) for r in sorted(kept, key=lambda r: (r.kind != ProducerKind.STREAM, r.name))]

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from indexes import DROPPED, MAX_BATCH, SEGMENTS, STREAM, STREAMING, StreamRecord
+from indexes import MAX_BATCH, SEGMENTS, ProducerKind, SegmentStatus, StreamRecord, StreamStatus
 from timeline import DuplicateKeyError, InvalidOptionError, TxnError
 
 from .._commit import (
@@ -34,13 +34,8 @@ from .._commit import (
     in_range,
     producer_record,
 )
-from .._context import (
-    Commit,
-    TableContext,
-    streaming_auto_handoff,
-    streaming_enabled,
-    streaming_max_bytes,
-)
+from .._context import TableContext, streaming_auto_handoff, streaming_enabled, streaming_max_bytes
+from .._results import Commit, CompactionKind
 from .._rows import batches, check_not_null, check_unique, describe, index_keys
 from .._segments import STREAM_FILES_FANOUT, compact, merge_stream_files
 from .._write import State, commit_planned, find_keys
@@ -76,7 +71,7 @@ def _check_name(name: object) -> str:
 
 def record_of(context: TableContext, name: str) -> StreamRecord | None:
     """The stream's record in the latest snapshot (None: never started)."""
-    return producer_record(context, context.timeline.load(), STREAM, name)
+    return producer_record(context, context.timeline.load(), ProducerKind.STREAM, name)
 
 
 class Stream:
@@ -113,7 +108,7 @@ class Stream:
     def last_batch_id(self) -> int | None:
         """The last batch id this stream committed (None before its first)."""
         record = record_of(self._context, self.name)
-        if record is None or record.status == DROPPED or record.last_batch < 0 \
+        if record is None or record.status == StreamStatus.DROPPED or record.last_batch < 0 \
                 or record.generation != self._generation:
             return None
         return record.last_batch
@@ -163,8 +158,8 @@ class Stream:
         def plan(state: State) -> StreamBatch | None:
             # The replay check reads the state the write reads anyway (one look at the table);
             # it is made again under the lock at begin and at commit.
-            record = producer_record(context, state.view, STREAM, self.name)
-            progress = Progress(STREAM, self.name, batch_id, self._generation)
+            record = producer_record(context, state.view, ProducerKind.STREAM, self.name)
+            progress = Progress(ProducerKind.STREAM, self.name, batch_id, self._generation)
             check_generation(record, progress)
             if committed(record, progress):
                 return None
@@ -195,7 +190,7 @@ class Stream:
         """Whether the stream committed ``batch_id`` (or a later batch) already
         (``StreamDroppedError`` if it was dropped since this object was opened)."""
         record = record_of(self._context, self.name)
-        progress = Progress(STREAM, self.name, batch_id, self._generation)
+        progress = Progress(ProducerKind.STREAM, self.name, batch_id, self._generation)
         check_generation(record, progress)
         if committed(record, progress):
             log.info("stream %s batch %d: skipped, already committed", self.name, batch_id)
@@ -238,7 +233,7 @@ def hand_off(context: TableContext, finished_by: Commit) -> None:
     if not streaming_auto_handoff(context.properties):
         return
     try:
-        compact(context, "close_streaming")
+        compact(context, CompactionKind.CLOSE_STREAMING)
     except Exception:
         log.warning("hand-off after %s %s failed; the commit stands, and compact('close_streaming') "
                     "converts the finished segment later", finished_by.operation, finished_by.instant,
@@ -259,12 +254,12 @@ def _tidy(context: TableContext, batch: Commit) -> None:
 def _step(context: TableContext, state: State, record: StreamRecord | None) -> StreamStep:
     """Where the batch goes: the stream's open segment, or a new one when there is none or it
     grew past ``streaming.segment.max_size`` (then this commit finishes it)."""
-    open_segment = record.segment if record is not None and record.status != DROPPED else None
+    open_segment = record.segment if record is not None and record.status != StreamStatus.DROPPED else None
     if open_segment is None:
         return StreamStep(segment=None)
     segments = context.metadata_at(state.view, None, (SEGMENTS,)).segments or {}
     entry = segments.get(open_segment)
-    if entry is None or entry.status != STREAMING:
+    if entry is None or entry.status != SegmentStatus.STREAMING:
         return StreamStep(segment=None)
     if entry.data_size >= streaming_max_bytes(context.properties):
         return StreamStep(segment=None, finish=open_segment)

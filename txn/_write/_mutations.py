@@ -23,9 +23,10 @@ from indexes import key_names
 from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
 
 from .._commit import Append, Delete, Overwrite, Progress, Update, Upsert
-from .._context import Commit, TableContext
+from .._context import TableContext
 from .._files import LiveDeltas, Positions, scan_file
 from .._read import snapshot_at
+from .._results import Commit
 from .._rows import (
     batches,
     check_not_null,

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from indexes import APP
 
 from .._commit import Progress
-from .._context import CommitProperties, TableContext, commit_properties
+from .._context import TableContext
+from .._results import CommitProperties, commit_properties
 from ._state import already_committed
 
 

@@ -27,8 +27,9 @@ from .._commit import (
     in_range,
     producer_record,
 )
-from .._context import CLEAN_ACTION, Commit, TableContext
+from .._context import CLEAN_ACTION, TableContext
 from .._files import LiveDeltas, check_external, is_external
+from .._results import Commit
 
 log = logging.getLogger("metatxn")
 

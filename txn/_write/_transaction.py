@@ -61,9 +61,10 @@ from indexes import key_names, matching
 from timeline import DuplicateKeyError, InvalidOptionError
 
 from .._commit import DataWrite, Overwrite, RowChanges
-from .._context import TRANSACTION, Commit, TableContext
+from .._context import TRANSACTION, TableContext
 from .._files import LiveDeltas, Positions, scan_file
 from .._read import snapshot_at
+from .._results import Commit
 from .._rows import (
     check_not_null,
     check_unique,

@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._commit import Compaction, Pending, Written
-from .._context import Commit, DataFile, TableContext, open_context, target_file_bytes
+from .._context import TableContext, open_context, target_file_bytes
 from .._files import is_external
 from .._read import FileReader
+from .._results import Commit, DataFile
 from .._segments import compact as compact_table
 from ._external import external_frames
 from ._read import native_scan, without_deleted

@@ -33,7 +33,8 @@ from indexes import DROPPED, STREAM
 from timeline import InvalidOptionError, ObjectExistsError, open_storage
 
 from .._commit import Progress, generation_of
-from .._context import Commit, TableContext, open_context, streaming_enabled
+from .._context import TableContext, open_context, streaming_enabled
+from .._results import Commit
 from .._streams import Stream, record_of
 from ._tables import Layout, resolve
 from ._workers import ensure_workers_run_metatxn

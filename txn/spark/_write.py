@@ -35,7 +35,7 @@ from timeline import (
 )
 
 from .._commit import Overwrite, Pending, Progress, RowChanges, Written
-from .._context import Commit, TableContext, delete_compaction_threshold, target_file_bytes
+from .._context import TableContext, delete_compaction_threshold, target_file_bytes
 from .._files import (
     DataFileWriter,
     DataStore,
@@ -46,6 +46,7 @@ from .._files import (
     scan_file,
     stage_deletes,
 )
+from .._results import Commit
 from .._rows import SHOWN, describe, index_keys
 from .._segments import after_load
 from .._write import State, already_committed, app_progress, commit_planned, layout_scope

@@ -24,7 +24,8 @@ from timeline import (
     open_storage,
     system_clock,
 )
-from timeline._heartbeat import HEARTBEAT_FOLDER, heartbeat_path, last_beat_ms
+from timeline._heartbeat import heartbeat_path, last_beat_ms
+from timeline._layout import HEARTBEAT_FOLDER
 
 TIMEOUT_MS = 4_000
 OPTIONS = TimelineOptions(heartbeat_interval_ms=1_000, heartbeat_timeout_ms=TIMEOUT_MS)

@@ -32,7 +32,7 @@ from timeline import (
     open_storage,
     system_clock,
 )
-from timeline._lock import LOCK_FOLDER
+from timeline._layout import LOCK_FOLDER
 
 LEASE_MS = 60_000
 

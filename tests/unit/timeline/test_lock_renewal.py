@@ -34,7 +34,8 @@ from timeline import (
     open_storage,
     system_clock,
 )
-from timeline._lock import DEFAULT_LEASE_MS, LOCK_FOLDER
+from timeline._layout import LOCK_FOLDER
+from timeline._lock import DEFAULT_LEASE_MS
 
 SHORT_LEASE_MS = 600
 _decoder = msgspec.json.Decoder(LockRecord)

@@ -9,17 +9,19 @@ import txn
 
 #: Each room and the rooms it may import. Order matters only for readability.
 ALLOWED = {
+    "_results": set(),
     "_files": set(),
     "_rows": set(),
-    "_context": {"_files"},
-    "_commit": {"_context", "_files", "_rows"},
-    "_read": {"_context", "_files"},
-    "_write": {"_commit", "_context", "_files", "_read", "_rows"},
-    "_segments": {"_commit", "_context", "_files", "_read", "_rows", "_write"},
-    "_external": {"_commit", "_context", "_files", "_rows", "_write"},
-    "_streams": {"_commit", "_context", "_rows", "_segments", "_write"},
+    "_context": {"_files", "_results"},
+    "_commit": {"_context", "_files", "_results", "_rows"},
+    "_read": {"_context", "_files", "_results"},
+    "_write": {"_commit", "_context", "_files", "_read", "_results", "_rows"},
+    "_segments": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_write"},
+    "_external": {"_commit", "_context", "_files", "_results", "_rows", "_write"},
+    "_streams": {"_commit", "_context", "_results", "_rows", "_segments", "_write"},
     "_cli": {"_context", "_files", "_table", "spark"},
-    "spark": {"_commit", "_context", "_files", "_read", "_rows", "_segments", "_streams", "_write"},
+    "spark": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_segments", "_streams",
+              "_write"},
 }
 
 

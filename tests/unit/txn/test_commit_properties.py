@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import txn
-from txn._context import commit_properties
+from txn._results import commit_properties
 
 
 def test_defaults_record_nothing() -> None:

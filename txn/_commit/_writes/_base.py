@@ -43,7 +43,6 @@ from timeline import Lease, TimelineView, parse_time
 
 from ..._context import (
     ACTION_OF,
-    Commit,
     CommitMetadata,
     TableContext,
     delete_compaction_threshold,
@@ -60,6 +59,7 @@ from ..._files import (
     sort_memory_bytes,
     stage_deletes,
 )
+from ..._results import Commit
 from ..._rows import index_keys
 from .. import _conflicts
 from .._protocol import Admission, Pending

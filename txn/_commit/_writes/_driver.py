@@ -8,7 +8,8 @@ from typing import Any
 from indexes import MetadataChanges
 from timeline import Instant, Lease, TimelineView
 
-from ..._context import Commit, TableContext
+from ..._context import TableContext
+from ..._results import Commit
 from .._protocol import Builder, Pending
 from .._upkeep import protocol_of
 from ._base import LockPolicy, Write, Written, to_commit

@@ -10,8 +10,9 @@ from typing import Any
 
 import fsspec
 
-from ..._context import Segment, load_time_taken, segment_size
+from ..._context import load_time_taken, segment_size
 from ..._files import hive_value, typed_value
+from ..._results import Segment
 from ..._table import Table
 from .._compact import compact
 from ._catalog import Catalog

@@ -1,0 +1,23 @@
+"""The public value types: what operations return (commits, listings, reports), the options a
+commit takes, and the vocabulary their fields use. The lowest room: it imports no other."""
+
+from ._commit_properties import CommitProperties, commit_properties
+from ._commits import Commit, CompactionKind, Operation
+from ._listings import DataFile, Segment
+from ._services import CleanReason, MaintenanceReport
+from ._validation import Problem, ProblemKind, ValidationReport
+
+__all__ = [
+    "CleanReason",
+    "Commit",
+    "CommitProperties",
+    "CompactionKind",
+    "DataFile",
+    "MaintenanceReport",
+    "Operation",
+    "Problem",
+    "ProblemKind",
+    "Segment",
+    "ValidationReport",
+    "commit_properties",
+]
