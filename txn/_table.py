@@ -392,20 +392,39 @@ def create_table(
     storage_options: dict[str, Any] | None = None,
     clock: Clock | None = None,
     ids: IdFactory | None = None,
+    data: WriteInput | None = None,
 ) -> Table:
-    """Create an empty table at ``uri`` and return it.
+    """Create a table at ``uri`` and return it: empty, or holding ``data`` as its first commit.
 
     Creation is atomic: ``table.json`` is written with put-if-absent, so of two racing creators
     exactly one succeeds.
 
+    ``data`` (what :meth:`Table.append` takes) makes the create staged, as a create-table
+    transaction: the table appears together with the commit that loads ``data`` (its
+    ``table.json`` is put under the table lock at that commit's commit point) and not before.
+    If the load fails (a schema mismatch, a duplicate key, a crash), there is no table at
+    ``uri`` afterwards and the location can be created again; of two staged creators of one
+    location exactly one commits, the other's write rolls back with TableExistsError. ``data``
+    of no rows creates the empty table. See design/protocol.md, "Staged create".
+
     Raises:
-        TableExistsError: a table is already there.
+        TableExistsError: a table is already there (or, with ``data``, appeared before the
+            load committed).
         InvalidOptionError: the schema, a layout column, a property or the location is not
             acceptable; the message says which and what is expected. Nothing is written.
+        SchemaMismatchError, DuplicateKeyError: ``data`` cannot be loaded (as for
+            :meth:`Table.append`); no table is created.
     """
-    return Table._over(create_context(uri, schema, partition_by=partition_by, record_key=record_key,
-                                sort_by=sort_by, properties=properties,
-                                storage_options=storage_options, clock=clock, ids=ids))
+    context = create_context(uri, schema, partition_by=partition_by, record_key=record_key,
+                             sort_by=sort_by, properties=properties,
+                             storage_options=storage_options, clock=clock, ids=ids,
+                             staged=data is not None)
+    table = Table._over(context)
+    if data is not None:
+        assert context.staged is not None
+        if table.append(data) is None:
+            context.staged.publish()  # no rows: the empty table
+    return table
 
 
 def open_table(

@@ -59,6 +59,7 @@ from ._records import (
     plan_segments,
     trash_folder,
 )
+from ._staged import StagedCreate
 
 __all__ = [
     "ACTION_OF",
@@ -96,6 +97,7 @@ __all__ = [
     "Problem",
     "Reporter",
     "Segment",
+    "StagedCreate",
     "TableConfig",
     "TableContext",
     "ValidationReport",
