@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from timeline import Clock, Instant, Storage, system_clock
+from timeline import Clock, Instant, InvalidOptionError, Storage, system_clock
 
 from . import _external, _read, _segments, _streams, _write
 from ._commit import maintain, protocol_of
@@ -25,7 +25,9 @@ from ._context import (
     create_context,
     open_context,
     random_id,
+    streaming_enabled,
 )
+from ._files import hive_value, typed_value
 from ._read import Snapshot
 from ._segments import CleanResult
 
@@ -97,6 +99,49 @@ class Table:
     def created_at(self) -> str:
         """The instant time (17-digit UTC) at which the table was created."""
         return self._context.config.created_at
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the table is a streaming sink (table property ``streaming`` = ``true``): SQL's
+        CREATE STREAM writes only into such a table."""
+        return streaming_enabled(self._context.properties)
+
+    def partition_folder(self, values: Mapping[str, Any]) -> str:
+        """The folder path ``col=value/...`` that holds rows of partition ``values`` (a subset
+        of the partition columns, in the table's order), each value rendered as the writer
+        names folders (Hive escaping; None is ``__HIVE_DEFAULT_PARTITION__``).
+
+        Raises:
+            InvalidOptionError: a key is not a partition column.
+        """
+        unknown = sorted(set(values) - set(self.partition_by))
+        if unknown:
+            raise InvalidOptionError(f"{unknown} are not partition columns of {self.uri}; "
+                                     f"expected some of {self.partition_by}")
+        return "/".join(f"{c}={hive_value(values[c])}" for c in self.partition_by if c in values)
+
+    def partition_value(self, column: str, text: str) -> Any:
+        """A partition folder's value ``text`` as a value of partition column ``column``'s type
+        (``"2026-01-01"`` of a date column: that date), as readers of the folders take it.
+
+        Raises:
+            InvalidOptionError: ``column`` is not a partition column, or ``text`` is not a value
+                of its type.
+        """
+        if column not in self.partition_by:
+            raise InvalidOptionError(f"{column!r} is not a partition column of {self.uri}; "
+                                     f"expected one of {self.partition_by}")
+        data_type = self.schema.field(column).type
+        try:
+            return typed_value(text, data_type)
+        except ValueError:
+            raise InvalidOptionError(f"partition value {text!r} of column {column!r} is not a "
+                                     f"{data_type}") from None
+
+    def trash(self) -> dict[str, int]:
+        """Every file in the table's trash (where CLEAN FILES moves files it may still have to
+        restore), as the table-relative path CLEAN FILES reports -> its size in bytes."""
+        return _segments.trash(self._context)
 
     def timeline(self) -> list[Instant]:
         """Every instant of the table, archived and active, by requested time."""

@@ -11,6 +11,7 @@ from indexes import SegmentEntry
 from timeline import parse_time
 
 from .._files import DeltaStatus, FileStatus
+from ._display import load_time_taken, segment_size
 
 #: The actions of instants that change the table's data (a rollback or a clean does not).
 DATA_ACTIONS = frozenset({"commit", "replacecommit", "compaction"})
@@ -233,6 +234,23 @@ class Segment:
     def visible(self) -> bool:
         """Whether plain SHOW SEGMENTS lists it (CarbonData's ``Visibility``)."""
         return self.cleaned_instant is None
+
+    @property
+    def load_time_taken(self) -> str:
+        """SHOW SEGMENTS' Load Time Taken as CarbonData prints it: ``7.026S``, ``1M3.2S``, ``NA``
+        while the load runs."""
+        return load_time_taken(self.load_start, self.load_end)
+
+    @property
+    def data_size_text(self) -> str:
+        """SHOW SEGMENTS' Data Size as CarbonData prints it: ``912.0B``, ``1.23KB``, ..."""
+        return segment_size(self.data_size)
+
+    @property
+    def index_size_text(self) -> str:
+        """SHOW SEGMENTS' Index Size as CarbonData prints it (``NA`` for an external segment,
+        which has no index files)."""
+        return "NA" if self.external else segment_size(self.index_size)
 
     @classmethod
     def from_entry(cls, entry: SegmentEntry) -> Segment:
