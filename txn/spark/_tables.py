@@ -118,14 +118,16 @@ def _for_existing(table: TableContext, mode: str, layout: Layout) -> TableContex
 
 def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
             storage_options: dict[str, Any] | None, *,
-            before_create: Callable[[pa.Schema, list[str]], None] | None = None) -> TableContext | None:
+            before_create: Callable[[pa.Schema, list[str]], None] | None = None,
+            staged: bool = True) -> TableContext | None:
     """The table a write of a DataFrame with ``dataframe_schema`` goes to, created if missing.
 
     Returns None when the mode says to do nothing (``ignore`` on an existing table). Where no
     table exists, ``before_create(schema, key_columns)`` runs the caller's checks of the data,
     and the table returned is staged: it comes to exist with the write's commit (``staged``
-    on the context). If another writer creates the table first, it is treated as existing, by
-    ``mode``.
+    on the context; ``staged=False`` creates it at once, for a writer whose commit re-opens the
+    table by its location). If another writer creates the table first, it is treated as
+    existing, by ``mode``.
 
     Raises:
         TableExistsError: ``error`` mode and a table exists.
@@ -143,7 +145,7 @@ def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
             return create_context(uri, schema, partition_by=layout.partition_by,
                                   record_key=layout.record_key, sort_by=layout.sort_by,
                                   properties=layout.properties, storage_options=storage_options,
-                                  staged=True)
+                                  staged=staged)
         except TableExistsError:  # another writer created it first: it exists now
             table = open_context(uri, storage_options)
     table = _for_existing(table, mode, layout)

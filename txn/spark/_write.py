@@ -36,7 +36,7 @@ from timeline import (
 )
 
 from .._commit import Change, Pending, Progress, Written
-from .._context import Commit, TableContext, delete_compaction_threshold, target_file_bytes
+from .._context import Commit, StagedCreate, TableContext, delete_compaction_threshold, target_file_bytes
 from .._files import (
     DataFileWriter,
     DataStore,
@@ -281,17 +281,21 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
         "partition_by": partition_by, "record_key": record_key, "sort_by": sort_by,
         "properties": properties, "storage_options": storage_options, "extra": extra,
         "app_id": app_id, "version": version, "progress": progress, "partitions": partitions}
+    created: list[StagedCreate] = []
     try:
-        return _write_once(df, uri, mode, **arguments)
+        commit = _write_once(df, uri, mode, created, **arguments)
+        for staged in created:
+            staged.publish()  # a write that committed nothing (no rows) creates the empty table
+        return commit
     except TableExistsError:
         if save_mode(mode) == "error":
             raise
         # Only a staged create that lost to another creator raises this in the other modes:
         # the table exists now, and this write goes into it as into any existing table.
-        return _write_once(df, uri, mode, **arguments)
+        return _write_once(df, uri, mode, [], **arguments)
 
 
-def _write_once(df: Any, uri: str, mode: str, *, partition_by: list[str] | None,
+def _write_once(df: Any, uri: str, mode: str, created: list[StagedCreate], *, partition_by: list[str] | None,
                 record_key: str | list[str] | None, sort_by: list[str] | None,
                 properties: dict[str, str] | None, storage_options: dict[str, Any] | None,
                 extra: dict[str, str] | None, app_id: str | None, version: int | None,
@@ -321,6 +325,8 @@ def _write_once(df: Any, uri: str, mode: str, *, partition_by: list[str] | None,
     if target is None:
         return None
     table = target
+    if table.staged is not None:
+        created.append(table.staged)
     columns = table.record_key_columns
     layout = (table.schema, tuple(columns), tuple(table.partition_by))
     if layout not in checked:  # an existing table, or another writer's new one
