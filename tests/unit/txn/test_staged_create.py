@@ -17,6 +17,7 @@ Faults are injected at the storage seam (``tests/faults.py``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -185,3 +186,18 @@ def _check_outcome(uri: str, clock: FakeClock, nth: int, when: str, config_put: 
         return "empty table"
     assert table.validate().ok, where
     return "committed"
+
+
+def test_a_failed_load_on_s3_leaves_no_table_through_the_table_s_storage_options(s3_uri: Any) -> None:
+    """Everything the failed create wrote is removed through its own storage (the old CTAS
+    cleanup removed the folder through fsspec's defaults, ignoring ``storage_options``)."""
+    uri, options = s3_uri
+    with pytest.raises(RuntimeError, match="the source broke"):
+        txn.create_table(uri, SCHEMA, storage_options=options,
+                         data=batch_reader(SCHEMA, _broken_source()))
+    with pytest.raises(txn.TableNotFoundError):
+        txn.open_table(uri, options)
+    storage = timeline.open_storage(uri, options)
+    assert [f for f in storage.list("", recursive=True) if not f.startswith("_timeline/lock")] == []
+    table = txn.create_table(uri, SCHEMA, storage_options=options, data=rows(range(3)))
+    assert states(table) == [("commit", "completed")]
