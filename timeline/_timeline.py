@@ -445,6 +445,22 @@ class Timeline:
         self.storage.delete(heartbeat_path(target.time))
         return self.complete(instant, metadata, lease=lease)
 
+    def forget(self, instant: Instant, *, lease: Lease) -> None:
+        """Delete a terminal instant's files by name, as if it had never been requested.
+
+        For the instants of a staged table that never came to exist (design/protocol.md, "Staged
+        create"): a rolled-back instant and the rollback that undid it are nobody's history.
+        Only a terminal instant may go: forgetting a pending one would hide a live writer.
+        """
+        lease.ensure_held()
+        current = self._current(instant, self.view(lease))
+        if current.is_pending:
+            raise IllegalTransitionError(instant.time, current.state, "absent",
+                                         "only a decided instant can be forgotten")
+        self._remove_active(current)
+        if self._session is not None and self._session[0] is lease:
+            self._session = None  # listed again on next use: views only ever gain instants
+
     # -- archival ------------------------------------------------------------------------------
 
     def archive(self, *, lease: Lease, fence_exclusive: str | None = None,

@@ -10,11 +10,20 @@ from typing import Any, TypeAlias
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from timeline import Clock, Instant, Storage, system_clock
+from timeline import Clock, Instant, InvalidOptionError, Storage, system_clock
 
 from . import _external, _read, _segments, _streams, _write
 from ._commit import maintain, protocol_of
-from ._context import IdFactory, TableConfig, TableContext, create_context, open_context, random_id
+from ._context import (
+    IdFactory,
+    TableConfig,
+    TableContext,
+    create_context,
+    open_context,
+    random_id,
+    streaming_enabled,
+)
+from ._files import hive_value, typed_value
 from ._read import Snapshot
 from ._results import (
     Commit,
@@ -95,6 +104,49 @@ class Table:
     def created_at(self) -> str:
         """The instant time (17-digit UTC) at which the table was created."""
         return self._context.config.created_at
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the table is a streaming sink (table property ``streaming`` = ``true``): SQL's
+        CREATE STREAM writes only into such a table."""
+        return streaming_enabled(self._context.properties)
+
+    def partition_folder(self, values: Mapping[str, Any]) -> str:
+        """The folder path ``col=value/...`` that holds rows of partition ``values`` (a subset
+        of the partition columns, in the table's order), each value rendered as the writer
+        names folders (Hive escaping; None is ``__HIVE_DEFAULT_PARTITION__``).
+
+        Raises:
+            InvalidOptionError: a key is not a partition column.
+        """
+        unknown = sorted(set(values) - set(self.partition_by))
+        if unknown:
+            raise InvalidOptionError(f"{unknown} are not partition columns of {self.uri}; "
+                                     f"expected some of {self.partition_by}")
+        return "/".join(f"{c}={hive_value(values[c])}" for c in self.partition_by if c in values)
+
+    def partition_value(self, column: str, text: str) -> Any:
+        """A partition folder's value ``text`` as a value of partition column ``column``'s type
+        (``"2026-01-01"`` of a date column: that date), as readers of the folders take it.
+
+        Raises:
+            InvalidOptionError: ``column`` is not a partition column, or ``text`` is not a value
+                of its type.
+        """
+        if column not in self.partition_by:
+            raise InvalidOptionError(f"{column!r} is not a partition column of {self.uri}; "
+                                     f"expected one of {self.partition_by}")
+        data_type = self.schema.field(column).type
+        try:
+            return typed_value(text, data_type)
+        except ValueError:
+            raise InvalidOptionError(f"partition value {text!r} of column {column!r} is not a "
+                                     f"{data_type}") from None
+
+    def trash(self) -> dict[str, int]:
+        """Every file in the table's trash (where CLEAN FILES moves files it may still have to
+        restore), as the table-relative path CLEAN FILES reports -> its size in bytes."""
+        return _segments.trash(self._context)
 
     def timeline(self) -> list[Instant]:
         """Every instant of the table, archived and active, by requested time."""
@@ -441,20 +493,39 @@ def create_table(
     storage_options: dict[str, Any] | None = None,
     clock: Clock | None = None,
     ids: IdFactory | None = None,
+    data: WriteInput | None = None,
 ) -> Table:
-    """Create an empty table at ``uri`` and return it.
+    """Create a table at ``uri`` and return it: empty, or holding ``data`` as its first commit.
 
     Creation is atomic: ``table.json`` is written with put-if-absent, so of two racing creators
     exactly one succeeds.
 
+    ``data`` (what :meth:`Table.append` takes) makes the create staged, as a create-table
+    transaction: the table appears together with the commit that loads ``data`` (its
+    ``table.json`` is put under the table lock at that commit's commit point) and not before.
+    If the load fails (a schema mismatch, a duplicate key, a crash), there is no table at
+    ``uri`` afterwards and the location can be created again; of two staged creators of one
+    location exactly one commits, the other's write rolls back with TableExistsError. ``data``
+    of no rows creates the empty table. See design/protocol.md, "Staged create".
+
     Raises:
-        TableExistsError: a table is already there.
+        TableExistsError: a table is already there (or, with ``data``, appeared before the
+            load committed).
         InvalidOptionError: the schema, a layout column, a property or the location is not
             acceptable; the message says which and what is expected. Nothing is written.
+        SchemaMismatchError, DuplicateKeyError: ``data`` cannot be loaded (as for
+            :meth:`Table.append`); no table is created.
     """
-    return Table._over(create_context(uri, schema, partition_by=partition_by, record_key=record_key,
-                                sort_by=sort_by, properties=properties,
-                                storage_options=storage_options, clock=clock, ids=ids))
+    context = create_context(uri, schema, partition_by=partition_by, record_key=record_key,
+                             sort_by=sort_by, properties=properties,
+                             storage_options=storage_options, clock=clock, ids=ids,
+                             staged=data is not None)
+    table = Table._over(context)
+    if data is not None:
+        assert context.staged is not None
+        if table.append(data) is None:
+            context.staged.publish()  # no rows: the empty table
+    return table
 
 
 def open_table(

@@ -26,7 +26,7 @@ import pytest
 
 import txn
 import txn.spark
-from txn._context import load_time_taken, segment_size
+from txn._results import load_time_taken, segment_size
 from txn.spark._sql import Catalog, TableName
 from txn.spark._sql._catalog import WAREHOUSE_KEY
 from txn.spark._sql._frames import freed_size, timestamp_text

@@ -30,8 +30,8 @@ from rich.text import Text
 from timeline import Instant
 from txn import Segment, SegmentStatus, StreamInfo
 
-from .._context import load_time_taken, segment_size
 from .._files import hive_value
+from .._results import load_time_taken, segment_size
 
 #: CarbonData's placeholder for a value that is not known (no end time, no partition, ...).
 NA = "NA"

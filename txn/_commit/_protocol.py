@@ -43,6 +43,7 @@ from typing import Any
 
 from indexes import METADATA_FOLDER, MetadataChanges, MetadataTable
 from timeline import (
+    ROLLEDBACK,
     TIMELINE_FOLDER,
     Action,
     CommitStateUnknownError,
@@ -63,6 +64,7 @@ from timeline import (
 from .._context import (
     CleanPlan,
     CommitMetadata,
+    StagedCreate,
     WritePlan,
 )
 from .._files import (
@@ -120,8 +122,11 @@ class Protocol:
         *,
         next_segment: Callable[[TimelineView], str],
         after_commit: Callable[[TimelineView], None],
+        stage: StagedCreate | None = None,
     ) -> None:
         self._storage = storage
+        #: A table created staged: ``table.json`` is put with its first commit (see ``_complete``).
+        self._stage = stage
         self._timeline = timeline
         self._metadata = metadata
         self._next_segment = next_segment
@@ -162,6 +167,12 @@ class Protocol:
                  plan: Any = None, segment_count: int = 1) -> tuple[Instant, list[str]]:
         """Step 1 under ``lease``: recover, admit, allocate the segment(s), request and start."""
         view = self.recover(lease)
+        if self._staging():
+            # Refused before anything is written when a table appeared meanwhile; what dead
+            # creators of no table left (rolled back by recover) goes by name.
+            assert self._stage is not None
+            self._stage.check()
+            view = self._forget_abandoned(lease)
         if admit is not None:
             admit(view)
         segments = [segment] if segment is not None else []
@@ -276,6 +287,14 @@ class Protocol:
         """Step 4 under ``lease``: check and build, write the metadata table's blocks, then the
         commit point; remember the timeline the commit left for table maintenance."""
         changes, metadata = build(lease, self._timeline.view(lease))
+        if self._staging():
+            assert self._stage is not None
+            # The staged table comes to exist here, under the lock, with its first instant's
+            # commit: before any metadata block, so a creator that loses to another leaves
+            # nothing in the metadata table, and rolls back. A crash between this put and the
+            # completed file leaves an empty table whose pending instant the next writer rolls
+            # back (design/protocol.md, "Staged create").
+            self._stage.publish()
         self._metadata.write_delta(pending.instant.time, changes, lease=lease)
         completed = self._timeline.complete(pending.instant, metadata, lease=lease)
         pending.committed_view = self._timeline.view(lease)
@@ -346,7 +365,34 @@ class Protocol:
         current = self._timeline.view(lease).get(instant.time)
         if current is None or not current.is_pending:
             return current or instant
-        return self._timeline.rollback(current, lease=lease, undo=self._undo(lease))
+        rollback = self._timeline.rollback(current, lease=lease, undo=self._undo(lease))
+        if self._staging():
+            # A staged create that did not happen: its instant was never part of any table,
+            # not even of one another creator made here meanwhile. Its files are gone (undone
+            # above, and it wrote no metadata block: it never reached its put of table.json).
+            self._timeline.forget(self._timeline.view(lease).get(current.time) or current, lease=lease)
+            self._timeline.forget(rollback, lease=lease)
+            self._forget_abandoned(lease)
+        return rollback
+
+    def _staging(self) -> bool:
+        return self._stage is not None and not self._stage.published
+
+    def _forget_abandoned(self, lease: Lease) -> TimelineView:
+        """Where no table exists (a staged create not yet committed), delete by name the
+        instants rolled back there and the rollbacks that undid them: with no table, they are
+        nobody's history, and a later create at the location starts from a clean timeline.
+        Pending instants (a live creator's, or a dead one's not yet expired) stay."""
+        view = self._timeline.view(lease)
+        assert self._stage is not None
+        if not self._stage.abandoned():
+            return view
+        decided = [i for i in view.instants if not i.is_pending
+                   and (i.state == ROLLEDBACK or i.action == Action.ROLLBACK)]
+        # A crash part way leaves only decided instants, which the next creator forgets.
+        for instant in decided:
+            self._timeline.forget(instant, lease=lease)
+        return self._timeline.view(lease)
 
     def _roll_back_quietly(self, instant: Instant, lease: Lease | None = None) -> None:
         # The caller is already failing: report the original error, not a secondary one. If

@@ -38,7 +38,8 @@ def protocol_of(context: TableContext) -> Protocol:
     """The commit protocol over ``context``'s table (cheap: it holds references only)."""
     protocol = Protocol(context.storage, context.timeline, context.metadata,
                         next_segment=lambda view: next_segment(context, view),
-                        after_commit=lambda view: after_commit(context, protocol, view))
+                        after_commit=lambda view: after_commit(context, protocol, view),
+                        stage=context.staged)
     return protocol
 
 

@@ -13,7 +13,6 @@ from ._compaction import (
     parse_level_threshold,
 )
 from ._config import TABLE_CONFIG_PATH, TableConfig, decode_config, encode_config, read_config
-from ._display import load_time_taken, segment_size
 from ._open import create_context, open_context
 from ._options import (
     CleanOptions,
@@ -29,6 +28,7 @@ from ._options import (
     target_file_bytes,
 )
 from ._progress import Reporter, advanced, progress, watched
+from ._staged import StagedCreate
 from ._table_context import LATEST_PARTITIONS, IdFactory, TableContext, completion_map, random_id
 from ._timeline_records import (
     ACTION_OF,
@@ -68,6 +68,7 @@ __all__ = [
     "CompactionOptions",
     "IdFactory",
     "Reporter",
+    "StagedCreate",
     "TableConfig",
     "TableContext",
     "WritePlan",
@@ -82,7 +83,6 @@ __all__ = [
     "decode_config",
     "delete_compaction_threshold",
     "encode_config",
-    "load_time_taken",
     "maintenance_mode",
     "open_context",
     "parse_level_threshold",
@@ -90,7 +90,6 @@ __all__ = [
     "progress",
     "random_id",
     "read_config",
-    "segment_size",
     "streaming_auto_handoff",
     "streaming_enabled",
     "streaming_max_bytes",

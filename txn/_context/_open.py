@@ -30,6 +30,7 @@ from ._options import (
     record_index_shards,
     stored_property_warnings,
 )
+from ._staged import StagedCreate
 from ._table_context import IdFactory, TableContext, random_id
 
 log = logging.getLogger("metatxn")
@@ -46,8 +47,13 @@ def create_context(
     storage_options: dict[str, Any] | None = None,
     clock: Clock | None = None,
     ids: IdFactory | None = None,
+    staged: bool = False,
 ) -> TableContext:
-    """Create an empty table at ``uri`` (see :func:`txn.create_table`)."""
+    """Create an empty table at ``uri`` (see :func:`txn.create_table`).
+
+    ``staged``: write nothing now; ``table.json`` is put with the table's first commit
+    (:class:`StagedCreate`), so the table appears with that commit and not before.
+    """
     text = _location(uri, "create_table")
     checked_schema = check_schema(schema)
     partitions, key, sorts = check_layout(checked_schema, partition_by, record_key, sort_by)
@@ -70,6 +76,10 @@ def create_context(
     # Built before table.json is written: whatever it refuses leaves nothing on storage.
     context = TableContext(text, storage, config, clock=clock, ids=ids,
                            storage_options=storage_options)
+    if staged:
+        context.staged = StagedCreate(storage, text, encode_config(config))
+        context.staged.check()
+        return context
     try:
         storage.put_if_absent(TABLE_CONFIG_PATH, encode_config(config))
     except ObjectExistsError:

@@ -20,6 +20,7 @@ from timeline import Clock, Storage, Timeline, TimelineView
 from .._files import DataStore, ExternalReader, external_options
 from ._config import TableConfig
 from ._options import metadata_options, shard_max_entries, timeline_options
+from ._staged import StagedCreate
 
 #: A source of unique ids (table ids, file ids). Injected so tests are deterministic.
 IdFactory = Callable[[], str]
@@ -66,6 +67,8 @@ class TableContext:
         self.store = DataStore(storage, ExternalReader(
             self.schema, config.partition_by, external_options(storage.uri, storage_options)))
         self._latest: tuple[str, MetadataSnapshot] | None = None
+        #: Set on a table created staged: its ``table.json`` goes with its first commit.
+        self.staged: StagedCreate | None = None
 
     # -- the layout ----------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ commit takes, and the vocabulary their fields use. The lowest room: it imports n
 
 from ._commit_properties import CommitProperties, commit_properties
 from ._commits import Commit, CompactionKind, Operation
+from ._display import load_time_taken, segment_size
 from ._listings import DataFile, Segment
 from ._services import CleanReason, MaintenanceReport
 from ._validation import Problem, ProblemKind, ValidationReport
@@ -20,4 +21,6 @@ __all__ = [
     "Segment",
     "ValidationReport",
     "commit_properties",
+    "load_time_taken",
+    "segment_size",
 ]

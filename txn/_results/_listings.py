@@ -10,6 +10,8 @@ import msgspec
 from indexes import SegmentEntry, SegmentStatus
 from timeline import parse_time
 
+from ._display import load_time_taken, segment_size
+
 
 class DataFile(msgspec.Struct, frozen=True, gc=False):
     """A live data file of a snapshot.
@@ -64,6 +66,23 @@ class Segment:
     def visible(self) -> bool:
         """Whether plain SHOW SEGMENTS lists it (CarbonData's ``Visibility``)."""
         return self.cleaned_instant is None
+
+    @property
+    def load_time_taken(self) -> str:
+        """SHOW SEGMENTS' Load Time Taken as CarbonData prints it: ``7.026S``, ``1M3.2S``, ``NA``
+        while the load runs."""
+        return load_time_taken(self.load_start, self.load_end)
+
+    @property
+    def data_size_text(self) -> str:
+        """SHOW SEGMENTS' Data Size as CarbonData prints it: ``912.0B``, ``1.23KB``, ..."""
+        return segment_size(self.data_size)
+
+    @property
+    def index_size_text(self) -> str:
+        """SHOW SEGMENTS' Index Size as CarbonData prints it (``NA`` for an external segment,
+        which has no index files)."""
+        return "NA" if self.external else segment_size(self.index_size)
 
     @classmethod
     def from_entry(cls, entry: SegmentEntry) -> Segment:

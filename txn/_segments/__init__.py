@@ -5,6 +5,7 @@ from ._clean import CleanResult, clean
 from ._compact import STREAM_FILES_FANOUT, after_load, compact, merge_stream_files
 from ._delete import delete_segments
 from ._show import partitions, segments
+from ._trash import trash
 from ._validate import validate
 
 __all__ = [
@@ -17,5 +18,6 @@ __all__ = [
     "merge_stream_files",
     "partitions",
     "segments",
+    "trash",
     "validate",
 ]

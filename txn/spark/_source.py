@@ -125,7 +125,9 @@ class _Writer(DataSourceArrowWriter):
     def __init__(self, uri: str, overwrite: bool, layout: Layout, schema: Any) -> None:
         self._uri = uri
         self._mode = "overwrite" if overwrite else "append"
-        found = resolve(uri, schema, self._mode, layout, None)
+        # Created at once, not staged: commit() runs as a separate step that opens the table by
+        # its location (a job that fails leaves the empty table, as before).
+        found = resolve(uri, schema, self._mode, layout, None, staged=False)
         assert found is not None  # append and overwrite never ignore an existing table
         table = found
         pending = protocol_of(table).begin(self._mode, ACTION_OF[self._mode], new_segment=True)

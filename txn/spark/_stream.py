@@ -116,8 +116,9 @@ def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "ap
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
+    # Created at once, not staged: every batch opens the table by its location.
     table = resolve(uri, df.schema, mode, Layout(partition_by, record_key, sort_by, properties),
-                    storage_options)
+                    storage_options, staged=False)
     assert table is not None  # the stream modes never ignore an existing table
     if streaming_enabled(table.properties):
         if mode != "append":

@@ -2,9 +2,11 @@
 
 Spark's save modes decide what an existing table means (``error`` fails, ``ignore`` does
 nothing, the others write into it); where no table exists, the write creates it from the
-DataFrame's schema and the layout options, like Delta, Hudi and Iceberg writers do. Creation
-is one put-if-absent of ``table.json``, so of two writers creating the same table at the same
-moment exactly one creates it; the other finds the table and treats it as existing, by its mode.
+DataFrame's schema and the layout options, like Delta, Hudi and Iceberg writers do. The create
+is staged (design/protocol.md, "Staged create"): ``table.json`` is put with the write's commit,
+so a write that fails leaves no table. Of two writers creating the same table at the same moment
+exactly one creates it; the other's write rolls back with TableExistsError, and
+``txn.spark.write`` then writes again into the table that exists now, by its mode.
 
 Layout options given for an existing table must agree with it: a write never changes a table's
 layout, and never silently ignores a layout it was asked for.
@@ -116,13 +118,16 @@ def _for_existing(table: TableContext, mode: str, layout: Layout) -> TableContex
 
 def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
             storage_options: dict[str, Any] | None, *,
-            before_create: Callable[[pa.Schema, list[str]], None] | None = None) -> TableContext | None:
+            before_create: Callable[[pa.Schema, list[str]], None] | None = None,
+            staged: bool = True) -> TableContext | None:
     """The table a write of a DataFrame with ``dataframe_schema`` goes to, created if missing.
 
     Returns None when the mode says to do nothing (``ignore`` on an existing table). Where no
-    table exists, ``before_create(schema, key_columns)`` runs the caller's checks of the data
-    before the table is created, so a refused write leaves no table. If another writer creates
-    the table first, it is treated as existing, by ``mode``.
+    table exists, ``before_create(schema, key_columns)`` runs the caller's checks of the data,
+    and the table returned is staged: it comes to exist with the write's commit (``staged``
+    on the context; ``staged=False`` creates it at once, for a writer whose commit re-opens the
+    table by its location). If another writer creates the table first, it is treated as
+    existing, by ``mode``.
 
     Raises:
         TableExistsError: ``error`` mode and a table exists.
@@ -138,8 +143,9 @@ def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
             before_create(schema, columns)
         try:
             return create_context(uri, schema, partition_by=layout.partition_by,
-                                record_key=layout.record_key, sort_by=layout.sort_by,
-                                properties=layout.properties, storage_options=storage_options)
+                                  record_key=layout.record_key, sort_by=layout.sort_by,
+                                  properties=layout.properties, storage_options=storage_options,
+                                  staged=staged)
         except TableExistsError:  # another writer created it first: it exists now
             table = open_context(uri, storage_options)
     table = _for_existing(table, mode, layout)

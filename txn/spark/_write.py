@@ -31,11 +31,12 @@ from timeline import (
     DuplicateKeyError,
     InvalidOptionError,
     SchemaMismatchError,
+    TableExistsError,
     open_storage,
 )
 
 from .._commit import Overwrite, Pending, Progress, RowChanges, Written
-from .._context import TableContext, delete_compaction_threshold, target_file_bytes
+from .._context import StagedCreate, TableContext, delete_compaction_threshold, target_file_bytes
 from .._files import (
     DataFileWriter,
     DataStore,
@@ -272,7 +273,34 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     A keyed write refuses a key that repeats within the DataFrame (``DuplicateKeyError``); a
     keyed append also refuses keys already in the table. Returns the commit (None for an
     upsert of no rows, or ``"ignore"`` on an existing table).
+
+    A table this write creates appears with its commit: if the write fails, there is no table
+    at ``uri``. If another writer creates the table meanwhile, this write's instant rolls back
+    and it writes again into that table, by ``mode`` (``"error"`` raises TableExistsError).
     """
+    arguments: dict[str, Any] = {
+        "partition_by": partition_by, "record_key": record_key, "sort_by": sort_by,
+        "properties": properties, "storage_options": storage_options, "extra": extra,
+        "app_id": app_id, "version": version, "progress": progress, "partitions": partitions}
+    created: list[StagedCreate] = []
+    try:
+        commit = _write_once(df, uri, mode, created, **arguments)
+        for staged in created:
+            staged.publish()  # a write that committed nothing (no rows) creates the empty table
+        return commit
+    except TableExistsError:
+        if save_mode(mode) == "error":
+            raise
+        # Only a staged create that lost to another creator raises this in the other modes:
+        # the table exists now, and this write goes into it as into any existing table.
+        return _write_once(df, uri, mode, [], **arguments)
+
+
+def _write_once(df: Any, uri: str, mode: str, created: list[StagedCreate], *, partition_by: list[str] | None,
+                record_key: str | list[str] | None, sort_by: list[str] | None,
+                properties: dict[str, str] | None, storage_options: dict[str, Any] | None,
+                extra: dict[str, str] | None, app_id: str | None, version: int | None,
+                progress: Progress | None, partitions: str | Mapping[str, Any] | None) -> Commit | None:
     mode = save_mode(mode)
     progress = progress or app_progress(app_id, version)
     operation = "append" if mode in ("error", "ignore") else mode
@@ -298,6 +326,8 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     if target is None:
         return None
     table = target
+    if table.staged is not None:
+        created.append(table.staged)
     columns = table.record_key_columns
     layout = (table.schema, tuple(columns), tuple(table.partition_by))
     if layout not in checked:  # an existing table, or another writer's new one

@@ -1063,3 +1063,20 @@ def test_damaged_files_finds_each_kind_of_timeline_file(tl: Timeline) -> None:
     found = {e.path for e in tl.damaged_files()}
     assert found == {f"_timeline/{done.file_name}", "_timeline/heartbeats/" + pending.time, lock,
                      f"_timeline/{pending.time}.commit.requested"}
+
+
+# -- forgetting decided instants (a staged create that never happened) --------------------------
+
+def test_forget_deletes_a_decided_instant_s_files_and_refuses_a_pending_one(
+        tl: Timeline, storage: Storage) -> None:
+    pending = tl.start(tl.request("commit"))
+    kept = commit(tl)
+    running = tl.start(tl.request("commit"))
+    with tl.lock() as lease:
+        rollback = tl.rollback(pending, lease=lease)
+        with pytest.raises(IllegalTransitionError, match="only a decided instant can be forgotten"):
+            tl.forget(running, lease=lease)
+        tl.forget(tl.view(lease).get(pending.time), lease=lease)  # type: ignore[arg-type]
+        tl.forget(rollback, lease=lease)
+        assert [i.time for i in tl.view(lease).instants if not i.is_pending] == [kept.time]
+    assert not [f for f in active_files(storage) if pending.time in f or rollback.time in f]

@@ -19,7 +19,7 @@ ALLOWED = {
     "_segments": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_write"},
     "_external": {"_commit", "_context", "_files", "_results", "_rows", "_write"},
     "_streams": {"_commit", "_context", "_results", "_rows", "_segments", "_write"},
-    "_cli": {"_context", "_files", "_table", "spark"},
+    "_cli": {"_context", "_files", "_results", "_table", "spark"},
     "spark": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_segments", "_streams",
               "_write"},
 }

@@ -25,7 +25,7 @@ import txn
 from tests.unit.txn.helpers import SCHEMA, data_files_on_storage, rows
 from txn._cli._demo import run
 from txn._cli._render import partition_cell, plain, size, table
-from txn._context import load_time_taken
+from txn._results import load_time_taken
 
 EXECUTABLE = shutil.which("metatxn") or str(Path(sys.executable).parent / "metatxn")
 #: Any ANSI escape sequence (colour, cursor movement).

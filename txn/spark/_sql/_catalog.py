@@ -18,7 +18,7 @@ from typing import Any
 
 from timeline import InvalidOptionError, TableNotFoundError
 
-from ..._table import Table, open_table
+from ... import Table, open_table
 
 #: The Spark runtime configuration key holding the warehouse of ``txn.spark.sql``.
 WAREHOUSE_KEY = "spark.metatxn.sql.warehouse"

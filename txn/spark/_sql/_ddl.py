@@ -16,24 +16,21 @@ format is Spark's table, and the statement goes to ``spark.sql``.
   (lower-cased).
 * ``AS SELECT ...``: the query runs to completion first (pinned with ``localCheckpoint``), then
   the table is created from its schema and its rows are written in one commit
-  (``txn.spark.write``); a query that fails creates nothing, a query of no rows creates the
-  table without a commit. Should the write itself fail, the table this statement just created
-  is removed again, unless another writer committed to it meanwhile.
+  (``txn.spark.write``, which creates the table staged: it appears with that commit); a query
+  or a write that fails creates nothing, a query of no rows creates the table without a commit.
 * ``CREATE EXTERNAL | TEMPORARY | OR REPLACE TABLE ... STORED AS metatxn`` are refused: a metatxn
   table lives in the warehouse, beyond the session, and is never replaced wholesale.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-import fsspec
 from sqlglot import exp
 
 from timeline import InvalidOptionError, TableExistsError
 
-from ..._table import create_table, open_table
+from ... import create_table
 from .._types import table_schema
 from .._write import write
 from ._catalog import Catalog, TableName
@@ -42,8 +39,6 @@ from ._parse import Token, depths, refused, source_text, spark_message
 from ._select import fresh_frame
 from ._stream_sources import load as declared_source
 from ._tree import new_name, parse, problem, spark_text
-
-log = logging.getLogger("metatxn")
 
 FORM = ("CREATE TABLE [IF NOT EXISTS] [db.]table (column type, ...) STORED AS metatxn "
         "[PARTITIONED BY (column type, ...)] [TBLPROPERTIES ('SORT_COLUMNS'='a,b', "
@@ -270,27 +265,11 @@ def _create_as_select(spark: Any, catalog: Catalog, statement: str, tokens: list
     # The query runs to completion before the table exists: a query Spark cannot compute
     # leaves no table behind, and a retry of the statement finds the name free.
     pinned = renamed.localCheckpoint(eager=True)
-    table = create_table(location, table_schema(pinned.schema), partition_by=partition_by or None,
-                         **options)
     if pinned.isEmpty():
+        create_table(location, table_schema(pinned.schema), partition_by=partition_by or None,
+                     **options)
         return no_result(spark)
-    try:
-        write(pinned, table.uri, mode="append")
-    except BaseException:
-        _remove_if_unused(table.uri)
-        raise
+    # A staged create: the table appears with this commit, so a write that fails leaves none
+    # (design/protocol.md, "Staged create"); "error": a table created meanwhile is an error.
+    write(pinned, location, mode="error", partition_by=partition_by or None, **options)
     return no_result(spark)
-
-
-def _remove_if_unused(uri: str) -> None:
-    """Remove the table this statement created and failed to fill, unless another writer has
-    committed to it since (then it is that writer's table too, and stays)."""
-    try:
-        if any(i.state == "completed" for i in open_table(uri).timeline()):
-            log.warning("CREATE TABLE ... AS SELECT failed, but %s has commits of another writer: "
-                        "the table stays", uri)
-            return
-        filesystem, root = fsspec.core.url_to_fs(uri)
-        filesystem.rm(root, recursive=True)
-    except Exception:  # the statement's own error matters more; the table is left for the user
-        log.exception("could not remove %s after its CREATE TABLE ... AS SELECT failed", uri)

@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from timeline import InvalidOptionError
 
-from ..._context import open_context
+from ... import open_table
 from .._types import spark_schema
 from .._write import write
 from ._assign import converted
@@ -141,13 +141,13 @@ def insert(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
             or bool(tree.args.get("by_name")) != by_name \
             or (target.args.get("partition") is not None) != (partition is not None):
         raise refused(statement, "cannot read the column list", FORM)
-    context = open_context(catalog.location(name))
-    columns = {c.lower(): c for c in context.schema.names}
-    static = _static_columns(cursor, context.partition_by, columns, partition)
+    table = open_table(catalog.location(name))
+    columns = {c.lower(): c for c in table.schema.names}
+    static = _static_columns(cursor, table.partition_by, columns, partition)
     frame = fresh_frame(spark, catalog, source_text(statement, tokens[cursor.at:]))
     from_query = {c: n for c, n in columns.items() if c not in static}
     given = _given(cursor, frame.columns, from_query, listed, by_name)
-    types = {f.name: f.dataType for f in spark_schema(context.schema).fields}
+    types = {f.name: f.dataType for f in spark_schema(table.schema).fields}
     names = {c: t.simpleString() for c, t in types.items()}
     renamed = frame.toDF(*[f"__value_{i}" for i in range(len(frame.columns))])
     values = _static_values(cursor, spark, static, names)
@@ -156,15 +156,15 @@ def insert(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
     selected = renamed.selectExpr(*[
         f"CAST({_literal(static[c])} AS {names[c]}) AS {_quoted(c)}" if c in static
         else f"{_quoted(f'__value_{given[c]}')} AS {_quoted(c)}" if c in given
-        else f"CAST(NULL AS {names[c]}) AS {_quoted(c)}" for c in context.schema.names])
+        else f"CAST(NULL AS {names[c]}) AS {_quoted(c)}" for c in table.schema.names])
     # Computed before the commit begins: Spark's errors (a division by zero) and a value that
     # does not fit its column leave the table untouched, and an empty query is known to be empty.
     pinned = selected.localCheckpoint(eager=True)
     rows = converted(pinned, {c: types[c] for c in given})
-    scope = overwrite_partitions(context.partition_by, values) if overwrite else None
+    scope = overwrite_partitions(table.partition_by, values) if overwrite else None
     if (not overwrite or scope == "dynamic") and pinned.isEmpty():
         return strings_frame(spark, ("Segment ID",), [])
-    commit = write(rows, context.uri, mode="overwrite" if overwrite else "append", partitions=scope)
+    commit = write(rows, table.uri, mode="overwrite" if overwrite else "append", partitions=scope)
     return strings_frame(spark, ("Segment ID",), [(commit.segment,)] if commit is not None else [])
 
 

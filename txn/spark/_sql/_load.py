@@ -58,7 +58,6 @@ from typing import Any
 
 from timeline import SchemaMismatchError, open_storage
 
-from ..._context import open_context
 from .._types import spark_schema
 from .._write import write
 from ._catalog import Catalog
@@ -112,7 +111,6 @@ def load(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> A
     if not options and not catalog.exists(name):
         return None
     table = catalog.open(name)
-    context = open_context(table.uri)
     source_format = _source_format(cursor, path, options)
     allowed = list(_ANY_FORMAT) + (list(_CSV_ONLY) if source_format == "csv" else []) + \
         (list(_TEXT_ONLY) if source_format in ("csv", "json") else [])
@@ -121,18 +119,18 @@ def load(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> A
         raise cursor.error(f"unknown option(s) {unknown} for a {source_format} source; "
                            f"LOAD DATA takes {allowed}")
     bad = _bad_records(cursor, options)
-    types = {f.name: f.dataType for f in spark_schema(context.schema).fields}
-    columns = {c.lower(): c for c in context.schema.names}
+    types = {f.name: f.dataType for f in spark_schema(table.schema).fields}
+    columns = {c.lower(): c for c in table.schema.names}
     for column in static:
-        if column not in columns or columns[column] not in context.partition_by:
+        if column not in columns or columns[column] not in table.partition_by:
             raise cursor.error(f"PARTITION names {column!r}, which is not a partition column of {name} "
-                               f"({context.partition_by or 'none'})")
-    from_file = [c for c in context.schema.names if c.lower() not in static]
+                               f"({table.partition_by or 'none'})")
+    from_file = [c for c in table.schema.names if c.lower() not in static]
     source = _read(spark, cursor, path, source_format, options, from_file, types)
     selected = _converted(cursor, source, columns, static, types, options, source_format)
     frame = _checked(cursor, selected, bad, path, name)
     values = _static_values(spark, {columns[c]: v for c, v in static.items()}, types)
-    scope = overwrite_partitions(context.partition_by, values) if overwrite else None
+    scope = overwrite_partitions(table.partition_by, values) if overwrite else None
     if (not overwrite or scope == "dynamic") and frame.isEmpty():
         return strings_frame(spark, ("Segment ID",), [])
     commit = write(frame, table.uri, mode="overwrite" if overwrite else "append", partitions=scope)

@@ -8,12 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import fsspec
-
-from ..._context import load_time_taken, segment_size
-from ..._files import hive_value, typed_value
-from ..._results import Segment
-from ..._table import Table
+from ... import InvalidOptionError, Segment, Table
 from .._compact import compact
 from ._catalog import Catalog
 from ._frames import (
@@ -94,9 +89,8 @@ def show_segments(spark: Any, catalog: Catalog, statement: str, tokens: list[Tok
     if query is not None:
         return _segments_query(spark, catalog, cursor, name.table, shown, query)
     zone = session_zone(spark)
-    rows = [(s.id, s.status, timestamp_text(s.load_start, zone), load_time_taken(s.load_start, s.load_end),
-             _partition_cell(s.partitions), segment_size(s.data_size),
-             "NA" if s.external else segment_size(s.index_size), s.format,
+    rows = [(s.id, s.status, timestamp_text(s.load_start, zone), s.load_time_taken,
+             _partition_cell(s.partitions), s.data_size_text, s.index_size_text, s.format,
              *((str(s.visible).lower(), timestamp_text(s.cleaned, zone)) if history else ()))
             for s in shown]
     return strings_frame(spark, (*SEGMENT_COLUMNS, *(HISTORY_COLUMNS if history else ())), rows)
@@ -209,7 +203,7 @@ def clean(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> 
     # Size Freed counts what left storage; files moved to the trash (orphans: CarbonData's stale
     # segments) still take their space, so they count in the trash, not as freed.
     if dry_run:
-        trash_before = _trash_bytes(table)
+        trash_before = table.trash()
         result = table.clean(dry_run=True, force=force)
         expiring = sum(size for path, size in trash_before.items() if path in set(result.files))
         remaining = sum(trash_before.values()) - expiring + result.trashed_bytes
@@ -219,17 +213,6 @@ def clean(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> 
     if not statistics:
         return no_result(spark)
     return strings_frame(spark, ("Size Freed",), [(freed_size(result.freed_bytes),)])
-
-
-def _trash_bytes(table: Table) -> dict[str, int]:
-    """Table-relative path -> size of every file in the table's trash."""
-    filesystem, root = fsspec.core.url_to_fs(table.uri)
-    trash = f"{root.rstrip('/')}/_trash"
-    if not filesystem.exists(trash):
-        return {}
-    found = filesystem.find(trash, detail=True)
-    prefix = root.rstrip("/") + "/"
-    return {path.removeprefix(prefix): int(info.get("size") or 0) for path, info in found.items()}
 
 
 # -- DELETE SEGMENT --------------------------------------------------------------------------------
@@ -274,10 +257,10 @@ def _partition_value(cursor: Cursor, table: Table, column: str, text: str) -> ob
     """A PARTITION value as a value of the column's type (``__HIVE_DEFAULT_PARTITION__``: null)."""
     if text == _HIVE_NULL:
         return None
-    data_type = table.schema.field(column).type
     try:
-        return typed_value(text, data_type)
-    except ValueError:
+        return table.partition_value(column, text)
+    except InvalidOptionError:
+        data_type = table.schema.field(column).type
         raise cursor.error(f"partition value {text!r} of column {column!r} is not a {data_type}") from None
 
 
@@ -298,12 +281,12 @@ def show_partitions(spark: Any, catalog: Catalog, statement: str, tokens: list[T
     if unknown:
         raise cursor.error(f"{unknown} are not partition columns of {name}; they are {table.partition_by}")
     # Values are compared as the folders name them: the given text read as the column's type
-    # (flag='TRUE' is the folder flag=true), both rendered by the writer's own hive_value.
-    folders = {column: hive_value(_partition_value(cursor, table, column, text))
+    # (flag='TRUE' is the folder flag=true), both rendered as the writer names its folders.
+    folders = {column: table.partition_folder({column: _partition_value(cursor, table, column, text)})
                for column, text in wanted.items()}
     rows = []
     for values in table.partitions():
-        rendered = {c: hive_value(values.get(c)) for c in table.partition_by}
-        if all(rendered[c] == folder for c, folder in folders.items()):
-            rows.append(("/".join(f"{c}={rendered[c]}" for c in table.partition_by),))
+        full = {c: values.get(c) for c in table.partition_by}
+        if all(table.partition_folder({c: full[c]}) == folder for c, folder in folders.items()):
+            rows.append((table.partition_folder(full),))
     return strings_frame(spark, ("partition",), rows)

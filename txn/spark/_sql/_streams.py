@@ -65,8 +65,7 @@ from timeline import (
     TableNotFoundError,
 )
 
-from ..._context import streaming_enabled
-from ..._table import Table
+from ... import Table
 from .._stream import write_stream
 from .._types import check_dataframe
 from . import _stream_jobs as registry
@@ -198,7 +197,7 @@ def _sink(catalog: Catalog, name: TableName, stream: str, statement: str) -> Tab
         raise statement_error(statement, f"{not_sink}: it is a stream source", CREATE_STREAM_FORM)
     with quoting(statement):
         table = catalog.open(name)
-    if not streaming_enabled(table.properties):
+    if not table.streaming:
         raise statement_error(statement, not_sink, "a sink created with CREATE TABLE ... "
                               "STORED AS carbondata TBLPROPERTIES('streaming'='true')")
     running = [s.name for s in table.streams() if s.status == "Running" and s.name == stream]
