@@ -48,6 +48,7 @@ from ._read import Snapshot
 from ._segments import CleanResult
 from ._streams import Stream, StreamInfo
 from ._table import Table, create_table, open_table
+from ._twophase import KeyProbe, PendingWrite, WriteTicket, WrittenFiles, adopt_files, write_files
 
 __all__ = [
     "CleanResult",
@@ -60,9 +61,11 @@ __all__ = [
     "DuplicateKeyError",
     "IllegalTransitionError",
     "InvalidOptionError",
+    "KeyProbe",
     "LockLostError",
     "LockTimeoutError",
     "MaintenanceReport",
+    "PendingWrite",
     "Problem",
     "SchemaMismatchError",
     "Segment",
@@ -80,8 +83,12 @@ __all__ = [
     "TxnError",
     "ValidationReport",
     "WorkerEnvironmentError",
+    "WriteTicket",
+    "WrittenFiles",
+    "adopt_files",
     "create_table",
     "open_table",
+    "write_files",
 ]
 
 

@@ -18,6 +18,7 @@ ALLOWED = {
     "_segments": {"_commit", "_context", "_files", "_read", "_rows", "_write"},
     "_external": {"_commit", "_context", "_files", "_rows", "_write"},
     "_streams": {"_commit", "_context", "_rows", "_segments", "_write"},
+    "_twophase": {"_commit", "_context", "_files", "_read", "_rows", "_segments", "_write"},
     "_cli": {"_context", "_files", "_table", "spark"},
     "spark": {"_commit", "_context", "_files", "_read", "_rows", "_segments", "_streams", "_write"},
 }
