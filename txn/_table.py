@@ -362,6 +362,13 @@ class Table:
                                      partitions=partitions, commit_properties=commit_properties,
                                      progress=_progress)
 
+    def already_committed(self, commit_properties: CommitProperties | None, *,
+                          _progress: Any = None) -> bool:
+        """Whether ``commit_properties``' ``app_id`` committed its ``version`` (or a later one)
+        already: a write with them would commit nothing. Ask before work a replay need not do
+        (``begin_write`` checks again, under the lock)."""
+        return _twophase.already_done(self._context, commit_properties, _progress)
+
     def key_probe(self, read_instant: str | Snapshot | None = None) -> _twophase.KeyProbe:
         """A picklable probe that finds the live rows of record keys in the snapshot
         ``read_instant`` names (None: the latest), on any worker: ``probe.find(rows)`` returns

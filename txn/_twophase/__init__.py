@@ -2,7 +2,7 @@
 (:class:`PendingWrite`); workers anywhere write its data files with a picklable ticket
 (:func:`write_files`), or a foreign writer's files join it (:func:`adopt_files`)."""
 
-from ._driver import OPERATIONS, PendingWrite, begin_write, key_probe, read_state
+from ._driver import OPERATIONS, PendingWrite, already_done, begin_write, key_probe, read_state
 from ._staging import adopt_files
 from ._ticket import KeyProbe, WriteTicket
 from ._worker import WrittenFiles, write_files
@@ -14,6 +14,7 @@ __all__ = [
     "WriteTicket",
     "WrittenFiles",
     "adopt_files",
+    "already_done",
     "begin_write",
     "key_probe",
     "read_state",

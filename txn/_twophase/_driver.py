@@ -72,8 +72,8 @@ def read_state(context: TableContext, read_instant: object) -> State:
     if read_instant is None:
         last = view.last_completed()
         bound = last.completed_at if last else None
-    elif isinstance(read_instant, Snapshot):
-        bound = read_instant.completed_at
+    elif isinstance(read_instant, (Snapshot, KeyProbe)):
+        bound = read_instant.completed_at if isinstance(read_instant, Snapshot) else read_instant.read_at
     elif isinstance(read_instant, str):
         found = [i for i in view.completed() if i.time == read_instant]
         if not found:
@@ -83,7 +83,8 @@ def read_state(context: TableContext, read_instant: object) -> State:
                 "KeyProbe.read_instant) or None for the latest")
         bound = found[0].completed_at
     else:
-        raise InvalidOptionError(f"read_instant must be an instant time (str), a txn.Snapshot or None, "
+        raise InvalidOptionError(f"read_instant must be an instant time (str), a txn.Snapshot, a "
+                                 f"txn.KeyProbe or None, "
                                  f"got {type(read_instant).__name__}")
     return state_at(context, view, bound)
 
@@ -121,6 +122,17 @@ def key_probe(context: TableContext, read_instant: object = None, state: State |
         completed={i.time: i.completed_at or "" for i in state.view.completed()},
         done=context.metadata.done_compactions(),
         live_files=tuple(state.live_files["path"].to_pylist()))
+
+
+def already_done(context: TableContext, properties: CommitProperties | None,
+                 progress: Progress | None = None) -> bool:
+    """Whether the producer's batch (``properties``' app_id/version, or a stream's) committed."""
+    if properties is not None and not isinstance(properties, CommitProperties):
+        raise InvalidOptionError(
+            f"commit_properties must be a txn.CommitProperties, got {type(properties).__name__}")
+    if progress is None and properties is not None:
+        progress = app_progress(properties.app_id, properties.version)
+    return already_committed(context, progress)
 
 
 def begin_write(context: TableContext, operation: str = "append", *, read_instant: object = None,

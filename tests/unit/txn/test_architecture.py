@@ -20,7 +20,8 @@ ALLOWED = {
     "_streams": {"_commit", "_context", "_rows", "_segments", "_write"},
     "_twophase": {"_commit", "_context", "_files", "_read", "_rows", "_segments", "_write"},
     "_cli": {"_context", "_files", "_table", "spark"},
-    "spark": {"_commit", "_context", "_files", "_read", "_rows", "_segments", "_streams", "_write"},
+    "spark": {"_commit", "_context", "_files", "_read", "_rows", "_segments", "_streams", "_twophase",
+              "_write"},
 }
 
 
