@@ -309,7 +309,11 @@ class PendingWrite:
         if deleted:
             check_external_deletes(context, state, change)
 
+        existing = [r.existing for r in reports if r.existing is not None and r.existing.num_rows]
+
         def write(begun: Pending) -> Written:
+            if existing and self._operation == "append" and ticket.probe is not None:
+                ticket.probe.refuse(pa.concat_tables(existing))  # rolled back, as any failed commit
             _remove_unreported(context, begun.instant.time, {s.path for s in statuses}, parts)
             if check_keys:
                 _refuse_repeats(context, begun.instant.time, shards)
@@ -339,7 +343,7 @@ class PendingWrite:
         for path, positions in _pairs(deletes, self._context.store.location("")):
             found.setdefault(path, []).append(positions)
         for report in reports:
-            if report.existing is not None and report.existing.num_rows:
+            if report.existing is not None and report.existing.num_rows and self._operation != "append":
                 for path, positions in _pairs(report.existing, ""):
                     found.setdefault(path, []).append(positions)
         if not found:

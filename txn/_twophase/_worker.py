@@ -88,9 +88,9 @@ def write_files(ticket: WriteTicket, batches: Iterable[pa.RecordBatch] | pa.Tabl
 
     ``task_id``: the task (and attempt) this is, which names its files and its index log file:
     give distinct ids to concurrent workers (a retried attempt may reuse its task's number with
-    another attempt). On a keyed table, the keys are looked up in the snapshot the write read:
-    an append refuses keys that exist (``DuplicateKeyError``, nothing of it is committed), an
-    upsert reports their rows so the commit deletes them. Keys must not repeat across workers
+    another attempt). On a keyed table, the keys are looked up in the snapshot the write read
+    and the rows found reported: an append's commit refuses them (``DuplicateKeyError`` naming
+    keys from every worker, nothing committed), an upsert's deletes them. Keys must not repeat across workers
     (check them beforehand, or commit with ``check_keys=True``).
     """
     if not isinstance(ticket, WriteTicket):
@@ -117,10 +117,9 @@ def write_files(ticket: WriteTicket, batches: Iterable[pa.RecordBatch] | pa.Tabl
                                           "keyed table needs a key; nothing was written")
             if ticket.probe is not None:
                 existing = ticket.probe.find(batch)
-                if ticket.operation == "append":
-                    ticket.probe.refuse(existing)
-                elif existing.num_rows:
-                    found.append(existing.select(["file", "position"]))
+                if existing.num_rows:  # an append's keep their keys: its commit names them
+                    found.append(existing if ticket.operation == "append"
+                                 else existing.select(["file", "position"]))
             yield batch
 
     source = _conformed(batches, schema)

@@ -150,10 +150,11 @@ def test_a_keyed_append_refuses_existing_keys_and_an_upsert_replaces_them(tmp_pa
     table = txn.create_table(uri, SCHEMA, record_key="id")
     table.append(rows(range(10)))
     before = _leftovers(uri)
-    with pytest.raises(txn.DuplicateKeyError, match=r"1 record key\(s\) \[[38]\] already exist"), \
+    with pytest.raises(txn.DuplicateKeyError, match=r"2 record key\(s\) \[[38], [38]\] already exist"), \
             table.begin_write() as pending:
-        _in_threads(pending.ticket, [rows([3, 100]), rows([8, 101])])
+        pending.commit(_in_threads(pending.ticket, [rows([3, 100]), rows([8, 101])]))
     assert _leftovers(uri) == before
+    assert states(table)[-2:] == [("commit", "rolledback"), ("rollback", "completed")]
     # The same check as a local append's.
     with pytest.raises(txn.DuplicateKeyError, match=r"2 record key\(s\) .* already exist"):
         table.append(rows([3, 8, 100]))
