@@ -53,6 +53,7 @@ from ._results import (
 from ._segments import CleanResult
 from ._streams import Stream, StreamInfo
 from ._table import Table, create_table, open_table
+from ._twophase import KeyProbe, PendingWrite, WriteTicket, WrittenFiles, adopt_files, write_files
 from ._write import Transaction
 
 __all__ = [
@@ -70,10 +71,12 @@ __all__ = [
     "FileReader",
     "IllegalTransitionError",
     "InvalidOptionError",
+    "KeyProbe",
     "LockLostError",
     "LockTimeoutError",
     "MaintenanceReport",
     "Operation",
+    "PendingWrite",
     "Problem",
     "ProblemKind",
     "ProducerKind",
@@ -95,8 +98,12 @@ __all__ = [
     "TxnError",
     "ValidationReport",
     "WorkerEnvironmentError",
+    "WriteTicket",
+    "WrittenFiles",
+    "adopt_files",
     "create_table",
     "open_table",
+    "write_files",
 ]
 
 

@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 
 from timeline import Clock, Instant, InvalidOptionError, Storage, system_clock
 
-from . import _external, _read, _segments, _streams, _write
+from . import _external, _read, _segments, _streams, _twophase, _write
 from ._commit import maintain, protocol_of
 from ._context import (
     IdFactory,
@@ -435,6 +435,47 @@ class Table:
         the report says it was skipped.
         """
         return maintain(self._context, protocol_of(self._context))
+
+    # -- two-phase writes (distributed writers) ------------------------------------------------
+
+    def begin_write(self, operation: str = "append", *, read_instant: str | Snapshot | None = None,
+                    partitions: str | dict[str, Any] | None = None,
+                    commit_properties: CommitProperties | None = None,
+                    _progress: Any = None) -> _twophase.PendingWrite:
+        """Begin a write whose data files are written elsewhere (Spark executors, Ray or Dask
+        workers, other processes), committed once by the returned :class:`txn.PendingWrite`.
+
+        ``operation``: ``append``, ``overwrite``, ``upsert``, ``delete`` or ``update``.
+        ``read_instant``: the snapshot the caller planned from (``Snapshot.instant``, a
+        ``Snapshot``, ``KeyProbe.read_instant``; None: the latest); the commit is checked for
+        conflicts against every commit completed after it, as a local write is. ``partitions``:
+        an overwrite's scope, as for :meth:`overwrite`. ``commit_properties``: ``extra`` and an
+        idempotent ``app_id``/``version`` (when that version committed already, nothing begins
+        and ``PendingWrite.skipped`` is True).
+
+        Begins the instant now (its segment allocated, its heartbeat beating). Hand
+        ``pending.ticket`` to the workers (:func:`txn.write_files`), then
+        ``pending.commit(reports, deletes={path: positions})``; leaving the ``with`` block
+        without a commit, or by an exception, aborts it and deletes what the workers wrote.
+        """
+        return _twophase.begin_write(self._context, operation, read_instant=read_instant,
+                                     partitions=partitions, commit_properties=commit_properties,
+                                     progress=_progress)
+
+    def already_committed(self, commit_properties: CommitProperties | None, *,
+                          _progress: Any = None) -> bool:
+        """Whether ``commit_properties``' ``app_id`` committed its ``version`` (or a later one)
+        already: a write with them would commit nothing. Ask before work a replay need not do
+        (``begin_write`` checks again, under the lock)."""
+        return _twophase.already_done(self._context, commit_properties, _progress)
+
+    def key_probe(self, read_instant: str | Snapshot | None = None) -> _twophase.KeyProbe:
+        """A picklable probe that finds the live rows of record keys in the snapshot
+        ``read_instant`` names (None: the latest), on any worker: ``probe.find(rows)`` returns
+        the keys found with ``file`` and ``position``; ``probe.refuse(found)`` is the keyed
+        append's check (DuplicateKeyError). Begin the write with
+        ``read_instant=probe.read_instant`` so conflicts are checked from that snapshot on."""
+        return _twophase.key_probe(self._context, read_instant)
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ import txn
 import txn.spark
 from txn._files import footer_stats
 from txn._files._writer import column_stats
-from txn.spark import _native
+from txn._twophase import _staging as _native  # where foreign files are published
 
 from .helpers import ORDERS, data_files, frame, markers, orders, rows_by, spark_rows
 

@@ -1,7 +1,7 @@
 """Writing: what each write changes (keys found, rows matched, new rows), read from the latest
 state and handed to the commit; transactions of several writes; the options of a commit."""
 
-from ._mutations import append, delete, lookup, overwrite, update, upsert
+from ._mutations import append, delete, lookup, overwrite, refuse_existing_keys, update, upsert
 from ._options import WriteOptions, write_options
 from ._scope import layout_scope, overwrite_scope
 from ._state import (
@@ -35,6 +35,7 @@ __all__ = [
     "overwrite",
     "overwrite_scope",
     "read_state",
+    "refuse_existing_keys",
     "update",
     "upsert",
     "write_options",

@@ -50,6 +50,18 @@ def _by_file(entries: pa.Table) -> dict[str, Positions]:
     return {file: np.array(sorted(p), dtype=np.int64) for file, p in grouped.items()}
 
 
+def refuse_existing_keys(existing: pa.Table, columns: list[str]) -> None:
+    """The keyed append's check, for every path that appends (``Table.append``, the two-phase
+    write's workers, ``txn.spark.write``): none of its keys may be live in the snapshot it read.
+
+    ``existing``: the index keys (``key_0``...) of the live rows found for the append's keys.
+    """
+    if existing.num_rows:
+        raise DuplicateKeyError(
+            f"append: {existing.num_rows} record key(s) {describe(existing, columns)} already exist "
+            "in the table; nothing was written\nHelp: use upsert to replace existing keys")
+
+
 def _require_key(context: TableContext, operation: str) -> list[str]:
     columns = context.record_key_columns
     if not columns:
@@ -84,11 +96,7 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
     check_not_null(rows, columns)
     check_unique(rows, columns)
     def plan(state: State) -> Append:
-        existing = find_keys(context, state, index_keys(rows, columns))
-        if existing.num_rows:
-            raise DuplicateKeyError(
-                f"append: record key(s) {describe(existing, columns)} already exist in the table; "
-                "nothing was written\nHelp: use upsert to replace existing keys")
+        refuse_existing_keys(find_keys(context, state, index_keys(rows, columns)), columns)
         return Append(rows=rows.to_batches(), read_at=state.read_at, current=state.deltas,
                       rows_bytes=rows.nbytes)
 

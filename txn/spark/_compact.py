@@ -22,10 +22,10 @@ from .._read import FileReader
 from .._results import Commit, DataFile
 from .._segments import compact as compact_table
 from ._external import external_frames
+from ._internal_job import run_job
 from ._read import native_scan, without_deleted
 from ._types import spark_schema
 from ._workers import ensure_workers_run_metatxn
-from ._write import run_job
 
 
 def compact(spark: Any, uri: str, kind: str = "minor", *,

@@ -4,17 +4,20 @@ A thin layer over the same paths as ``txn.spark.write`` and ``txn.spark.read``, 
 Python Data Source API, whose hooks run in Spark's own Python workers, not in the caller's
 process (see design/spark.md):
 
-* ``writer()`` (a planning worker) begins the instant; each task writes its files exactly as
-  ``txn.spark.write``'s tasks do and beats the instant's heartbeat; ``commit()`` (another
-  worker, without Spark) commits once; ``abort()`` rolls the instant back unless it completed.
+* ``writer()`` (a planning worker) begins a two-phase write (``Table.begin_write``, its
+  heartbeat detached); each task writes its files with ``txn.write_files``, as
+  ``txn.spark.write``'s tasks do, and beats the instant's heartbeat; ``commit()`` (another
+  worker, without Spark) commits once (``PendingWrite.resume(ticket).commit``); ``abort()``
+  rolls the instant back unless it completed.
 * ``reader()`` resolves the snapshot (option ``asOf``) on the planning worker, one partition per
   data file; tasks read their file with pyarrow and drop deleted positions.
 
 Writes create the table where none exists, from the DataFrame's schema and the options
 ``partitionBy``, ``recordKey``, ``sortBy`` and ``properties.<key>`` (Spark refuses
 ``DataFrameWriter.partitionBy`` for every Python data source, so partition columns are an
-option). On keyed tables ``commit()`` checks the keys the tasks wrote to their index log files:
-it cannot run Spark jobs.
+option). On keyed tables each task refuses keys the table holds already, and ``commit()`` checks
+that no key repeats among the tasks' (read back from their index log files: it cannot run
+Spark jobs).
 
 What it does not do, and why: modes other than ``append`` and ``overwrite`` raise in Spark before
 any hook runs (Spark offers no others to Python sources), so there is no upsert through the
@@ -37,19 +40,15 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from timeline import DuplicateKeyError, InvalidOptionError, Timeline, open_storage
+import txn
+from timeline import InvalidOptionError
 
 from .. import DataFile, FileReader, open_table
-from .._commit import Append, Overwrite, Pending, RowChanges, Written, finish, protocol_of
-from .._context import ACTION_OF, TableContext, open_context, target_file_bytes
-from .._files import LiveDeltas
-from .._rows import describe, repeated
-from .._write import State, find_keys, latest
 from ._sql._catalog import set_warehouse
 from ._tables import Layout, layout_of_options, resolve
-from ._types import spark_schema
+from ._types import conform, spark_schema
 from ._workers import ensure_workers_run_metatxn
-from ._write import _Job, _remove_unreported, _write_task, collect_reports
+from ._write import _task_identity
 
 
 def _path(options: Mapping[str, str]) -> str:
@@ -117,104 +116,37 @@ class _Reader(DataSourceReader):
 
 @dataclass
 class _Reports(WriterCommitMessage):
-    kinds: list[str]
-    payloads: list[bytes]
+    report: txn.WrittenFiles
 
 
 class _Writer(DataSourceArrowWriter):
+    """A pending write (``Table.begin_write``) begun on the planning worker: the tasks write with
+    its ticket, and another worker commits or aborts it (``PendingWrite.resume``)."""
+
     def __init__(self, uri: str, overwrite: bool, layout: Layout, schema: Any) -> None:
-        self._uri = uri
-        self._mode = "overwrite" if overwrite else "append"
+        mode = "overwrite" if overwrite else "append"
         # Created at once, not staged: commit() runs as a separate step that opens the table by
         # its location (a job that fails leaves the empty table, as before).
-        found = resolve(uri, schema, self._mode, layout, None, staged=False)
+        found = resolve(uri, schema, mode, layout, None, staged=False)
         assert found is not None  # append and overwrite never ignore an existing table
-        table = found
-        pending = protocol_of(table).begin(self._mode, ACTION_OF[self._mode], new_segment=True)
         # The heartbeat thread cannot follow this writer into the tasks: they beat instead.
-        pending.heartbeat.stop(delete=False)
-        assert pending.segment is not None
-        self._instant = pending.instant.time
-        self._segment = pending.segment
-        index = table.metadata.record_index
-        self._job = _Job(
-            uri=uri, storage_options=None, schema=table.schema.serialize().to_pybytes(),
-            instant=self._instant, segment=pending.segment, partition_by=table.partition_by,
-            sort_by=table.sort_by, key_columns=table.record_key_columns,
-            shards=index.shards if index is not None else 0,
-            target_file_bytes=target_file_bytes(table.config.properties))
+        self._ticket = txn.open_table(uri).begin_write(mode).detach()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Reports:
-        timeline = Timeline(open_storage(self._uri))
-        timeline.heartbeat(timeline.load().get(self._instant) or _missing(self._instant)).beat()
-        kinds: list[str] = []
-        payloads: list[bytes] = []
-        for report in _write_task(self._job, iterator):
-            kinds += report.column("kind").to_pylist()
-            payloads += report.column("payload").to_pylist()
-        return _Reports(kinds, payloads)
+        schema = self._ticket.table_schema
+        return _Reports(txn.write_files(self._ticket, (conform(batch, schema) for batch in iterator),
+                                        task_id=_task_identity()))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        table = open_context(self._uri)
-        instant = table.timeline.load().get(self._instant) or _missing(self._instant)
-        pending = Pending(instant, self._segment, table.timeline.heartbeat(instant))
-        try:
-            reports = [m for m in messages if isinstance(m, _Reports)]
-            kinds = [k for m in reports for k in m.kinds]
-            payloads = [p for m in reports for p in m.payloads]
-            statuses, parts, shards = collect_reports(kinds, payloads)
-            _remove_unreported(table, self._instant, {s.path for s in statuses}, parts)
-            change = self._change(table, shards)
-        except BaseException:
-            protocol_of(table).roll_back(instant)
-            raise
-        finish(table, change, None, pending, Written(statuses=statuses, index_sizes=shards))
-
-    def _change(self, table: TableContext, shards: dict[int, int]) -> RowChanges | Overwrite:
-        """The change to commit; on a keyed table, after checking the keys the tasks wrote.
-
-        ``commit()`` cannot run Spark jobs, so the keys come back from the index log files the
-        tasks wrote for this instant: none may repeat, and an append may not bring a key the
-        table already holds (found through the record index, as a local append does).
-        """
-        replace = self._mode == "overwrite"
-        columns = table.record_key_columns
-        index = table.metadata.record_index
-        if not columns or index is None or not shards:
-            return Overwrite() if replace else Append(current=LiveDeltas(table.store, {}))
-        keys = index.instant_entries(self._instant, sorted(shards)).select(index.keys)
-        twice = repeated(keys)
-        if twice.num_rows:
-            raise DuplicateKeyError(
-                f"record key {columns} repeats within the DataFrame: {describe(twice, columns)} "
-                "appear more than once; nothing was written\nHelp: de-duplicate the DataFrame")
-        if replace:
-            return Overwrite()
-
-        def plan(state: State) -> RowChanges:
-            found = find_keys(table, state, keys)
-            if found.num_rows:
-                raise DuplicateKeyError(
-                    f"append: record key(s) {describe(found.select(index.keys), columns)} already "
-                    "exist in the table; nothing was written\nHelp: use txn.spark.write(df, uri, "
-                    "mode='upsert') to replace existing keys")
-            # Commits that complete after this read are checked for the same keys at commit.
-            return Append(read_at=state.read_at, current=state.deltas)
-
-        return latest(table, plan)
+        """Commit once; on a keyed table, after checking that no key repeats among the tasks'
+        (``commit()`` cannot run Spark jobs, so the keys come back from the index log files the
+        tasks wrote; each task refused keys the table held already, as a local append does)."""
+        reports = [m.report for m in messages if isinstance(m, _Reports)]
+        txn.PendingWrite.resume(self._ticket).commit(reports, check_keys=True)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # Spark may call abort after a commit that raised: only a pending instant is rolled back.
-        table = open_context(self._uri)
-        instant = table.timeline.load().get(self._instant)
-        if instant is not None and instant.is_pending:
-            protocol_of(table).roll_back(instant)
-
-
-def _missing(instant_time: str) -> Any:
-    raise InvalidOptionError(
-        f"instant {instant_time} of this write is no longer pending on the timeline (rolled back "
-        "after its heartbeat expired?); nothing was written")
+        txn.PendingWrite.resume(self._ticket).abort()
 
 
 def register(spark: Any, *, warehouse: str | None = None) -> None:

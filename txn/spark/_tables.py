@@ -180,3 +180,11 @@ def layout_of_options(options: Mapping[str, str]) -> Layout:
         properties={k.removeprefix("properties."): v for k, v in options.items()
                     if k.startswith("properties.")} or None,
     )
+
+
+def as_table(context: TableContext) -> Any:
+    """The public ``txn.Table`` over ``context`` (a staged one included: its first commit
+    creates it)."""
+    from .. import Table
+
+    return Table._over(context)

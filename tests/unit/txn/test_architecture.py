@@ -19,8 +19,10 @@ ALLOWED = {
     "_segments": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_write"},
     "_external": {"_commit", "_context", "_files", "_results", "_rows", "_write"},
     "_streams": {"_commit", "_context", "_results", "_rows", "_segments", "_write"},
+    "_twophase": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_segments", "_write"},
     "_cli": {"_context", "_files", "_results", "_table", "spark"},
     "spark": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_segments", "_streams",
+              "_twophase",
               "_write"},
 }
 

@@ -50,8 +50,8 @@ from ..._read import snapshot_at
 from ..._rows import index_keys
 from ..._write import State, commit_planned
 from .._filters import to_expression
+from .._internal_job import run_job
 from .._types import spark_schema
-from .._write import run_job
 from ._assign import converted
 from ._catalog import Catalog, TableName
 from ._frames import count_frame

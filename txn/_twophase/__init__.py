@@ -1,0 +1,22 @@
+"""The two-phase write for distributed writers: the driver begins a write and commits it once
+(:class:`PendingWrite`); workers anywhere write its data files with a picklable ticket
+(:func:`write_files`), or a foreign writer's files join it (:func:`adopt_files`)."""
+
+from ._driver import OPERATIONS, PendingWrite, already_done, begin_write, key_probe, read_state
+from ._staging import adopt_files
+from ._ticket import KeyProbe, WriteTicket
+from ._worker import WrittenFiles, write_files
+
+__all__ = [
+    "OPERATIONS",
+    "KeyProbe",
+    "PendingWrite",
+    "WriteTicket",
+    "WrittenFiles",
+    "adopt_files",
+    "already_done",
+    "begin_write",
+    "key_probe",
+    "read_state",
+    "write_files",
+]
