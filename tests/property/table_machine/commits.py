@@ -7,11 +7,11 @@ or matching nothing (no instant, no change), acknowledged (its commit's rows, op
 segments; the model moves to its snapshot: ``_segments_after``, ``_record``) or failed (nothing of
 it visible, its instant rolled back when it must be: ``crashes``).
 
-* idempotent writes: about a third of the appends, overwrites, upserts, deletes and updates pass
-  ``app_id`` (``nightly`` or ``hourly``) and a ``version`` drawn from the model's last one for
-  that app: the next, one past a gap (both commit, and move the app's record), the same again or
-  an older one (a replay: it must return None, write nothing and create no instant, whatever it
-  would otherwise do: a duplicate key is not even reported).
+* idempotent writes: about a third of the appends, overwrites, upserts, deletes, updates and
+  transactions pass ``app_id`` (``nightly`` or ``hourly``) and a ``version`` drawn from the
+  model's last one for that app: the next, one past a gap (both commit, and move the app's
+  record), the same again or an older one (a replay: it must return None, write nothing and
+  create no instant, whatever it would otherwise do: a duplicate key is not even reported).
 
 A new kind of commit plugs in here: see the package docstring (``__init__.py``).
 """
