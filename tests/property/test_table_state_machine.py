@@ -1,16 +1,16 @@
-"""Model-based test of tables: appends, overwrites, keyed writes (upsert, delete, update), ADD
-SEGMENT of external Parquet folders, streams and idempotent writes, record lookups, time travel,
-the table services (compaction, hand-off, DELETE SEGMENT, CLEAN FILES) and crashes at every
-storage call.
+"""Model-based test of tables: appends, overwrites, keyed writes (upsert, delete, update),
+transactions of several of them, ADD SEGMENT of external Parquet folders, streams and idempotent
+writes, record lookups, time travel, the table services (compaction, hand-off, DELETE SEGMENT,
+CLEAN FILES) and crashes at every storage call.
 
 This module assembles the machine and runs it; the machine itself lives in
 ``tests/property/table_machine/``, a module per concern, each saying what it covers:
 ``config`` (the table created), ``actions`` (what a step can do), ``model`` (the reference
 model), ``injection`` and ``crashes`` (faults at every storage call, and recovery), ``commits``
-(one write, judged), ``writes``, ``external`` (ADD SEGMENT), ``streams``, ``segments``
-(compaction, DELETE SEGMENT), ``services`` (CLEAN FILES, maintenance, archival), ``reads``
-(reads, lookups, time travel) and ``invariants``. The package docstring is the map, and says
-where a new kind of commit adds its actions and rules.
+(one write, judged), ``writes``, ``transactions`` (``t.transaction()``), ``external`` (ADD
+SEGMENT), ``streams``, ``segments`` (compaction, DELETE SEGMENT), ``services`` (CLEAN FILES,
+maintenance, archival), ``reads`` (reads, lookups, time travel) and ``invariants``. The package
+docstring is the map, and says where a new kind of commit adds its actions and rules.
 
 ``TableMachine`` combines the capability mixins; ``machine_on`` binds it to a backend (memory
 or local disk: the differential half of the contract) and to a keyed or an unkeyed table, adds
@@ -45,6 +45,7 @@ from tests.property.table_machine import (
     Segments,
     Services,
     Streams,
+    Transactions,
     Writes,
 )
 from tests.property.table_machine.actions import (
@@ -62,6 +63,7 @@ from tests.property.table_machine.actions import (
     ReadLatest,
     ReadPast,
     StreamWrite,
+    Transaction,
     Update,
     Upsert,
     Write,
@@ -74,8 +76,8 @@ from tests.property.table_machine.internals import TABLE_CONFIG_PATH, decode_con
 from timeline import open_storage
 
 
-class TableMachine(Invariants, Commits, Writes, ExternalSegments, Streams, Segments, Services,
-                   Reads, Crashes):
+class TableMachine(Invariants, Commits, Writes, Transactions, ExternalSegments, Streams, Segments,
+                   Services, Reads, Crashes):
     """Drive one table through writes, reads and crashes; subclasses choose the backend and
     whether the table is keyed (and add the ``act`` rule with the actions that fit it)."""
 
@@ -93,7 +95,7 @@ class TableMachine(Invariants, Commits, Writes, ExternalSegments, Streams, Segme
             self._wait(action.wait_ms)
             self._maintain(action)
         elif isinstance(action, (Write, AddSegment, Upsert, DeleteKeys, DeleteWhere, Update,
-                                 DeleteSegments, StreamWrite, DropStream)):
+                                 DeleteSegments, StreamWrite, DropStream, Transaction)):
             self._revive_if_dead()
             self._wait(action.wait_ms)
             if isinstance(action, (DeleteSegments, StreamWrite, DropStream)):

@@ -11,6 +11,7 @@ Where things are:
 * the capability mixins, each a subclass of ``MachineCore`` with the methods (and any rules) of
   one concern: ``crashes.Crashes`` (faults, rollback and recovery), ``commits.Commits`` (one
   write, judged), ``writes.Writes`` (loads and keyed writes, the racing delete),
+  ``transactions.Transactions`` (``t.transaction()``: several writes, one instant),
   ``external.ExternalSegments`` (ADD SEGMENT, with two rules of its own), ``streams.Streams``,
   ``segments.Segments`` (compaction and DELETE SEGMENT), ``services.Services`` (CLEAN FILES,
   maintenance and archival), ``reads.Reads`` (reads, lookups, time travel);
@@ -51,6 +52,7 @@ from tests.property.table_machine.reads import Reads
 from tests.property.table_machine.segments import Segments
 from tests.property.table_machine.services import Services
 from tests.property.table_machine.streams import Streams
+from tests.property.table_machine.transactions import Transactions
 from tests.property.table_machine.writes import Writes
 
 __all__ = [
@@ -62,5 +64,6 @@ __all__ = [
     "Segments",
     "Services",
     "Streams",
+    "Transactions",
     "Writes",
 ]

@@ -317,8 +317,30 @@ class DropStream:
     wait_ms: int
 
 
+#: What a transaction's block runs: the payloads of the single writes (their ``fault``,
+#: ``wait_ms`` and ``app`` unused). ``Write``: ``append`` (``clash`` as for a single append, against
+#: what the transaction sees) or ``overwrite`` (whole-table).
+TxOperation = Write | Upsert | DeleteKeys | DeleteWhere | Update
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """``with t.transaction(commit_properties=...) as tx:`` running ``operations`` in order, then
+    committing them as one instant (``transactions`` says what each must do). An operation that
+    must raise (a keyed append's duplicate key, whether in the snapshot, staged earlier or twice in
+    its data; an ``overwrite`` after a staged operation; an upsert of an unkeyed table) either
+    leaves the block (``escape``: nothing is committed) or is caught and the block goes on (the
+    operations staged commit)."""
+
+    operations: list[TxOperation]
+    escape: bool
+    fault: FaultPlan | None
+    wait_ms: int
+    app: App | None = None
+
+
 Mutation = (Write | AddSegment | Upsert | DeleteKeys | DeleteWhere | Update | DeleteSegments
-            | StreamWrite | DropStream)
+            | StreamWrite | DropStream | Transaction)
 
 
 Action = (Mutation | Compact | Clean | Maintain | Lookup | ReadLatest | ReadPast | ReadWithFault
@@ -443,6 +465,60 @@ maintenance = st.builds(Maintain, step=st.sampled_from(["run", "run", "begin", "
                         fault=fault_plans, wait_ms=waits)
 
 
+#: A transaction's operations: small payloads (so 2-4 of them cost about a write), no fault of
+#: their own (the transaction's is armed around the whole block).
+_tx_rows = st.lists(st.tuples(st.integers(-50, 50), GROUPS, st.integers(0, 999)), min_size=1,
+                    max_size=6)
+
+
+_tx_appends = st.builds(Write, operation=st.just("append"), rows=_tx_rows, fault=st.none(),
+                        wait_ms=st.just(0),
+                        clash=st.sampled_from([None, None, None, "table", "batch"]))
+
+
+_tx_overwrites = st.builds(Write, operation=st.just("overwrite"), rows=_tx_rows, fault=st.none(),
+                           wait_ms=st.just(0))
+
+
+_tx_upserts = st.builds(Upsert, rows=st.lists(st.tuples(key_specs, GROUPS, st.integers(0, 999)),
+                                              min_size=1, max_size=6),
+                        fault=st.none(), wait_ms=st.just(0))
+
+
+_tx_delete_keys = st.builds(DeleteKeys, keys=st.lists(key_specs, min_size=1, max_size=6),
+                            fault=st.none(), wait_ms=st.just(0))
+
+
+_tx_delete_wheres = st.builds(DeleteWhere, where=wheres, fault=st.none(), wait_ms=st.just(0))
+
+
+_tx_updates = st.builds(Update, where=wheres, sets=st.sampled_from(["v", "g", "both"]), g=GROUPS,
+                        v=st.integers(0, 999), fault=st.none(), wait_ms=st.just(0))
+
+
+def _transactions(*body: st.SearchStrategy[TxOperation]) -> st.SearchStrategy[Transaction]:
+    """2-4 operations drawn from ``body`` (each as often as listed; an ``overwrite`` among them
+    comes after another operation, so it must raise), a whole-table overwrite first a quarter of
+    the time; the error of an operation that must raise leaves the block half of the time."""
+    operations = st.tuples(
+        st.sampled_from([False, False, False, True]), _tx_overwrites,
+        st.lists(st.sampled_from(body).flatmap(lambda chosen: chosen), min_size=2, max_size=4),
+    ).map(lambda drawn: [drawn[1], *drawn[2][1:]] if drawn[0] else drawn[2])
+    return st.builds(Transaction, operations=operations,
+                     escape=st.booleans(), fault=fault_plans,
+                     wait_ms=waits, app=app_specs)
+
+
+keyed_transactions = _transactions(
+    _tx_appends, _tx_appends, _tx_upserts, _tx_upserts, _tx_delete_keys, _tx_delete_keys,
+    _tx_delete_wheres, _tx_updates, _tx_updates, _tx_overwrites)
+
+
+unkeyed_transactions = _transactions(
+    _tx_appends, _tx_appends, _tx_appends, _tx_delete_wheres, _tx_delete_wheres, _tx_updates,
+    _tx_updates, _tx_overwrites, _tx_upserts)
+
+
 def weighted(*choices: st.SearchStrategy[Action]) -> st.SearchStrategy[Action]:
     """One of ``choices``, each as often as it is listed (``st.one_of`` would count a strategy
     listed twice once), shrinking towards the first."""
@@ -463,7 +539,7 @@ reads: list[st.SearchStrategy[Action]] = [
 keyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, add_segments, add_segments, stream_writes, stream_writes, stream_writes,
     drop_streams, upserts, upserts, delete_keys, racing_delete_keys, delete_wheres, updates,
-    updates, compactions,
+    updates, keyed_transactions, keyed_transactions, compactions,
     compactions, close_streamings, cleans, segment_deletes, maintenance, maintenance, lookups,
     *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
@@ -473,7 +549,8 @@ keyed_actions: st.SearchStrategy[Action] = weighted(
 
 unkeyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, writes, add_segments, add_segments, stream_writes, stream_writes,
-    stream_writes, drop_streams, delete_wheres, updates, compactions, compactions,
+    stream_writes, drop_streams, delete_wheres, updates, unkeyed_transactions, compactions,
+    compactions,
     close_streamings, cleans, segment_deletes, maintenance, maintenance, *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
               past=st.booleans()),

@@ -7,11 +7,11 @@ or matching nothing (no instant, no change), acknowledged (its commit's rows, op
 segments; the model moves to its snapshot: ``_segments_after``, ``_record``) or failed (nothing of
 it visible, its instant rolled back when it must be: ``crashes``).
 
-* idempotent writes: about a third of the appends, overwrites, upserts, deletes and updates pass
-  ``app_id`` (``nightly`` or ``hourly``) and a ``version`` drawn from the model's last one for
-  that app: the next, one past a gap (both commit, and move the app's record), the same again or
-  an older one (a replay: it must return None, write nothing and create no instant, whatever it
-  would otherwise do: a duplicate key is not even reported).
+* idempotent writes: about a third of the appends, overwrites, upserts, deletes, updates and
+  transactions pass ``app_id`` (``nightly`` or ``hourly``) and a ``version`` drawn from the
+  model's last one for that app: the next, one past a gap (both commit, and move the app's
+  record), the same again or an older one (a replay: it must return None, write nothing and
+  create no instant, whatever it would otherwise do: a duplicate key is not even reported).
 
 A new kind of commit plugs in here: see the package docstring (``__init__.py``).
 """
@@ -28,7 +28,7 @@ from indexes import (
     MARKED_FOR_DELETE,
     SUCCESS,
 )
-from tests.property.table_machine.actions import DropStream, Mutation, StreamWrite
+from tests.property.table_machine.actions import DropStream, Mutation, StreamWrite, Transaction
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.internals import CommitMetadata
 from tests.property.table_machine.model import HOLDS_ROWS, Acked, Expected, SegmentModel, _sort, memory_path
@@ -47,9 +47,11 @@ class Commits(MachineCore):
             return self._expect_batch(action, serial)
         if isinstance(action, DropStream):
             return self._expect_drop(action)
+        predict = (self._expect_transaction if isinstance(action, Transaction)
+                   else self._expect_mutation)
         app = getattr(action, "app", None)
         if app is None:
-            return self._expect_mutation(action, serial, {})
+            return predict(action, serial, {})
         held = self.app_model.get(app.name)
         last = held[0] if held is not None else None
         if last is None:
@@ -63,7 +65,7 @@ class Commits(MachineCore):
         else:
             version = max(0, last - app.by)
         note(f"app_id={app.name!r}, version={version} (last committed: {last})")
-        expected = self._expect_mutation(action, serial, {"app_id": app.name, "version": version})
+        expected = predict(action, serial, {"app_id": app.name, "version": version})
         if last is not None and version <= last:
             # Checked before anything else: not even a duplicate key is reported.
             return dataclasses.replace(expected, refused=None, noop=True, replay=True, app=None,
@@ -107,6 +109,9 @@ class Commits(MachineCore):
                     f"deleted; the model says {expected.added} and {expected.deleted}")
                 if expected.marks:
                     assert sorted(outcome.segments_removed) == sorted(expected.marks), outcome
+                assert outcome.operations == expected.operations, (
+                    f"{operation} reported operations {outcome.operations}; the model ran "
+                    f"{expected.operations}")
             elif fault is not None and fault.mode == "exception":
                 # A commit that landed is returned, or reported as CommitStateUnknownError (the
                 # contract in txn/_protocol.py); any other error makes the caller believe it
@@ -114,6 +119,7 @@ class Commits(MachineCore):
                 assert isinstance(outcome, CommitStateUnknownError), (
                     f"{operation} committed {instant} but raised {outcome!r}")
             metadata = self.observer_timeline.read_metadata(found, CommitMetadata)
+            assert tuple(metadata.operations) == expected.operations, metadata
             self._record(Acked(instant=found.time, completed_at=found.completed_at,
                                operation=operation, serial=serial, rows=expected.after),
                          self._segments_after(expected, found.time, metadata))

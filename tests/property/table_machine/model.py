@@ -45,7 +45,7 @@ Row = tuple[int, "str | None", int]
 
 
 Operation = Literal["append", "overwrite", "upsert", "delete", "update", "delete_segments", "compact",
-                    "add_segment", "stream", "drop_stream"]
+                    "add_segment", "stream", "drop_stream", "transaction"]
 
 
 #: Segment statuses whose segments hold table rows (a streaming segment's rows are readable
@@ -137,6 +137,8 @@ class Expected:
     stream: BatchPlan | None = None
     #: An idempotent write: its app_id and version (recorded if it commits).
     app: tuple[str, int] | None = None
+    #: A transaction: the operations it ran, in order (``Commit.operations``); () for the others.
+    operations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,10 @@ The table is keyed (``record_key="k"``) in one pair of variants and unkeyed in t
   and its commit, inserts the delete's missing keys, upserts its live one, or inserts other
   keys. The insert is judged like any write; then the delete must fail with
   CommitConflictError naming the insert and leave nothing when the insert wrote a key it asked
-  for (found or not), else commit after it (issue 22), or commit nothing if it found no key;
+  for (found or not), else commit after it (issue 22), or commit nothing if it found no key.
+  When the insert's commit expired the snapshot the delete read (a clean or a metadata
+  compaction removed what its key lookup needs), the delete reads the table again: it then
+  deletes what it finds after the insert, without conflict;
 
 A delete, update or upsert that matches nothing must return None and create no instant, whatever
 fault was armed (a fault can then only hit its reads).
@@ -235,11 +238,17 @@ class Writes(MachineCore):
 
         racer_errors: list[BaseException] = []
         read_state = write_state.read_state
+        #: The delete's reads of the table after the insert (counted from the insert's end).
+        again: list[object] = []
+
+        def counted(context: object) -> object:
+            again.append(context)
+            return read_state(context)  # type: ignore[arg-type]
 
         def then_insert(context: object) -> object:
             state = read_state(context)  # type: ignore[arg-type]
             if write_state.read_state is then_insert:
-                write_state.read_state = read_state  # once: the insert reads the table too
+                write_state.read_state = counted  # once: the insert reads the table too
                 saved = self.store, self.writer
                 self.store, self.writer = self._new_writer()
                 try:
@@ -248,6 +257,7 @@ class Writes(MachineCore):
                     racer_errors.append(exc)
                 finally:
                     self.store, self.writer = saved
+                    again.clear()
             return state
 
         acked = len(self.acked)
@@ -262,6 +272,12 @@ class Writes(MachineCore):
         assert len(self.acked) == acked + 1, "the second writer's insert was not acknowledged"
         made = self._instants_of(calls)
         instant = made[0] if made else None
+        if again:
+            # The insert's commit expired the snapshot the delete read (a clean or a metadata
+            # compaction removed what its key lookup needs): it read the table again, so it
+            # deletes what it finds after the insert, and nothing conflicts.
+            hit, conflict = set(keys) & self._live().keys(), False
+            event("racing delete(keys) read the table again after the insert")
         if not hit:
             assert outcome is None and instant is None, (
                 f"a delete that found none of its keys returned {outcome!r}, instant {instant}")
