@@ -25,6 +25,8 @@ from timeline import (
     InvalidOptionError,
     LockLostError,
     LockTimeoutError,
+    ObjectExistsError,
+    ObjectNotFoundError,
     SchemaMismatchError,
     SegmentNotFoundError,
     StorageError,
@@ -36,6 +38,7 @@ from timeline import (
     WorkerEnvironmentError,
 )
 
+from ._files import open_storage
 from ._read import FileReader, Snapshot
 from ._results import (
     CleanReason,
@@ -48,6 +51,7 @@ from ._results import (
     Problem,
     ProblemKind,
     Segment,
+    StreamProgress,
     ValidationReport,
 )
 from ._segments import CleanResult
@@ -75,6 +79,8 @@ __all__ = [
     "LockLostError",
     "LockTimeoutError",
     "MaintenanceReport",
+    "ObjectExistsError",
+    "ObjectNotFoundError",
     "Operation",
     "PendingWrite",
     "Problem",
@@ -91,6 +97,7 @@ __all__ = [
     "StreamDroppedError",
     "StreamInfo",
     "StreamNotFoundError",
+    "StreamProgress",
     "Table",
     "TableExistsError",
     "TableNotFoundError",
@@ -102,6 +109,7 @@ __all__ = [
     "WrittenFiles",
     "adopt_files",
     "create_table",
+    "open_storage",
     "open_table",
     "write_files",
 ]

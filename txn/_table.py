@@ -18,6 +18,8 @@ from ._context import (
     IdFactory,
     TableConfig,
     TableContext,
+    check_properties,
+    column_list,
     create_context,
     open_context,
     random_id,
@@ -31,6 +33,7 @@ from ._results import (
     CompactionKind,
     MaintenanceReport,
     Segment,
+    StreamProgress,
     ValidationReport,
 )
 from ._segments import CleanResult
@@ -104,6 +107,73 @@ class Table:
     def created_at(self) -> str:
         """The instant time (17-digit UTC) at which the table was created."""
         return self._context.config.created_at
+
+    @property
+    def staged(self) -> bool:
+        """Whether the table is staged (``create_table(..., staged=True)``) and not on storage
+        yet: it comes to exist with its first commit, or :meth:`publish`."""
+        staged = self._context.staged
+        return staged is not None and not staged.published
+
+    def publish(self) -> None:
+        """Make a staged table exist now, empty (its ``table.json`` is put); nothing for a table
+        that exists already. How a staged create whose first write committed nothing (no rows)
+        still leaves the table.
+
+        Raises:
+            TableExistsError: another creator's table appeared at the location first.
+        """
+        if self._context.staged is not None:
+            self._context.staged.publish()
+
+    def check_layout(self, *, partition_by: list[str] | None = None,
+                     record_key: str | list[str] | None = None, sort_by: list[str] | None = None,
+                     properties: dict[str, str] | None = None) -> None:
+        """Check layout options a writer was given against the table's: ``None`` means not given;
+        a given one must be the table's (a write never changes a table's layout, and never
+        silently ignores a layout it was asked for). Property values are checked as the table
+        would hold them.
+
+        Raises:
+            InvalidOptionError: naming the first option that differs, or a value that is not
+                acceptable.
+        """
+        given = properties or {}
+        if not isinstance(given, dict):
+            check_properties(given)  # raises: not a dict of strings
+        check_properties({**self.properties, **given})
+        options = (("partition_by", partition_by, self.partition_by, False),
+                   ("record_key", record_key, self.record_key_columns, True),
+                   ("sort_by", sort_by, self.sort_by, False))
+        for option, value, actual, allow_str in options:
+            if value is None:
+                continue
+            wanted = column_list(option, value, allow_str=allow_str)
+            if wanted != list(actual):
+                raise InvalidOptionError(
+                    f"{option} {wanted!r} differs from the table's {actual!r} at {self.uri}; "
+                    "nothing was written\nHelp: leave the layout options out to write with the "
+                    "table's layout (a write never changes it)")
+        for key, value in given.items():
+            actual_value = self.properties.get(key)
+            if actual_value != value:
+                shown = "not set" if actual_value is None else repr(actual_value)
+                raise InvalidOptionError(
+                    f"table property {key}={value!r} differs from the table's ({shown}) at "
+                    f"{self.uri}; nothing was written\nHelp: leave properties out to write "
+                    "with the table's own")
+
+    def overwrite_partition(self, partitions: str | Mapping[str, Any] | None) -> dict[str, Any]:
+        """The values every new row of an overwrite with ``partitions`` (as for :meth:`overwrite`)
+        must hold: a named partition's column -> value of the column's type; empty for the whole
+        table (None) or ``"dynamic"``. A distributed writer checks its rows with it before it
+        begins.
+
+        Raises:
+            InvalidOptionError: ``partitions`` is not acceptable for this table (as :meth:`overwrite`
+                refuses it).
+        """
+        return _write.overwrite_scope(self._context, partitions)[1]
 
     @property
     def streaming(self) -> bool:
@@ -351,6 +421,16 @@ class Table:
         """
         return _streams.Stream(self._context, name)
 
+    def stream_generation(self, name: str) -> int:
+        """The generation of stream ``name`` its next batch belongs to: 0 for a stream never
+        started, one more after each DROP STREAM. A producer fixes it when it starts and writes
+        its batches with it (:class:`txn.StreamProgress`), so a drop fences it off.
+
+        Raises:
+            InvalidOptionError: the name is not a non-empty string.
+        """
+        return _streams.generation(self._context, name)
+
     def streams(self) -> list[_streams.StreamInfo]:
         """SHOW STREAMS: every stream not dropped (``Running`` while open in this process,
         else ``Stopped``), then every idempotent producer (``app_id``)."""
@@ -439,9 +519,9 @@ class Table:
     # -- two-phase writes (distributed writers) ------------------------------------------------
 
     def begin_write(self, operation: str = "append", *, read_instant: str | Snapshot | None = None,
-                    partitions: str | dict[str, Any] | None = None,
+                    partitions: str | Mapping[str, Any] | None = None,
                     commit_properties: CommitProperties | None = None,
-                    _progress: Any = None) -> _twophase.PendingWrite:
+                    stream_progress: StreamProgress | None = None) -> _twophase.PendingWrite:
         """Begin a write whose data files are written elsewhere (Spark executors, Ray or Dask
         workers, other processes), committed once by the returned :class:`txn.PendingWrite`.
 
@@ -451,7 +531,9 @@ class Table:
         conflicts against every commit completed after it, as a local write is. ``partitions``:
         an overwrite's scope, as for :meth:`overwrite`. ``commit_properties``: ``extra`` and an
         idempotent ``app_id``/``version`` (when that version committed already, nothing begins
-        and ``PendingWrite.skipped`` is True).
+        and ``PendingWrite.skipped`` is True). ``stream_progress``: the write is a stream's batch
+        (:class:`txn.StreamProgress`), committed exactly once in the same way; the commit moves
+        the stream's record to it.
 
         Begins the instant now (its segment allocated, its heartbeat beating). Hand
         ``pending.ticket`` to the workers (:func:`txn.write_files`), then
@@ -460,14 +542,20 @@ class Table:
         """
         return _twophase.begin_write(self._context, operation, read_instant=read_instant,
                                      partitions=partitions, commit_properties=commit_properties,
-                                     progress=_progress)
+                                     progress=_twophase.stream_progress(stream_progress))
 
-    def already_committed(self, commit_properties: CommitProperties | None, *,
-                          _progress: Any = None) -> bool:
+    def already_committed(self, commit_properties: CommitProperties | None = None, *,
+                          stream_progress: StreamProgress | None = None) -> bool:
         """Whether ``commit_properties``' ``app_id`` committed its ``version`` (or a later one)
-        already: a write with them would commit nothing. Ask before work a replay need not do
-        (``begin_write`` checks again, under the lock)."""
-        return _twophase.already_done(self._context, commit_properties, _progress)
+        already, or the stream of ``stream_progress`` its batch: a write with them would commit
+        nothing. Ask before work a replay need not do (``begin_write`` checks again, under the
+        lock).
+
+        Raises:
+            StreamDroppedError: ``stream_progress``'s generation is one the stream has left.
+        """
+        return _twophase.already_done(self._context, commit_properties,
+                                      _twophase.stream_progress(stream_progress))
 
     def key_probe(self, read_instant: str | Snapshot | None = None) -> _twophase.KeyProbe:
         """A picklable probe that finds the live rows of record keys in the snapshot
@@ -535,6 +623,7 @@ def create_table(
     clock: Clock | None = None,
     ids: IdFactory | None = None,
     data: WriteInput | None = None,
+    staged: bool = False,
 ) -> Table:
     """Create a table at ``uri`` and return it: empty, or holding ``data`` as its first commit.
 
@@ -549,6 +638,11 @@ def create_table(
     location exactly one commits, the other's write rolls back with TableExistsError. ``data``
     of no rows creates the empty table. See design/protocol.md, "Staged create".
 
+    ``staged=True`` without ``data``: nothing is written now; the table returned exists with its
+    first commit (any write on it), or when :meth:`Table.publish` is called (empty), and not
+    before (``Table.staged`` says which). An engine's create-table-as-select stages the create
+    this way, so a failed load leaves no table.
+
     Raises:
         TableExistsError: a table is already there (or, with ``data``, appeared before the
             load committed).
@@ -560,7 +654,7 @@ def create_table(
     context = create_context(uri, schema, partition_by=partition_by, record_key=record_key,
                              sort_by=sort_by, properties=properties,
                              storage_options=storage_options, clock=clock, ids=ids,
-                             staged=data is not None)
+                             staged=staged or data is not None)
     table = Table._over(context)
     if data is not None:
         assert context.staged is not None

@@ -146,13 +146,13 @@ def test_an_empty_dataframe_creates_an_empty_table(spark: Any, tmp_path: Path) -
 def racing_creators(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both writers reach ``create_table`` before either has created the table."""
     barrier = threading.Barrier(2, timeout=60)
-    create_table = _tables.create_context
+    create_table = _tables.Layout.create
 
     def after_both_arrive(*args: Any, **kwargs: Any) -> txn.Table:
         barrier.wait()
         return create_table(*args, **kwargs)
 
-    monkeypatch.setattr(_tables, "create_context", after_both_arrive)
+    monkeypatch.setattr(_tables.Layout, "create", after_both_arrive)
 
 
 def _race(writes: list[Any]) -> list[Any]:
@@ -220,13 +220,13 @@ def test_a_writer_that_loses_the_creation_checks_its_rows_against_the_winner_s_t
     # The write checked its DataFrame for an unkeyed table; the table another writer created at
     # the same moment is keyed, and the DataFrame repeats a key.
     uri = str(tmp_path / "orders")
-    create_table = _tables.create_context
+    create_table = _tables.Layout.create
 
     def another_writer_first(*args: Any, **kwargs: Any) -> txn.Table:
         txn.create_table(uri, CREATED, record_key="id").append(orders(range(5)))
         return create_table(*args, **kwargs)
 
-    monkeypatch.setattr(_tables, "create_context", another_writer_first)
+    monkeypatch.setattr(_tables.Layout, "create", another_writer_first)
     with pytest.raises(txn.DuplicateKeyError, match=r"\[42\] appear more than once"):
         txn.spark.write(frame(spark, orders([40, 41, 42, 42])), uri)
     table = txn.open_table(uri)

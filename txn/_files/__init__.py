@@ -38,6 +38,7 @@ from ._foreign import (
     url_filesystem,
 )
 from ._hive import hive_value, parse_hive_value, partition_folder, timestamp_value
+from ._objects import open_storage
 from ._orc_footer import OrcFooterUnreadable, orc_footer_stats
 from ._scan import (
     DATA_FILE_EXPECTED,
@@ -119,6 +120,7 @@ __all__ = [
     "marker_instant",
     "marker_path",
     "modified_ms",
+    "open_storage",
     "orc_footer_stats",
     "parse_hive_value",
     "partition_folder",

@@ -1,7 +1,7 @@
 """The public value types: what operations return (commits, listings, reports), the options a
 commit takes, and the vocabulary their fields use. The lowest room: it imports no other."""
 
-from ._commit_properties import CommitProperties, commit_properties
+from ._commit_properties import CommitProperties, StreamProgress, commit_properties
 from ._commits import Commit, CompactionKind, Operation
 from ._display import load_time_taken, segment_size
 from ._listings import DataFile, Segment
@@ -19,6 +19,7 @@ __all__ = [
     "Problem",
     "ProblemKind",
     "Segment",
+    "StreamProgress",
     "ValidationReport",
     "commit_properties",
     "load_time_taken",

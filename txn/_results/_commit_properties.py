@@ -44,6 +44,32 @@ class CommitProperties(msgspec.Struct, frozen=True):
         return self.app_id is not None
 
 
+class StreamProgress(msgspec.Struct, frozen=True):
+    """Batch ``batch_id`` of stream ``stream`` (generation ``generation``), committed exactly once
+    by a write that carries it (:meth:`txn.Table.begin_write`): the commit moves the stream's
+    record in SHOW STREAMS to this batch, and a write of a batch at or below the record's is
+    skipped. How a streaming engine's sink (``txn.spark.write_stream``) makes each micro-batch
+    one commit on any table, streaming or not.
+
+    ``generation``: the stream's generation the producer writes (:meth:`txn.Table.stream_generation`
+    when it started); once the stream is dropped, a batch of an older generation raises
+    ``StreamDroppedError``. Checked when built: a bad value raises ``InvalidOptionError``.
+    """
+
+    stream: str
+    batch_id: int
+    generation: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stream, str) or not self.stream.strip():
+            raise InvalidOptionError(
+                f"StreamProgress: stream must be a non-empty string, got {self.stream!r}")
+        for name, value in (("batch_id", self.batch_id), ("generation", self.generation)):
+            if not _in_range(value):
+                raise InvalidOptionError(f"StreamProgress: {name} must be an int from 0 to {MAX_BATCH} "
+                                         f"(stored as a 64-bit integer), got {value!r}")
+
+
 def _in_range(version: object) -> bool:
     return not isinstance(version, bool) and isinstance(version, int) and 0 <= version <= MAX_BATCH
 

@@ -3,6 +3,6 @@ DROP STREAM (design/streaming.md)."""
 
 from ._drop import drop_stream
 from ._show import StreamInfo, streams
-from ._stream import Stream, record_of
+from ._stream import Stream, generation, record_of
 
-__all__ = ["Stream", "StreamInfo", "drop_stream", "record_of", "streams"]
+__all__ = ["Stream", "StreamInfo", "drop_stream", "generation", "record_of", "streams"]

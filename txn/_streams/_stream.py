@@ -74,6 +74,12 @@ def record_of(context: TableContext, name: str) -> StreamRecord | None:
     return producer_record(context, context.timeline.load(), ProducerKind.STREAM, name)
 
 
+def generation(context: TableContext, name: str) -> int:
+    """The generation stream ``name``'s next batch belongs to (0: never started; one more after
+    each DROP STREAM)."""
+    return generation_of(record_of(context, _check_name(name)))
+
+
 class Stream:
     """A stream writing one table; obtain it with :meth:`txn.Table.stream`.
 

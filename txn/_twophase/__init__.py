@@ -2,7 +2,15 @@
 (:class:`PendingWrite`); workers anywhere write its data files with a picklable ticket
 (:func:`write_files`), or a foreign writer's files join it (:func:`adopt_files`)."""
 
-from ._driver import OPERATIONS, PendingWrite, already_done, begin_write, key_probe, read_state
+from ._driver import (
+    OPERATIONS,
+    PendingWrite,
+    already_done,
+    begin_write,
+    key_probe,
+    read_state,
+    stream_progress,
+)
 from ._staging import adopt_files
 from ._ticket import KeyProbe, WriteTicket
 from ._worker import WrittenFiles, write_files
@@ -18,5 +26,6 @@ __all__ = [
     "begin_write",
     "key_probe",
     "read_state",
+    "stream_progress",
     "write_files",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from indexes import DELETES, FILES, FILES_SCHEMA, SnapshotExpiredError, live
+from indexes import DELETES, FILES, FILES_SCHEMA, ProducerKind, SnapshotExpiredError, live
 from timeline import DuplicateKeyError, InvalidOptionError, ObjectNotFoundError, TimelineView
 
 from .._commit import (
@@ -48,7 +48,7 @@ from .._context import (
 )
 from .._files import LiveDeltas, Positions, marked_paths, scan_file, stage_deletes
 from .._read import Snapshot
-from .._results import Commit, CommitProperties
+from .._results import Commit, CommitProperties, StreamProgress
 from .._rows import describe, index_keys, repeated
 from .._segments import after_load
 from .._write import State, already_committed, app_progress, overwrite_scope
@@ -121,6 +121,15 @@ def key_probe(context: TableContext, read_instant: object = None, state: State |
         completed={i.time: i.completed_at or "" for i in state.view.completed()},
         done=context.metadata.done_compactions(),
         live_files=tuple(state.live_files["path"].to_pylist()))
+
+
+def stream_progress(value: object) -> Progress | None:
+    """The producer's batch a public :class:`txn.StreamProgress` names (None: none given)."""
+    if value is None:
+        return None
+    if not isinstance(value, StreamProgress):
+        raise InvalidOptionError(f"stream_progress must be a txn.StreamProgress, got {type(value).__name__}")
+    return Progress(ProducerKind.STREAM, value.stream, value.batch_id, value.generation)
 
 
 def already_done(context: TableContext, properties: CommitProperties | None,

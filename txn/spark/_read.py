@@ -18,9 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from timeline import InvalidOptionError
-
-from .. import open_table
+from .. import InvalidOptionError, open_table
 from ._deleted import kept_rows
 from ._external import external_frames
 from ._filters import to_expression

@@ -41,9 +41,8 @@ from pyspark.sql.datasource import (
 )
 
 import txn
-from timeline import InvalidOptionError
 
-from .. import DataFile, FileReader, open_table
+from .. import DataFile, FileReader, InvalidOptionError, open_table
 from ._sql._catalog import set_warehouse
 from ._tables import Layout, layout_of_options, resolve
 from ._types import conform, spark_schema

@@ -29,13 +29,8 @@ import logging
 import secrets
 from typing import Any
 
-from indexes import DROPPED, STREAM
-from timeline import InvalidOptionError, ObjectExistsError, open_storage
+import txn
 
-from .._commit import Progress, generation_of
-from .._context import TableContext, open_context, streaming_enabled
-from .._results import Commit
-from .._streams import Stream, record_of
 from ._tables import Layout, resolve
 from ._workers import ensure_workers_run_metatxn
 from ._write import write
@@ -48,23 +43,15 @@ _STREAM_MODES = ("append", "upsert")
 
 def stream_id(checkpoint_location: str) -> str:
     """The stream id kept with a checkpoint (created on first use, atomically)."""
-    storage = open_storage(checkpoint_location)
-    with contextlib.suppress(ObjectExistsError):  # another start of the query created it first
+    storage = txn.open_storage(checkpoint_location)
+    with contextlib.suppress(txn.ObjectExistsError):  # another start of the query created it first
         storage.put_if_absent(STREAM_ID_FILE, secrets.token_hex(8).encode())
     return storage.read(STREAM_ID_FILE).decode()
 
 
-def last_batch(table: TableContext, stream: str) -> int | None:
-    """The largest batch id of ``stream`` committed to the table (None if none): its record."""
-    record = record_of(table, stream)
-    if record is None or record.status == DROPPED or record.last_batch < 0:
-        return None
-    return record.last_batch
-
-
 def write_batch(frame: Any, uri: str, stream: str, batch_id: int, *, mode: str = "append",
                 storage_options: dict[str, Any] | None = None,
-                sink: Stream | None = None, generation: int | None = None) -> Commit | None:
+                sink: txn.Stream | None = None, generation: int | None = None) -> txn.Commit | None:
     """Commit one micro-batch unless this stream already committed it (or a later one).
 
     ``generation``: the stream's generation when the query started (None: the current one); a
@@ -72,12 +59,17 @@ def write_batch(frame: Any, uri: str, stream: str, batch_id: int, *, mode: str =
     On a streaming table ``sink`` holds it."""
     if sink is not None:  # a streaming table: the batch goes to the stream's open segment
         return sink.write(batch_id, frame.toArrow())
-    table = open_context(uri, storage_options)
     if generation is None:
-        generation = generation_of(record_of(table, stream))
-    progress = Progress(STREAM, stream, batch_id, generation)
+        generation = txn.open_table(uri, storage_options).stream_generation(stream)
+    progress = txn.StreamProgress(stream, batch_id, generation)
     return write(frame, uri, mode, storage_options=storage_options, progress=progress,
                  extra={"stream": stream, "batch": str(batch_id)})
+
+
+def _streaming(properties: dict[str, str]) -> bool:
+    """Whether ``properties`` make a new table a streaming one (what ``Table.streaming`` reads
+    from an existing table's): checked before the table may be created."""
+    return str(properties.get("streaming", "false")).lower() == "true"
 
 
 def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "append",
@@ -97,13 +89,13 @@ def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "ap
     ``t.streams()`` while the query runs, and ``t.drop_stream(name)`` stops the query first.
     """
     if mode not in _STREAM_MODES:
-        raise InvalidOptionError(f"a stream writes with mode {list(_STREAM_MODES)}, got {mode!r}")
-    if mode != "append" and isinstance(properties, dict) and streaming_enabled(properties):
+        raise txn.InvalidOptionError(f"a stream writes with mode {list(_STREAM_MODES)}, got {mode!r}")
+    if mode != "append" and isinstance(properties, dict) and _streaming(properties):
         # Before resolve() may create the table: a refused stream leaves no table.
-        raise InvalidOptionError(f"a stream on a streaming table appends; got mode {mode!r}")
+        raise txn.InvalidOptionError(f"a stream on a streaming table appends; got mode {mode!r}")
     ensure_workers_run_metatxn(df.sparkSession)
     stream = name or query_name or stream_id(checkpoint_location)
-    sink: list[Stream] = []
+    sink: list[txn.Stream] = []
     generation: list[int] = []
 
     def each(frame: Any, batch_id: int) -> None:
@@ -120,12 +112,12 @@ def write_stream(df: Any, uri: str, *, checkpoint_location: str, mode: str = "ap
     table = resolve(uri, df.schema, mode, Layout(partition_by, record_key, sort_by, properties),
                     storage_options, staged=False)
     assert table is not None  # the stream modes never ignore an existing table
-    if streaming_enabled(table.properties):
+    if table.streaming:
         if mode != "append":
-            raise InvalidOptionError(f"a stream on a streaming table appends; got mode {mode!r}")
-        sink.append(Stream(table, stream))
+            raise txn.InvalidOptionError(f"a stream on a streaming table appends; got mode {mode!r}")
+        sink.append(table.stream(stream))
     # Fixed at the start, as a Stream's: a DROP STREAM after it fences this query off.
-    generation.append(generation_of(record_of(table, stream)))
+    generation.append(table.stream_generation(stream))
     query = writer.start()
     if sink:
         sink[0].feed_by(lambda: bool(query.isActive), query.stop)

@@ -3,10 +3,11 @@
 Spark's save modes decide what an existing table means (``error`` fails, ``ignore`` does
 nothing, the others write into it); where no table exists, the write creates it from the
 DataFrame's schema and the layout options, like Delta, Hudi and Iceberg writers do. The create
-is staged (design/protocol.md, "Staged create"): ``table.json`` is put with the write's commit,
-so a write that fails leaves no table. Of two writers creating the same table at the same moment
-exactly one creates it; the other's write rolls back with TableExistsError, and
-``txn.spark.write`` then writes again into the table that exists now, by its mode.
+is staged (``txn.create_table(..., staged=True)``, design/protocol.md, "Staged create"):
+``table.json`` is put with the write's commit, so a write that fails leaves no table. Of two
+writers creating the same table at the same moment exactly one creates it; the other's write
+rolls back with TableExistsError, and ``txn.spark.write`` then writes again into the table that
+exists now, by its mode.
 
 Layout options given for an existing table must agree with it: a write never changes a table's
 layout, and never silently ignores a layout it was asked for.
@@ -14,15 +15,12 @@ layout, and never silently ignores a layout it was asked for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
+import txn
 
-from timeline import InvalidOptionError, TableExistsError, TableNotFoundError
-
-from .._context import TableContext, check_layout, check_properties, column_list, create_context, open_context
 from ._types import check_dataframe, table_schema
 
 #: Spark's save modes (``errorifexists`` and ``default`` are spellings of ``error``) and upsert.
@@ -35,7 +33,7 @@ def save_mode(mode: object) -> str:
     name = mode.lower() if isinstance(mode, str) else None
     name = _SPELLINGS.get(name or "", name)
     if name not in MODES:
-        raise InvalidOptionError(
+        raise txn.InvalidOptionError(
             f"mode must be one of {[*MODES, 'errorifexists']}, got {mode!r}")
     return name
 
@@ -52,64 +50,37 @@ class Layout:
     sort_by: list[str] | None = None
     properties: dict[str, str] | None = None
 
-    @property
-    def key_columns(self) -> list[str] | None:
-        if self.record_key is None:
-            return None
-        return [self.record_key] if isinstance(self.record_key, str) else list(self.record_key)
-
-    def check_new(self, schema: pa.Schema, mode: str) -> list[str]:
-        """Validate the options for a new table of ``schema``; return its key columns."""
-        check_layout(schema, self.partition_by, self.record_key, self.sort_by)
-        check_properties(self.properties)
+    def create(self, uri: str, schema: Any, mode: str,
+               storage_options: dict[str, Any] | None) -> txn.Table:
+        """A staged table of ``schema`` with these options at ``uri`` (nothing written yet)."""
+        table = txn.create_table(uri, schema, partition_by=self.partition_by,
+                                 record_key=self.record_key, sort_by=self.sort_by,
+                                 properties=self.properties, storage_options=storage_options,
+                                 staged=True)
         if mode == "upsert" and self.record_key is None:
-            raise InvalidOptionError(
+            raise txn.InvalidOptionError(
                 "mode 'upsert' creates a keyed table where none exists, and needs record_key; "
                 "none was given\nHelp: pass record_key='<column>' (format: .option('recordKey', ...))")
-        return self.key_columns or []
+        return table
 
-    def check_matches(self, table: TableContext) -> None:
+    def check_matches(self, table: txn.Table) -> None:
         """Raise InvalidOptionError naming the first option that differs from the table's."""
-        # Values are checked as the table would hold them: cross-field rules (an archive trigger
-        # above the retained count) see the table's other properties.
-        properties = self.properties or {}
-        if not isinstance(properties, dict):
-            check_properties(properties)  # raises: not a dict of strings
-        check_properties({**table.properties, **properties})
-        given = (("partition_by", self.partition_by, table.partition_by, False),
-                 ("record_key", self.record_key, table.record_key_columns, True),
-                 ("sort_by", self.sort_by, table.sort_by, False))
-        for option, value, actual, allow_str in given:
-            if value is None:
-                continue
-            wanted = column_list(option, value, allow_str=allow_str)
-            if wanted != list(actual):
-                raise InvalidOptionError(
-                    f"{option} {wanted!r} differs from the table's {actual!r} at {table.uri}; "
-                    "nothing was written\nHelp: leave the layout options out to write with the "
-                    "table's layout (a write never changes it)")
-        for key, value in properties.items():
-            actual_value = table.properties.get(key)
-            if actual_value != value:
-                shown = "not set" if actual_value is None else repr(actual_value)
-                raise InvalidOptionError(
-                    f"table property {key}={value!r} differs from the table's ({shown}) at "
-                    f"{table.uri}; nothing was written\nHelp: leave properties out to write "
-                    "with the table's own")
+        table.check_layout(partition_by=self.partition_by, record_key=self.record_key,
+                           sort_by=self.sort_by, properties=self.properties)
 
 
-def _existing(uri: str, storage_options: dict[str, Any] | None) -> TableContext | None:
+def _existing(uri: str, storage_options: dict[str, Any] | None) -> txn.Table | None:
     """The table at ``uri``, or None where there is none."""
     try:
-        return open_context(uri, storage_options)
-    except TableNotFoundError:
+        return txn.open_table(uri, storage_options)
+    except txn.TableNotFoundError:
         return None
 
 
-def _for_existing(table: TableContext, mode: str, layout: Layout) -> TableContext | None:
+def _for_existing(table: txn.Table, mode: str, layout: Layout) -> txn.Table | None:
     """What ``mode`` makes of an existing table: an error, nothing (None), or the table."""
     if mode == "error":
-        raise TableExistsError(table.uri)
+        raise txn.TableExistsError(table.uri)
     if mode == "ignore":
         return None
     layout.check_matches(table)
@@ -117,17 +88,15 @@ def _for_existing(table: TableContext, mode: str, layout: Layout) -> TableContex
 
 
 def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
-            storage_options: dict[str, Any] | None, *,
-            before_create: Callable[[pa.Schema, list[str]], None] | None = None,
-            staged: bool = True) -> TableContext | None:
+            storage_options: dict[str, Any] | None, *, staged: bool = True) -> txn.Table | None:
     """The table a write of a DataFrame with ``dataframe_schema`` goes to, created if missing.
 
     Returns None when the mode says to do nothing (``ignore`` on an existing table). Where no
-    table exists, ``before_create(schema, key_columns)`` runs the caller's checks of the data,
-    and the table returned is staged: it comes to exist with the write's commit (``staged``
-    on the context; ``staged=False`` creates it at once, for a writer whose commit re-opens the
-    table by its location). If another writer creates the table first, it is treated as
-    existing, by ``mode``.
+    table exists, the table returned is staged (``txn.create_table(..., staged=True)``): it
+    comes to exist with the write's first commit, or ``Table.publish()``, so the caller's checks
+    of the data may still refuse the write and leave no table. ``staged=False`` publishes it
+    at once, for a writer whose commit re-opens the table by its location. If another writer
+    creates the table first, it is treated as existing, by ``mode``.
 
     Raises:
         TableExistsError: ``error`` mode and a table exists.
@@ -137,24 +106,20 @@ def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
     """
     table = _existing(uri, storage_options)
     if table is None:
-        schema = table_schema(dataframe_schema)
-        columns = layout.check_new(schema, mode)
-        if before_create is not None:
-            before_create(schema, columns)
         try:
-            return create_context(uri, schema, partition_by=layout.partition_by,
-                                  record_key=layout.record_key, sort_by=layout.sort_by,
-                                  properties=layout.properties, storage_options=storage_options,
-                                  staged=staged)
-        except TableExistsError:  # another writer created it first: it exists now
-            table = open_context(uri, storage_options)
-    table = _for_existing(table, mode, layout)
-    if table is None:
+            created = layout.create(uri, table_schema(dataframe_schema), mode, storage_options)
+            if not staged:
+                created.publish()
+            return created
+        except txn.TableExistsError:  # another writer created it first: it exists now
+            table = txn.open_table(uri, storage_options)
+    found = _for_existing(table, mode, layout)
+    if found is None:
         return None
-    check_dataframe(dataframe_schema, table.schema)
-    if mode == "upsert" and not table.record_key_columns:
-        raise InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
-    return table
+    check_dataframe(dataframe_schema, found.schema)
+    if mode == "upsert" and not found.record_key_columns:
+        raise txn.InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
+    return found
 
 
 def layout_of_options(options: Mapping[str, str]) -> Layout:
@@ -162,7 +127,7 @@ def layout_of_options(options: Mapping[str, str]) -> Layout:
     known = {"path", "recordkey", "sortby", "partitionby"}
     unknown = sorted(k for k in options if k not in known and not k.startswith("properties."))
     if unknown:
-        raise InvalidOptionError(
+        raise txn.InvalidOptionError(
             f"format('metatxn') writes take the options recordKey, partitionBy, sortBy and "
             f"properties.<key>; got unknown option(s) {unknown}")
 
@@ -180,11 +145,3 @@ def layout_of_options(options: Mapping[str, str]) -> Layout:
         properties={k.removeprefix("properties."): v for k, v in options.items()
                     if k.startswith("properties.")} or None,
     )
-
-
-def as_table(context: TableContext) -> Any:
-    """The public ``txn.Table`` over ``context`` (a staged one included: its first commit
-    creates it)."""
-    from .. import Table
-
-    return Table._over(context)

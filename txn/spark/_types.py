@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeline import InvalidOptionError, SchemaMismatchError
+from .. import InvalidOptionError, SchemaMismatchError
 
 
 def quoted(name: str) -> str:

@@ -15,8 +15,7 @@ import sys
 import threading
 from typing import Any
 
-from timeline import WorkerEnvironmentError
-
+from .. import WorkerEnvironmentError
 from . import _probe
 
 log = logging.getLogger("metatxn")

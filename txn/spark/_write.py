@@ -28,11 +28,8 @@ import pyarrow as pa
 
 import txn
 
-# The only private name: ``partitions``' check before a table is created (table creation is
-# reworked separately; see design/spark.md).
-from .._write import layout_scope
 from ._native import write_files, writes_natively
-from ._tables import Layout, as_table, resolve, save_mode
+from ._tables import Layout, resolve, save_mode
 from ._types import conform, quoted
 from ._workers import ensure_workers_run_metatxn
 
@@ -119,7 +116,7 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
           record_key: str | list[str] | None = None, sort_by: list[str] | None = None,
           properties: dict[str, str] | None = None, storage_options: dict[str, Any] | None = None,
           extra: dict[str, str] | None = None, app_id: str | None = None,
-          version: int | None = None, progress: Any = None,
+          version: int | None = None, progress: txn.StreamProgress | None = None,
           partitions: str | Mapping[str, Any] | None = None,
           commit_properties: txn.CommitProperties | None = None) -> txn.Commit | None:
     """Write a Spark DataFrame into the table at ``uri`` in one commit, creating the table if
@@ -128,7 +125,8 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     ``commit_properties`` (a ``txn.CommitProperties``), or ``extra``, ``app_id`` and ``version``
     as separate keywords: the commit's metadata, and an idempotent write, as for
     :meth:`txn.Table.append` (None when ``app_id`` committed ``version`` or a later one).
-    ``progress`` is the same for a stream's batch (``txn.spark.write_stream``).
+    ``progress`` (a ``txn.StreamProgress``) is the same for a stream's batch
+    (``txn.spark.write_stream``).
 
     ``mode``: ``"append"`` (a new segment), ``"overwrite"`` (replace the whole content),
     ``"upsert"`` (keyed tables: rows whose key exists replace it through delete deltas), and
@@ -155,7 +153,7 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
         "properties": properties, "storage_options": storage_options, "extra": extra,
         "app_id": app_id, "version": version, "progress": progress, "partitions": partitions,
         "commit_properties": commit_properties}
-    created: list[Any] = []  # the staged create of a new table, published if nothing committed
+    created: list[txn.Table] = []  # a new table, staged: published if nothing committed
     try:
         commit = _write_once(df, uri, mode, created, **arguments)
         for staged in created:
@@ -169,11 +167,11 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
         return _write_once(df, uri, mode, [], **arguments)
 
 
-def _write_once(df: Any, uri: str, mode: str, created: list[Any], *, partition_by: list[str] | None,
+def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, partition_by: list[str] | None,
                 record_key: str | list[str] | None, sort_by: list[str] | None,
                 properties: dict[str, str] | None, storage_options: dict[str, Any] | None,
                 extra: dict[str, str] | None, app_id: str | None, version: int | None,
-                progress: Any, partitions: str | Mapping[str, Any] | None,
+                progress: txn.StreamProgress | None, partitions: str | Mapping[str, Any] | None,
                 commit_properties: txn.CommitProperties | None) -> txn.Commit | None:
     mode = save_mode(mode)
     operation = "append" if mode in ("error", "ignore") else mode
@@ -181,34 +179,22 @@ def _write_once(df: Any, uri: str, mode: str, created: list[Any], *, partition_b
         raise txn.InvalidOptionError(f"partitions={partitions!r} is for mode='overwrite', not {mode!r}")
     options = _commit_properties(commit_properties, extra, app_id, version)
     ensure_workers_run_metatxn(df.sparkSession)
-    checked: dict[tuple[pa.Schema, tuple[str, ...], tuple[str, ...]], Any] = {}
-
-    def check(schema: pa.Schema, columns: list[str], partition_by: list[str]) -> None:
-        nonlocal df
-        scope, values = layout_scope(uri, schema, partition_by, columns, partitions)
-        df = _checked(df, schema, columns)
-        if values:
-            _check_in_partition(df, values)
-        checked[(schema, tuple(columns), tuple(partition_by))] = scope, values
-
-    # A new table is created only after the DataFrame and ``partitions`` passed the checks for
-    # it: a refused write to a new location leaves no table.
-    target = resolve(uri, df.schema, mode, Layout(partition_by, record_key, sort_by, properties),
-                     storage_options,
-                     before_create=lambda schema, columns: check(schema, columns, list(partition_by or [])))
-    if target is None:
+    # A new table is staged: it appears with the commit, so a DataFrame or ``partitions`` the
+    # checks below refuse leaves no table.
+    table = resolve(uri, df.schema, mode, Layout(partition_by, record_key, sort_by, properties),
+                    storage_options)
+    if table is None:
         return None
-    table = as_table(target)
-    if target.staged is not None:
-        created.append(target.staged)
+    if table.staged:
+        created.append(table)
     columns = table.record_key_columns
-    layout = (table.schema, tuple(columns), tuple(table.partition_by))
-    if layout not in checked:  # an existing table, or another writer's new one
-        check(table.schema, columns, table.partition_by)
-    scope, values = checked[layout]
-    if table.already_committed(options, _progress=progress) or (mode == "upsert" and df.isEmpty()):
+    values = table.overwrite_partition(partitions)
+    df = _checked(df, table.schema, columns)
+    if values:
+        _check_in_partition(df, values)
+    if table.already_committed(options, stream_progress=progress) or (mode == "upsert" and df.isEmpty()):
         return None
-    if scope is not None and not values and df.isEmpty():
+    if partitions is not None and not values and df.isEmpty():
         return None  # the partitions of no rows: nothing is replaced
     # A keyed DataFrame is pinned, so planning and writing it again (when a table service
     # overtook the write) writes the same rows against the new state.
@@ -218,7 +204,7 @@ def _write_once(df: Any, uri: str, mode: str, created: list[Any], *, partition_b
         if columns and operation in ("append", "upsert"):
             read, deletes = _find_existing_rows(table, df, operation)
         with table.begin_write(operation, read_instant=read, partitions=partitions,
-                               commit_properties=options, _progress=progress) as pending:
+                               commit_properties=options, stream_progress=progress) as pending:
             if pending.skipped:
                 return None
             reports = run_job(table, df, pending)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from timeline import SchemaMismatchError
+from ... import SchemaMismatchError
 
 
 def _quoted(name: str) -> str:

@@ -16,9 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from timeline import InvalidOptionError, TableNotFoundError
-
-from ... import Table, open_table
+from ... import InvalidOptionError, Table, TableNotFoundError, open_table
 
 #: The Spark runtime configuration key holding the warehouse of ``txn.spark.sql``.
 WAREHOUSE_KEY = "spark.metatxn.sql.warehouse"

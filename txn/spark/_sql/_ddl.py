@@ -28,9 +28,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from timeline import InvalidOptionError, TableExistsError
-
-from ... import create_table
+from ... import InvalidOptionError, TableExistsError, create_table
 from .._types import table_schema
 from .._write import write
 from ._catalog import Catalog, TableName

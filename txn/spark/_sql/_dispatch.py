@@ -29,8 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from timeline import InvalidOptionError
-
+from ... import InvalidOptionError
 from . import _ddl, _dml, _insert, _load, _segments
 from ._catalog import Catalog, catalog_of
 from ._parse import Cursor, Token, leading_words, quoting, spark_errors, tokenize, without_terminator

@@ -24,9 +24,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from timeline import InvalidOptionError
-
-from ... import open_table
+from ... import InvalidOptionError, open_table
 from .._types import spark_schema
 from .._write import write
 from ._assign import converted

@@ -56,8 +56,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from timeline import SchemaMismatchError, open_storage
-
+from ... import SchemaMismatchError, open_storage
 from .._types import spark_schema
 from .._write import write
 from ._catalog import Catalog

@@ -18,8 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from timeline import InvalidOptionError, TxnError
-
+from ... import InvalidOptionError, TxnError
 from ._catalog import DEFAULT_DATABASE, TableName, name_problem
 
 _TOKEN = re.compile(r"""

@@ -28,8 +28,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from timeline import InvalidOptionError
-
+from ... import InvalidOptionError
 from .._read import read
 from ._catalog import Catalog, TableName
 from ._tree import name_of, parse

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from timeline import (
+from ... import (
     CorruptMetadataError,
     InvalidOptionError,
     ObjectExistsError,
@@ -30,7 +30,6 @@ from timeline import (
     TableExistsError,
     open_storage,
 )
-
 from ._catalog import Catalog, TableName
 from ._stream_syntax import CREATE_SOURCE_FORM, SourceDeclaration, first_line, statement_error
 

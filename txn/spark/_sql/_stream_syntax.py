@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from timeline import InvalidOptionError
-
+from ... import InvalidOptionError
 from ._catalog import TableName
 from ._parse import Cursor, Token, leading_words, refused, tokenize, without_terminator
 

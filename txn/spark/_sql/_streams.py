@@ -58,14 +58,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from timeline import (
-    InvalidOptionError,
-    SchemaMismatchError,
-    StreamNotFoundError,
-    TableNotFoundError,
-)
-
-from ... import Table
+from ... import InvalidOptionError, SchemaMismatchError, StreamNotFoundError, Table, TableNotFoundError
 from .._stream import write_stream
 from .._types import check_dataframe
 from . import _stream_jobs as registry

@@ -17,8 +17,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from timeline import InvalidOptionError
-
+from ... import InvalidOptionError
 from ._catalog import DEFAULT_DATABASE, TableName, name_problem
 from ._parse import spark_message
 
