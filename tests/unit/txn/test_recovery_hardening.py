@@ -422,7 +422,7 @@ def test_the_marker_sweep_removes_rolled_back_leftovers_and_leaves_writes_in_fli
 def test_a_damaged_marker_does_not_fail_the_removal_of_a_spark_writes_unreported_files(
     table_uri: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from txn.spark._write import _remove_unreported
+    from txn._twophase._driver import _remove_unreported
 
     table = _small_files(table_uri, clock)
     table.append(rows(range(5)))
