@@ -57,9 +57,10 @@ def refuse_existing_keys(existing: pa.Table, columns: list[str]) -> None:
     ``existing``: the index keys (``key_0``...) of the live rows found for the append's keys.
     """
     if existing.num_rows:
+        count = f"{existing.num_rows} " if existing.num_rows > 1 else ""
         raise DuplicateKeyError(
-            f"append: {existing.num_rows} record key(s) {describe(existing, columns)} already exist "
-            "in the table; nothing was written\nHelp: use upsert to replace existing keys")
+            f"append: {count}record key(s) {describe(existing, columns)} already exist in the table; "
+            "nothing was written\nHelp: use upsert to replace existing keys")
 
 
 def _require_key(context: TableContext, operation: str) -> list[str]:
