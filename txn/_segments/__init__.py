@@ -10,7 +10,6 @@ from ._compact import (
     check_kind,
     compact,
     merge_stream_files,
-    repeats,
 )
 from ._delete import delete_segments
 from ._show import partitions, segments
@@ -29,7 +28,6 @@ __all__ = [
     "delete_segments",
     "merge_stream_files",
     "partitions",
-    "repeats",
     "segments",
     "trash",
     "validate",
