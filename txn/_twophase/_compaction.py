@@ -22,7 +22,7 @@ from .._context import TableContext
 from .._read import FileReader, snapshot_at
 from .._results import Commit, CompactionKind, DataFile
 from .._segments import BegunCompaction, begin_compaction, check_kind
-from ._driver import gathered, quietly, remove_unreported, ticket_for
+from ._driver import _remove_unreported, gathered, quietly, ticket_for
 from ._staging import remove_staging, sweep_staging
 from ._ticket import WriteTicket
 from ._worker import WrittenFiles
@@ -146,7 +146,7 @@ class PendingCompaction:
         context = self._context
 
         def written(pending: Pending) -> Written:
-            remove_unreported(context, pending.instant.time, {s.path for s in statuses}, parts)
+            _remove_unreported(context, pending.instant.time, {s.path for s in statuses}, parts)
             return Written(statuses=statuses, index_sizes=shards)
 
         self._status = _DONE

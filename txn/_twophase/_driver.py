@@ -318,7 +318,7 @@ class PendingWrite:
         def write(begun: Pending) -> Written:
             if existing and self._operation == "append" and ticket.probe is not None:
                 ticket.probe.refuse(pa.concat_tables(existing))  # rolled back, as any failed commit
-            remove_unreported(context, begun.instant.time, {s.path for s in statuses}, parts)
+            _remove_unreported(context, begun.instant.time, {s.path for s in statuses}, parts)
             if check_keys:
                 _refuse_repeats(context, begun.instant.time, shards)
             if removed is not None and removed.num_rows:
@@ -457,7 +457,7 @@ def gathered(reports: Iterable[WrittenFiles]) -> tuple[list[FileStatus], set[int
             {r.index_part for r in reports if r.index_part is not None}, shards)
 
 
-def remove_unreported(context: TableContext, instant_time: str, files: set[str], parts: set[int]) -> None:
+def _remove_unreported(context: TableContext, instant_time: str, files: set[str], parts: set[int]) -> None:
     """Delete what workers that failed or were retried wrote for ``instant_time``: data files
     whose markers name it but no report does, and index log parts no report names."""
     storage = context.storage
