@@ -57,7 +57,15 @@ from ._results import (
 from ._segments import CleanResult
 from ._streams import Stream, StreamInfo
 from ._table import Table, create_table, open_table
-from ._twophase import KeyProbe, PendingWrite, WriteTicket, WrittenFiles, adopt_files, write_files
+from ._twophase import (
+    KeyProbe,
+    PendingCompaction,
+    PendingWrite,
+    WriteTicket,
+    WrittenFiles,
+    adopt_files,
+    write_files,
+)
 from ._write import Transaction
 
 __all__ = [
@@ -82,6 +90,7 @@ __all__ = [
     "ObjectExistsError",
     "ObjectNotFoundError",
     "Operation",
+    "PendingCompaction",
     "PendingWrite",
     "Problem",
     "ProblemKind",

@@ -469,6 +469,25 @@ class Table:
         """
         return _segments.compact(self._context, kind, segments=segments)
 
+    def begin_compaction(self, kind: str = CompactionKind.MINOR, *,
+                         segments: Sequence[str | int] | None = None) -> _twophase.PendingCompaction | None:
+        """Begin one round of a compaction whose rows are rewritten elsewhere (Spark executors,
+        other workers), committed once by the returned :class:`txn.PendingCompaction`; None when
+        there is nothing to compact.
+
+        The same round :meth:`compact` runs: the same ``kind`` and ``segments``, selection,
+        target name (``pending.target``), admission and conflict rule. Read the live rows of
+        ``pending.files()`` with ``pending.file_reader()``, write them with
+        ``txn.write_files(pending.ticket, ...)``, then ``pending.commit(reports)``; leaving the
+        ``with`` block without a commit, or by an exception, aborts it and deletes what the
+        workers wrote. ``"minor"`` and ``"close_streaming"`` may find more after a round:
+        begin again until None, as :meth:`compact` does.
+
+        Raises:
+            InvalidOptionError, SegmentNotFoundError: as :meth:`compact`, nothing begun.
+        """
+        return _twophase.begin_compaction(self._context, kind, segments=segments)
+
     def delete_segments(self, ids: Sequence[str | int] | None = None, *,
                         before: datetime | None = None) -> Commit:
         """DELETE SEGMENT: mark segments ``Marked for Delete`` in one commit; readers stop seeing

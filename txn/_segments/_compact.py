@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
 import pyarrow as pa
@@ -31,7 +32,17 @@ import pyarrow as pa
 from indexes import SegmentEntry, SegmentStatus, segment_sort_key
 from timeline import CommitConflictError, InvalidOptionError, TimelineView
 
-from .._commit import Compaction, Merge, Pending, StreamFilesMerge, Written, commit
+from .._commit import (
+    Compaction,
+    Merge,
+    Pending,
+    StreamFilesMerge,
+    WrittenBy,
+    begin,
+    commit,
+    finish,
+    protocol_of,
+)
 from .._context import (
     LATEST_PARTITIONS,
     CommitMetadata,
@@ -58,41 +69,103 @@ KINDS: Final = (CompactionKind.MINOR, CompactionKind.MAJOR, CompactionKind.CUSTO
 KIND_KEY: Final = "compaction"
 
 
-#: A rewrite done elsewhere (Spark's executors): given the planned compaction, the write phase
-#: that writes its rows as the new segment's files.
-Rewrite = Callable[[Compaction], Callable[[Pending], Written]]
-
-
 def compact(context: TableContext, kind: str = CompactionKind.MINOR, *,
-            segments: Sequence[str | int] | None = None,
-            rewrite: Rewrite | None = None) -> Commit | None:
+            segments: Sequence[str | int] | None = None) -> Commit | None:
     """Run one compaction (MINOR: as many rounds as find something); see :meth:`txn.Table.compact`.
 
-    ``rewrite`` replaces the local rewrite of the rows (``txn.spark.compact``).
+    Each round is :func:`begin_compaction` and the rewrite of its rows here
+    (:meth:`BegunCompaction.rewrite`); ``txn.spark.compact`` runs the same rounds through the
+    public two-phase form, its rows rewritten by Spark's executors.
     """
-    kind = _check_kind(context, kind, segments)
+    kind = check_kind(context, kind, segments)
     last: Commit | None = None
-    taken = 0
-    made_by: dict[str, str] = {}
+    rounds = Rounds()
     while True:
-        planned = latest(context, lambda state: plan(context, state, kind, segments, made_by))
-        if planned is None:
+        begun = begin_compaction(context, kind, segments, rounds)
+        if begun is None:
             return last
+        last = begun.rewrite()
+        if not repeats(kind):
+            return last
+
+
+def repeats(kind: str) -> bool:
+    """Whether a compaction of ``kind`` runs again once a round committed (MINOR may find the
+    next level; the hand-off converts one finished streaming segment per round)."""
+    return kind in (CompactionKind.MINOR, CompactionKind.CLOSE_STREAMING)
+
+
+@dataclass
+class Rounds:
+    """What the rounds of one compaction share: the kind that made each compacted segment, as
+    read so far (a commit's metadata is read once per call, not once per round), and how often
+    running writes took a source between plan and begin."""
+
+    made_by: dict[str, str] = field(default_factory=dict)
+    taken: int = 0
+
+
+@dataclass
+class BegunCompaction:
+    """A compaction planned on ``state`` and begun (its instant started, its target segment
+    named, no running write holding a source): rewrite its rows here (:meth:`rewrite`), or have
+    them written elsewhere and :meth:`finish` it; or :meth:`abort` it."""
+
+    context: TableContext
+    kind: str
+    planned: Compaction
+    state: State
+    pending: Pending
+
+    def rewrite(self) -> Commit:
+        """Rewrite the sources' live rows here, sorted, and commit (rolled back on failure)."""
+        return self.finish(lambda pending: self.planned.write(self.context, pending))
+
+    def finish(self, written: WrittenBy) -> Commit:
+        """Commit with what ``written`` gathers (run inside the protocol: its failure rolls the
+        instant back); the conflict rule is the compaction's own (``Compaction.check``)."""
+        return finish(self.context, self.planned, {KIND_KEY: self.kind}, self.pending, written)
+
+    def abort(self) -> None:
+        """Roll the instant back if it is still pending (what it wrote goes with it)."""
+        instant = self.context.timeline.load().get(self.pending.instant.time)
+        if instant is not None and instant.is_pending:
+            self.pending.heartbeat.stop(delete=False)
+            protocol_of(self.context)._roll_back_quietly(instant)
+
+
+def begin_compaction(context: TableContext, kind: str, segments: Sequence[str | int] | None = None,
+                     rounds: Rounds | None = None) -> BegunCompaction | None:
+    """Plan one round of a compaction of ``kind`` on the latest state and begin it; None when
+    there is nothing to compact. ``kind`` is checked (:func:`check_kind`) by the caller.
+
+    A DELETE SEGMENT (or another compaction) that took a source between the plan and the begin
+    makes MINOR and MAJOR choose again without it (at most :data:`_REPLANS` times per
+    ``rounds``); CUSTOM was asked for exactly these segments and fails
+    (``CommitConflictError``).
+    """
+    rounds = rounds or Rounds()
+    read: list[State] = []
+
+    def planned_on(state: State) -> Compaction | None:
+        read[:] = [state]
+        return plan(context, state, kind, segments, rounds.made_by)
+
+    while True:
+        planned = latest(context, planned_on)
+        if planned is None:
+            return None
         merge = planned.merge
         log.info("compacting segment(s) %s into %s (%s)",
                  sorted(merge.sources, key=segment_sort_key), merge.target, kind)
-        written_by = rewrite(planned) if rewrite is not None else None
         try:
-            last = commit(context, planned, {KIND_KEY: kind}, written_by=written_by)
+            pending = begin(context, planned, {KIND_KEY: kind})
         except _SourcesHeld:
-            # A DELETE SEGMENT (or another compaction) took a source between our plan and our
-            # begin: MINOR and MAJOR choose again without it; CUSTOM was asked for exactly these.
-            taken += 1
-            if kind == CompactionKind.CUSTOM or taken > _REPLANS:
+            rounds.taken += 1
+            if kind == CompactionKind.CUSTOM or rounds.taken > _REPLANS:
                 raise
             continue
-        if kind not in (CompactionKind.MINOR, CompactionKind.CLOSE_STREAMING):
-            return last
+        return BegunCompaction(context, kind, planned, read[0], pending)
 
 
 #: A streaming segment's files are merged FANOUT at a time, by size tier (a tier is a factor of
@@ -193,7 +266,7 @@ def after_load(context: TableContext, load: Commit | None) -> None:
                     "load or compact('minor') merges its segments", load.instant, exc_info=True)
 
 
-def _check_kind(context: TableContext, kind: object, segments: object) -> CompactionKind:
+def check_kind(context: TableContext, kind: object, segments: object) -> CompactionKind:
     """The kind in lower case (SQL users write ``'MINOR'``); refuses what is not a kind."""
     if not isinstance(kind, str) or kind.lower() not in KINDS:
         raise InvalidOptionError(

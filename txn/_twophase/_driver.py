@@ -46,7 +46,7 @@ from .._context import (
     open_context,
     target_file_bytes,
 )
-from .._files import LiveDeltas, Positions, marked_paths, scan_file, stage_deletes
+from .._files import FileStatus, LiveDeltas, Positions, marked_paths, scan_file, stage_deletes
 from .._read import Snapshot
 from .._results import Commit, CommitProperties, StreamProgress
 from .._rows import describe, index_keys, repeated
@@ -171,20 +171,28 @@ def begin_write(context: TableContext, operation: str = "append", *, read_instan
     except AlreadyCommitted as exc:
         log.info("%s: skipped, already committed", exc)
         return PendingWrite(context, operation, None, None, _skipped=True)
-    index = context.metadata.record_index
     probe = (key_probe(context, state=state)
              if columns and operation in ("append", "upsert") and state.read_at is not None else None)
-    ticket = WriteTicket(
+    ticket = ticket_for(context, operation, pending, state, probe=probe,
+                        scope=tuple(sorted(scope)) if scope is not None else None,
+                        extra=dict(properties.extra), progress=progress)
+    return PendingWrite(context, operation, pending, ticket, state=state)
+
+
+def ticket_for(context: TableContext, operation: str, pending: Pending, state: State,
+               **recorded: Any) -> WriteTicket:
+    """The ticket of ``pending`` (begun from ``state``) for its workers; ``recorded``: the
+    fields a commit records (``probe``, ``scope``, ``extra``, ``progress``)."""
+    index = context.metadata.record_index
+    return WriteTicket(
         uri=context.uri, storage_options=context.storage_options, operation=operation,
         instant=pending.instant.time, segment=pending.segment,
         schema=context.schema.serialize().to_pybytes(), partition_by=tuple(context.partition_by),
-        sort_by=tuple(context.sort_by), key_columns=tuple(columns),
+        sort_by=tuple(context.sort_by), key_columns=tuple(context.record_key_columns),
         shards=index.shards if index is not None else 0,
         target_file_bytes=target_file_bytes(context.config.properties),
-        read_instant=_named(state.view, state.read_at), read_at=state.read_at, probe=probe,
-        root=context.store.location(""), scope=tuple(sorted(scope)) if scope is not None else None,
-        extra=dict(properties.extra), progress=progress)
-    return PendingWrite(context, operation, pending, ticket, state=state)
+        read_instant=_named(state.view, state.read_at), read_at=state.read_at,
+        root=context.store.location(""), **recorded)
 
 
 def _admission(context: TableContext, progress: Progress | None) -> Any:
@@ -303,12 +311,7 @@ class PendingWrite:
         columns = context.record_key_columns
         removed = (index_keys(_keys_at(context, state, deleted), columns)
                    if self._operation == "delete" and columns and deleted else None)
-        statuses = [s for r in reports for s in r.files]
-        parts = {r.index_part for r in reports if r.index_part is not None}
-        shards: dict[int, int] = {}
-        for report in reports:
-            for shard, count in report.index_shards.items():
-                shards[shard] = shards.get(shard, 0) + count
+        statuses, parts, shards = gathered(reports)
         planned: Overwrite | RowChanges
         if self._operation == "overwrite":
             planned = Overwrite(partitions=frozenset(ticket.scope) if ticket.scope is not None else None,
@@ -340,7 +343,7 @@ class PendingWrite:
             log.info("%s: skipped, already committed", exc)
             return None
         finally:
-            _quietly(remove_staging, context.store, ticket.instant)
+            quietly(remove_staging, context.store, ticket.instant)
         if self._operation == "append":
             after_load(context, commit)
         return commit
@@ -388,7 +391,7 @@ class PendingWrite:
         if instant is not None and instant.is_pending:
             pending.heartbeat.stop(delete=False)
             protocol_of(context)._roll_back_quietly(instant)
-        _quietly(remove_staging, context.store, pending.instant.time)
+        quietly(remove_staging, context.store, pending.instant.time)
 
     def retryable(self, error: BaseException) -> bool:
         """Whether a commit that raised ``error`` may be planned again on the new state and
@@ -451,6 +454,18 @@ def _keys_at(context: TableContext, state: State, deleted: Mapping[str, Position
     return pa.concat_tables(parts)
 
 
+def gathered(reports: Iterable[WrittenFiles]) -> tuple[list[FileStatus], set[int], dict[int, int]]:
+    """The workers' reports together: the files they wrote, their index log parts, and the
+    index entries they wrote per shard."""
+    reports = list(reports)
+    shards: dict[int, int] = {}
+    for report in reports:
+        for shard, count in report.index_shards.items():
+            shards[shard] = shards.get(shard, 0) + count
+    return ([s for r in reports for s in r.files],
+            {r.index_part for r in reports if r.index_part is not None}, shards)
+
+
 def _remove_unreported(context: TableContext, instant_time: str, files: set[str], parts: set[int]) -> None:
     """Delete what workers that failed or were retried wrote for ``instant_time``: data files
     whose markers name it but no report does, and index log parts no report names."""
@@ -497,7 +512,7 @@ def _refuse_repeats(context: TableContext, instant_time: str, shards: Mapping[in
             "Help: de-duplicate the data")
 
 
-def _quietly(step: Any, *args: Any) -> None:
+def quietly(step: Any, *args: Any) -> None:
     try:
         step(*args)
     except Exception:

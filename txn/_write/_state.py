@@ -17,10 +17,8 @@ from .._commit import (
     AlreadyCommitted,
     CompactedMeanwhileError,
     DataWrite,
-    Pending,
     Progress,
     RowChanges,
-    Written,
     check_generation,
     commit,
     committed,
@@ -97,7 +95,6 @@ REPLANS = 3
 
 def commit_planned(context: TableContext, plan: Callable[[State], W | None],
                    extra: dict[str, str] | None, *, attempts: int = _ATTEMPTS,
-                   write: Callable[[W], Callable[[Pending], Written]] | None = None,
                    progress: Progress | None = None) -> Commit | None:
     """Plan a write on the latest state and commit it (None: ``plan`` found nothing to do).
 
@@ -106,8 +103,7 @@ def commit_planned(context: TableContext, plan: Callable[[State], W | None],
     completed since it read the table removed a file it needs (a delete delta the compaction
     replaced), it is planned again on the new state and retried, up to :data:`REPLANS` times;
     the returned commit says how often (``Commit.retries``). A conflict with any other writer is
-    the caller's to resolve, as before. ``write`` gives the write phase of a planned write
-    when it runs elsewhere (Spark's executors). ``progress``: the producer's batch this write
+    the caller's to resolve, as before. ``progress``: the producer's batch this write
     is (set on the planned write); None is
     returned, and nothing written, if it committed already (see :func:`commit_once`).
     """
@@ -128,8 +124,7 @@ def commit_planned(context: TableContext, plan: Callable[[State], W | None],
                 return None
             if progress is not None:
                 planned.progress = progress
-            return commit_once(context, planned, extra, retries=retries,
-                               written_by=write(planned) if write is not None else None)
+            return commit_once(context, planned, extra, retries=retries)
         except CompactedMeanwhileError:
             if retries == REPLANS:
                 raise

@@ -103,8 +103,10 @@ def _spark_types(df: Any, columns: list[str]) -> list[tuple[str, str]]:
     return [(c, types[c]) for c in columns]
 
 
-def run_job(table: txn.Table, df: Any, pending: txn.PendingWrite) -> list[txn.WrittenFiles]:
-    """The Spark job that writes ``df`` as the data files of ``pending``: its reports."""
+def run_job(table: txn.Table, df: Any,
+            pending: txn.PendingWrite | txn.PendingCompaction) -> list[txn.WrittenFiles]:
+    """The Spark job that writes ``df`` as the data files of ``pending`` (a write, an SQL
+    UPDATE's new rows, or a compaction's rewrite): its reports."""
     ticket = dataclasses.replace(pending.ticket, probe=None)  # the keys were found beforehand
     if writes_natively(table.schema, table.partition_by, table.record_key_columns):
         return [write_files(df, ticket, pending.staging())]

@@ -37,14 +37,6 @@ ALLOWED = {
 #: The engines built on the public API: they import the ``txn`` facade and their own modules.
 ENGINES = ("spark",)
 
-#: Engine modules still on private rooms while branch i23-sparkdml moves them onto the public
-#: transaction API (issue 23, item 3). The lead empties this set when merging that branch; no
-#: other module may join it.
-EXCEPTIONS = {
-    "spark/_sql/_dml.py",
-    "spark/_compact.py",
-    "spark/_internal_job.py",
-}
 
 
 def module_name(path: Path) -> str:
@@ -109,18 +101,13 @@ def test_each_room_imports_only_the_rooms_below_it() -> None:
 def test_engines_use_only_the_public_api() -> None:
     """Spark and SQL import the ``txn`` facade and their own modules, never a private room, the
     facade's private module or the timeline and metadata-table packages underneath."""
-    seen = set()
     for engine in ENGINES:
         own = f"txn.{engine}"
         for path in sorted((PACKAGE / engine).rglob("*.py")):
             name = str(path.relative_to(PACKAGE))
-            if name in EXCEPTIONS:
-                seen.add(name)
-                continue
             wrong = sorted(m for m in imports_of(path) if is_module(m)
                            and m != "txn" and m != own and not m.startswith(own + "."))
             assert not wrong, f"{name} imports {wrong}"
-    assert seen == EXCEPTIONS, f"exceptions that are no engine module any more: {sorted(EXCEPTIONS - seen)}"
 
 
 def test_no_room_imports_the_public_table() -> None:

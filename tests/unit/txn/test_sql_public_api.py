@@ -1,6 +1,6 @@
 """The SQL modules that run on the public API import nothing private of ``txn`` and reach storage
-only through the table (no fsspec, ``os`` or ``shutil``). ``_dml.py`` and ``_positions.py`` are
-not among them yet (design/sql.md, "What the SQL layer stands on")."""
+only through the table (no fsspec, ``os`` or ``shutil``); ``_dml.py`` and ``_positions.py`` joined
+them with UPDATE and DELETE on the two-phase write (design/sql.md, "What the SQL layer stands on")."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 SQL = Path(__file__).resolve().parents[3] / "txn" / "spark" / "_sql"
-ON_PUBLIC_API = ("_catalog", "_ddl", "_insert", "_load", "_segments", "_streams")
+ON_PUBLIC_API = ("_catalog", "_ddl", "_dml", "_insert", "_load", "_positions", "_segments", "_streams")
 NO_STORAGE_BUT_THE_TABLE = ("fsspec", "os", "shutil", "pathlib")
 
 

@@ -20,7 +20,7 @@ from ._base import (
     to_commit,
 )
 from ._compaction import Compaction, Merge, StreamFilesMerge
-from ._driver import WrittenBy, commit, finish, run
+from ._driver import WrittenBy, begin, commit, finish, run
 from ._external import AddSegment, ExternalLoad
 from ._overwrite import Overwrite
 from ._progress import (
@@ -63,6 +63,7 @@ __all__ = [
     "Write",
     "Written",
     "WrittenBy",
+    "begin",
     "check_generation",
     "commit",
     "committed",

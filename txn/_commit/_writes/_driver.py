@@ -28,16 +28,31 @@ def run(context: TableContext, write: Write, extra: dict[str, str] | None = None
     write's own write phase (it then always gets a heartbeat).
     """
     elsewhere = written_by is not None
-    allocation = write.allocation(elsewhere=elsewhere)
     return protocol_of(context).run(
         write.operation, write.action,
         hold_lock=write.lock_policy(elsewhere=elsewhere) is LockPolicy.HELD,
-        new_segment=allocation.new > 0, segment_count=max(1, allocation.new),
-        segment=allocation.named, sources=write.sources(), read_at=write.read_at, extra=extra,
-        plan=write.requested(), admit=lambda view: write.admit(context, view),
         write=written_by or (lambda pending: write.write(context, pending)),
         build=_commit_step(context, write, extra, retries=retries),
+        **_begin_arguments(context, write, extra, elsewhere=elsewhere),
     )
+
+
+def begin(context: TableContext, write: Write, extra: dict[str, str] | None = None) -> Pending:
+    """The first half of :func:`run` for a write whose files are written elsewhere: its instant
+    requested and started (segments allocated, admission checked, heartbeat beating); then
+    :func:`finish` it, or roll it back."""
+    return protocol_of(context).begin(write.operation, write.action,
+                                      **_begin_arguments(context, write, extra, elsewhere=True))
+
+
+def _begin_arguments(context: TableContext, write: Write, extra: dict[str, str] | None, *,
+                     elsewhere: bool) -> dict[str, Any]:
+    """What ``Protocol.begin`` takes for ``write``: its segments, sources, plan and admission."""
+    allocation = write.allocation(elsewhere=elsewhere)
+    return {"new_segment": allocation.new > 0, "segment_count": max(1, allocation.new),
+            "segment": allocation.named, "sources": write.sources(), "read_at": write.read_at,
+            "extra": extra, "plan": write.requested(),
+            "admit": lambda view: write.admit(context, view)}
 
 
 def commit(context: TableContext, write: Write, extra: dict[str, str] | None = None, *,
@@ -72,4 +87,4 @@ def _commit_step(context: TableContext, write: Write, extra: dict[str, str] | No
     return build
 
 
-__all__ = ["WrittenBy", "commit", "finish", "run"]
+__all__ = ["WrittenBy", "begin", "commit", "finish", "run"]

@@ -24,34 +24,38 @@ t.k = s.k)``, joins the query to the target's rows (``JOIN LATERAL``): rows it d
 keep their values; a query that does not refer to the target's row is one value for all (a
 left join: NULL when it has no row). A row the query matches twice is refused.
 
-That is the commit ``Table.update`` and ``Table.delete`` make (their conflict checks included:
-a concurrent commit that changed the same files fails this one with ``CommitConflictError``; a
-compaction that completed meanwhile makes it plan again). There is no public API that deletes
-rows by (file, position), which is why this module builds that commit itself from the same
-internal parts. Record key columns cannot be updated (delete and insert the row instead).
+The commit is the public two-phase write (``Table.begin_write("update" | "delete",
+read_instant=snapshot)``, the rows by ``(DataFile.path, position)`` as ``deletes=``), so it is
+checked as ``Table.update`` and ``Table.delete`` are: a concurrent commit that changed the same
+files fails this one with ``CommitConflictError``; a table service that overtook it (a
+compaction that completed meanwhile, a clean that removed a file of the snapshot read:
+``PendingWrite.retryable``) makes it plan again on a new snapshot, up to :data:`REPLANS` times.
+Record key columns cannot be updated (delete and insert the row instead).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from timeline import InvalidOptionError, SchemaMismatchError
-
-from ..._commit import Delete, Pending, Update, Written
-from ..._context import TableContext, open_context
-from ..._files import Positions
-from ..._read import snapshot_at
-from ..._rows import index_keys
-from ..._write import State, commit_planned
+from ... import (
+    InvalidOptionError,
+    SchemaMismatchError,
+    Snapshot,
+    SnapshotExpiredError,
+    Table,
+    TxnError,
+    open_table,
+)
 from .._filters import to_expression
-from .._internal_job import run_job
 from .._types import spark_schema
+from .._write import REPLANS, run_job
 from ._assign import converted
 from ._catalog import Catalog, TableName
 from ._frames import count_frame
@@ -63,6 +67,11 @@ from ._tree import name_of, parse, problem, spark_text
 UPDATE_FORM = ("UPDATE [db.]table [[AS] alias] SET (column, ...) = (expression, ...) [WHERE predicate]  "
                "or  UPDATE [db.]table [[AS] alias] SET column = expression, ... [WHERE predicate]")
 DELETE_FORM = "DELETE FROM [db.]table [[AS] alias] [WHERE predicate]"
+#: How often a DELETE reads the latest snapshot again when a clean expired it while it planned
+#: (an UPDATE reads once: its plan is Spark jobs whose result is pinned).
+_ATTEMPTS = 3
+
+log = logging.getLogger("metatxn")
 
 
 @dataclass(frozen=True)
@@ -227,16 +236,15 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _matching(spark: Any, catalog: Catalog, context: TableContext, state: State, target: _Target,
+def _matching(spark: Any, catalog: Catalog, snapshot: Snapshot, target: _Target,
               projection: list[str], statement: str, form: str, joined: str = "") -> Any:
-    """Spark's rows of ``state`` that match the target's predicate, as ``projection`` (``joined``:
-    a join after the target's rows)."""
+    """Spark's rows of ``snapshot`` that match the target's predicate, as ``projection``
+    (``joined``: a join after the target's rows)."""
     from pyspark.errors import AnalysisException
 
-    pruning = to_expression(target.predicate, context.schema) if target.predicate else None
+    pruning = to_expression(target.predicate, snapshot.schema) if target.predicate else None
     view = f"metatxn_target_{target.name.table}_{secrets.token_hex(4)}"
-    located_rows(spark, snapshot_at(context, state.view, None, state.read_at),
-                 pruning).createOrReplaceTempView(view)
+    located_rows(spark, snapshot, pruning).createOrReplaceTempView(view)
     query = f"SELECT {', '.join(projection)} FROM {_quoted(view)} AS {_quoted(target.alias)}{joined}"
     if target.predicate:
         query += f" WHERE {target.predicate}"
@@ -262,15 +270,59 @@ def _refuse_nulls(rows: Any, not_null: list[str]) -> None:
                                   "them to NULL on a matching row; nothing was written")
 
 
-def _by_file(found: pa.Table, context: TableContext) -> dict[str, Positions]:
-    """Positions by data file, keyed as the metadata table keys files (:data:`FILE` holds their
-    locations)."""
-    prefix = context.store.location("")
-    grouped: dict[str, list[int]] = {}
-    for file, position in zip(found[FILE].to_pylist(), found[POSITION].to_pylist(), strict=True):
-        # An external file's URL is not below the table's location: it stays as it is.
-        grouped.setdefault(file.removeprefix(prefix), []).append(position)
-    return {file: np.array(sorted(p), dtype=np.int64) for file, p in grouped.items()}
+@dataclass(frozen=True)
+class _Planned:
+    """A statement planned on one snapshot: the rows it matched, by ``file`` (``DataFile.path``)
+    and ``position``, and an UPDATE's new rows (a DataFrame; None for a DELETE)."""
+
+    deletes: pa.Table
+    rows: Any = None
+
+
+def _planned(found: pa.Table, rows: Any = None) -> _Planned:
+    return _Planned(found.select([FILE, POSITION]).rename_columns(["file", "position"]), rows)
+
+
+def _latest(table: Table, plan: Callable[[Snapshot], _Planned],
+            attempts: int) -> tuple[Snapshot, _Planned]:
+    """``plan`` on the latest snapshot; on a new one if a clean expired it meanwhile."""
+    for attempt in range(attempts):
+        try:
+            snapshot = table.snapshot()
+            return snapshot, plan(snapshot)
+        except SnapshotExpiredError:
+            if attempt == attempts - 1:
+                raise
+            log.info("the table moved on while a write read it; reading it again")
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _commit(table: Table, operation: str, plan: Callable[[Snapshot], _Planned], *,
+            attempts: int = _ATTEMPTS) -> int:
+    """Plan the statement on the latest snapshot and commit it once, through the two-phase
+    write begun from that snapshot; return the rows it matched (0: nothing was committed).
+
+    A table service never fails it: when a compaction completed while it ran, or a clean
+    removed a file of (or expired) the snapshot it read, it is planned again on a new snapshot,
+    up to :data:`REPLANS` times, as ``Table.update`` and ``Table.delete`` are. Any other
+    conflict is the caller's (``CommitConflictError``)."""
+    for retry in range(REPLANS + 1):
+        pending = None
+        try:
+            snapshot, planned = _latest(table, plan, attempts)
+            if not planned.deletes.num_rows:
+                return 0
+            with table.begin_write(operation, read_instant=snapshot) as pending:
+                reports = run_job(table, planned.rows, pending) if planned.rows is not None else []
+                pending.commit(reports, deletes=planned.deletes)
+            return planned.deletes.num_rows
+        except TxnError as exc:
+            overtaken = (pending.retryable(exc) if pending is not None
+                         else isinstance(exc, SnapshotExpiredError))
+            if retry == REPLANS or not overtaken:
+                raise
+            log.info("%s planned again: %s (retry %d of %d)", operation, exc, retry + 1, REPLANS)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 #: The alias of an update's source query, and its columns' names (``v0``, ``v1``, ...).
@@ -316,76 +368,56 @@ def update(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) ->
     tree = _parsed(statement, exp.Update, UPDATE_FORM)
     assert isinstance(tree, exp.Update)
     target = _described(tree, name, statement, tokens, UPDATE_FORM)
-    context = open_context(catalog.location(name))
-    columns = {c.lower(): c for c in context.schema.names}
+    table = open_table(catalog.location(name))
+    schema = table.schema
+    columns = {c.lower(): c for c in schema.names}
     assigned, source = _assignments(tree, statement, columns, _set_list(statement, tokens))
     joined = ""
     if source is not None:
         joined = _source_join(spark, catalog, source)
         assigned |= {c: f"{_quoted(_SOURCE)}.`v{i}`" for i, c in enumerate(source.columns)}
-    not_null = [c for c in assigned if not context.schema.field(c).nullable]
-    keys = [c for c in assigned if c in context.record_key_columns]
+    not_null = [c for c in assigned if not schema.field(c).nullable]
+    keys = [c for c in assigned if c in table.record_key_columns]
     if keys:
         raise refused(statement, f"record key column(s) {keys} cannot be updated; delete the rows and "
                                  "insert them under their new key", UPDATE_FORM)
-    types = {f.name: f.dataType for f in spark_schema(context.schema).fields}
+    types = {f.name: f.dataType for f in spark_schema(schema).fields}
     alias = _quoted(target.alias)
     # Values in their own types: converted() checks each fits its column before casting it.
     projection = [f"({assigned[c]}) AS {_quoted(c)}" if c in assigned
-                  else f"{alias}.{_quoted(c)}" for c in context.schema.names]
+                  else f"{alias}.{_quoted(c)}" for c in schema.names]
     projection += [f"{alias}.{_quoted(FILE)}", f"{alias}.{_quoted(POSITION)}"]
-    new_rows: list[Any] = []
-    updated: list[int] = [0]
 
-    def plan(state: State) -> Update | None:
-        matched = _matching(spark, catalog, context, state, target, projection, statement,
-                            UPDATE_FORM, joined)
+    def plan(snapshot: Snapshot) -> _Planned:
+        matched = _matching(spark, catalog, snapshot, target, projection, statement, UPDATE_FORM, joined)
         pinned = matched.localCheckpoint(eager=True)
         if source is not None:
             _refuse_repeats(pinned, name)
         rows = converted(pinned, {c: types[c] for c in assigned})
         _refuse_nulls(rows, not_null)
-        found = pinned.select(FILE, POSITION).toArrow()
-        updated[0] = found.num_rows
-        if not found.num_rows:
-            return None
-        new_rows[:] = [rows.drop(FILE, POSITION)]
-        return Update(read_at=state.read_at, current=state.deltas, deleted=_by_file(found, context))
+        return _planned(pinned.select(FILE, POSITION).toArrow(), rows.drop(FILE, POSITION))
 
-    def write(change: Update) -> Any:
-        def phase(pending: Pending) -> Written:
-            return run_job(context, new_rows[0], pending, change.deleted, change.current)
-        return phase
-
-    commit_planned(context, plan, None, attempts=1, write=write)
-    return count_frame(spark, "Updated Row Count", updated[0])
+    updated = _commit(table, "update", plan, attempts=1)
+    return count_frame(spark, "Updated Row Count", updated)
 
 
 def delete(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> Any | None:
-    """DELETE FROM a metatxn table; None when the table is Spark's."""
+    """DELETE FROM a metatxn table; None when the table is Spark's.
+
+    On a keyed table the commit reads the deleted rows' keys back from their files and retires
+    them from the record index (``PendingWrite.commit`` of a ``"delete"``)."""
     name = _target(catalog, statement, tokens, 2, DELETE_FORM)
     if name is None:
         return None
     tree = _parsed(statement, exp.Delete, DELETE_FORM)
     target = _described(tree, name, statement, tokens, DELETE_FORM)
-    context = open_context(catalog.location(name))
-    keys = context.record_key_columns
+    table = open_table(catalog.location(name))
     alias = _quoted(target.alias)
-    projection = [f"{alias}.{_quoted(c)}" for c in (FILE, POSITION, *keys)]
-    deleted: list[int] = [0]
+    projection = [f"{alias}.{_quoted(c)}" for c in (FILE, POSITION)]
 
-    def plan(state: State) -> Delete | None:
-        found = _matching(spark, catalog, context, state, target, projection, statement,
-                          DELETE_FORM).toArrow()
-        deleted[0] = found.num_rows
-        if not found.num_rows:
-            return None
-        removed = None
-        if keys:
-            typed = pa.table([found[k].cast(context.schema.field(k).type) for k in keys], names=keys)
-            removed = index_keys(typed, keys)
-        return Delete(read_at=state.read_at, current=state.deltas, deleted=_by_file(found, context),
-                      removed_keys=removed, rows_bytes=0)
+    def plan(snapshot: Snapshot) -> _Planned:
+        return _planned(_matching(spark, catalog, snapshot, target, projection, statement,
+                                  DELETE_FORM).toArrow())
 
-    commit_planned(context, plan, None)
-    return count_frame(spark, "Deleted Row Count", deleted[0])
+    deleted = _commit(table, "delete", plan)
+    return count_frame(spark, "Deleted Row Count", deleted)
