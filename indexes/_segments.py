@@ -33,13 +33,6 @@ class SegmentStatus(Vocabulary):
     MARKED_FOR_DELETE = "Marked for Delete"
 
 
-# The names before SegmentStatus, kept while modules being rewritten still import them.
-INSERT_IN_PROGRESS: Final = SegmentStatus.INSERT_IN_PROGRESS
-SUCCESS: Final = SegmentStatus.SUCCESS
-STREAMING: Final = SegmentStatus.STREAMING
-STREAMING_FINISH: Final = SegmentStatus.STREAMING_FINISH
-COMPACTED: Final = SegmentStatus.COMPACTED
-MARKED_FOR_DELETE: Final = SegmentStatus.MARKED_FOR_DELETE
 
 #: Position of each status in the lattice. A loaded segment goes Success -> Compacted or Marked
 #: for Delete; a streaming one Streaming -> Streaming Finish -> Compacted.

@@ -38,13 +38,6 @@ class StreamStatus(Vocabulary):
     DROPPED = "Dropped"
 
 
-# The names before ProducerKind and StreamStatus, kept while modules being rewritten still
-# import them.
-STREAM: Final = ProducerKind.STREAM
-APP: Final = ProducerKind.APP
-ACTIVE: Final = StreamStatus.ACTIVE
-DROPPED: Final = StreamStatus.DROPPED
-
 _STATUS_RANK: Final = {StreamStatus.ACTIVE: 0, StreamStatus.DROPPED: 1}
 
 #: The largest batch id (or version) a record holds: ``last_batch`` is stored as an int64.

@@ -32,11 +32,8 @@ from ._staged import StagedCreate
 from ._table_context import LATEST_PARTITIONS, IdFactory, TableContext, completion_map, random_id
 from ._timeline_records import (
     ACTION_OF,
-    CLEAN_ACTION,
-    COMPACT,
     DATA_ACTIONS,
     INSERTS,
-    TRANSACTION,
     TRASHED_REASONS,
     CleanEntry,
     CleanPlan,
@@ -48,8 +45,6 @@ from ._timeline_records import (
 __all__ = [
     "ACTION_OF",
     "AUTO_PROPERTY",
-    "CLEAN_ACTION",
-    "COMPACT",
     "DATA_ACTIONS",
     "DEFAULT_LEVEL_THRESHOLD",
     "INSERTS",
@@ -59,7 +54,6 @@ __all__ = [
     "MAX_LEVEL_COUNT",
     "PRESERVE_PROPERTY",
     "TABLE_CONFIG_PATH",
-    "TRANSACTION",
     "TRASHED_REASONS",
     "CleanEntry",
     "CleanOptions",

@@ -34,10 +34,6 @@ ACTION_OF: Final[dict[str, Action]] = {
     Operation.COMPACT: Action.COMPACTION,
 }
 
-# The names before Operation and Action, kept while modules being rewritten still import them.
-COMPACT: Final = Operation.COMPACT
-CLEAN_ACTION: Final = Action.CLEAN
-TRANSACTION: Final = Operation.TRANSACTION
 
 
 class WritePlan(msgspec.Struct, frozen=True, kw_only=True, tag="write_plan", tag_field="kind"):

@@ -200,7 +200,8 @@ class CleanFiles(Write):
     done: _Done = field(default_factory=_Done)
     swept: _Swept = field(default_factory=_Swept)
     hidden: list[SegmentEntry] = field(default_factory=list)
-    operation = "clean"
+    #: A table service with a plan of its own (``requested``), not a write's ``WritePlan``.
+    operation = None
 
     @property
     def action(self) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from indexes import DELETES, FILES, FILES_SCHEMA, ProducerKind, SnapshotExpiredError, live
-from timeline import DuplicateKeyError, InvalidOptionError, ObjectNotFoundError, TimelineView
+from timeline import Action, DuplicateKeyError, InvalidOptionError, ObjectNotFoundError, TimelineView
 
 from .._commit import (
     AlreadyCommitted,
@@ -38,17 +38,10 @@ from .._commit import (
     producer_record,
     protocol_of,
 )
-from .._context import (
-    ACTION_OF,
-    CLEAN_ACTION,
-    TableContext,
-    delete_compaction_threshold,
-    open_context,
-    target_file_bytes,
-)
+from .._context import ACTION_OF, TableContext, delete_compaction_threshold, open_context, target_file_bytes
 from .._files import FileStatus, LiveDeltas, Positions, marked_paths, scan_file, stage_deletes
 from .._read import Snapshot
-from .._results import Commit, CommitProperties, StreamProgress
+from .._results import Commit, CommitProperties, Operation, StreamProgress
 from .._rows import describe, index_keys, repeated
 from .._segments import after_load
 from .._write import State, already_committed, app_progress, overwrite_scope
@@ -317,8 +310,9 @@ class PendingWrite:
             planned = Overwrite(partitions=frozenset(ticket.scope) if ticket.scope is not None else None,
                                 progress=ticket.progress)
         else:
-            planned = RowChanges(operation=self._operation, read_at=state.read_at, current=state.deltas,
-                                 deleted=deleted, removed_keys=removed, progress=ticket.progress)
+            planned = RowChanges(operation=Operation(self._operation), read_at=state.read_at,
+                                 current=state.deltas, deleted=deleted, removed_keys=removed,
+                                 progress=ticket.progress)
             if deleted:
                 check_external_deletes(context, state, planned)
 
@@ -403,7 +397,7 @@ class PendingWrite:
             return False
         read_at = self._ticket.read_at if self._ticket is not None else None
         view = self._context.timeline.load()
-        return any(i.action == CLEAN_ACTION for i in (*view.completed_after(read_at or ""), *view.pending()))
+        return any(i.action == Action.CLEAN for i in (*view.completed_after(read_at or ""), *view.pending()))
 
     def __enter__(self) -> PendingWrite:
         return self

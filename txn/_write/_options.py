@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from indexes import APP
+from indexes import ProducerKind
 
 from .._commit import Progress
 from .._context import TableContext
@@ -34,7 +34,7 @@ def write_options(context: TableContext, given: CommitProperties | None, *, extr
     progress = None
     if properties.idempotent:
         assert properties.app_id is not None and properties.version is not None
-        progress = Progress(APP, properties.app_id, properties.version)
+        progress = Progress(ProducerKind.APP, properties.app_id, properties.version)
     if already_committed(context, progress):
         return None
     return WriteOptions(dict(properties.extra), progress)

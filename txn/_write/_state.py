@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import APP, DELETES, FILES, MAX_BATCH, MetadataSnapshot, SnapshotExpiredError, live
-from timeline import InvalidOptionError, ObjectNotFoundError, TimelineView
+from indexes import DELETES, FILES, MAX_BATCH, MetadataSnapshot, ProducerKind, SnapshotExpiredError, live
+from timeline import Action, InvalidOptionError, ObjectNotFoundError, TimelineView
 
 from .._commit import (
     AlreadyCommitted,
@@ -25,7 +25,7 @@ from .._commit import (
     in_range,
     producer_record,
 )
-from .._context import CLEAN_ACTION, TableContext
+from .._context import TableContext
 from .._files import LiveDeltas, check_external, is_external
 from .._results import Commit
 
@@ -166,7 +166,7 @@ def app_progress(app_id: object, version: object) -> Progress | None:
             f"from 0 to {MAX_BATCH}, stored as a 64-bit integer); got app_id={app_id!r}, "
             f"version={version!r}; nothing was written")
     assert isinstance(version, int)
-    return Progress(APP, app_id, version)
+    return Progress(ProducerKind.APP, app_id, version)
 
 
 def already_committed(context: TableContext, progress: Progress | None) -> bool:
@@ -194,4 +194,4 @@ def _cleaned_since(context: TableContext, read_at: str | None) -> bool:
     """Whether a clean may have moved files since the state read at ``read_at`` (on the error
     path only): one completed after it, or one still running (its moves precede its commit)."""
     view = context.timeline.load()
-    return any(i.action == CLEAN_ACTION for i in (*view.completed_after(read_at or ""), *view.pending()))
+    return any(i.action == Action.CLEAN for i in (*view.completed_after(read_at or ""), *view.pending()))

@@ -61,10 +61,10 @@ from indexes import key_names, matching
 from timeline import DuplicateKeyError, InvalidOptionError
 
 from .._commit import DataWrite, Overwrite, RowChanges
-from .._context import TRANSACTION, TableContext
+from .._context import TableContext
 from .._files import LiveDeltas, Positions, scan_file
 from .._read import snapshot_at
-from .._results import Commit
+from .._results import Commit, Operation
 from .._rows import (
     check_not_null,
     check_unique,
@@ -553,10 +553,10 @@ def reduce(context: TableContext, staged: _Staged) -> DataWrite | None:
     new_rows: Any = batches if batches else (iter(()) if staged.replace else None)
     if staged.replace:
         assert not staged.deleted, "an overwrite first: later operations delete staged rows only"
-        return Overwrite(operation=TRANSACTION, rows=new_rows, partitions=staged.partitions,
+        return Overwrite(operation=Operation.TRANSACTION, rows=new_rows, partitions=staged.partitions,
                          operations=staged.operations)
     return RowChanges(
-        operation=TRANSACTION, rows=new_rows, read_at=state.read_at if state is not None else None,
+        operation=Operation.TRANSACTION, rows=new_rows, read_at=state.read_at if state is not None else None,
         current=state.deltas if state is not None else LiveDeltas(context.store, {}),
         deleted=dict(staged.deleted), removed_keys=removed, read_keys=read, rows_bytes=rows.nbytes,
         operations=staged.operations)

@@ -24,10 +24,7 @@ import re
 from hypothesis import event, note
 
 import txn
-from indexes import (
-    MARKED_FOR_DELETE,
-    SUCCESS,
-)
+from indexes import SegmentStatus
 from tests.property.table_machine.actions import DropStream, Mutation, StreamWrite, Transaction
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.internals import CommitMetadata
@@ -159,7 +156,7 @@ class Commits(MachineCore):
         for segment in before.values():
             if segment.status in HOLDS_ROWS:
                 if expected.replaces or segment.id in expected.marks:
-                    segment = dataclasses.replace(segment, status=MARKED_FOR_DELETE, live=())
+                    segment = dataclasses.replace(segment, status=SegmentStatus.MARKED_FOR_DELETE, live=())
                 else:
                     kept = tuple(row for row in segment.live if not expected.removes(row))
                     if len(kept) != len(segment.live):
@@ -176,7 +173,7 @@ class Commits(MachineCore):
             assert added == folder.files, f"add_segment recorded {sorted(added)}"
             for segment_id, (partition, held) in zip(ids, folder.groups, strict=True):
                 after[segment_id] = SegmentModel(
-                    id=segment_id, instant=instant, status=SUCCESS, rows=len(held), live=held,
+                    id=segment_id, instant=instant, status=SegmentStatus.SUCCESS, rows=len(held), live=held,
                     external=True, path=folder.url, partition=partition)
         elif expected.stream is not None:
             self._stream_segments(expected, expected.stream, instant, metadata, after)
@@ -184,7 +181,8 @@ class Commits(MachineCore):
             new = metadata.segment
             assert new is not None and re.fullmatch(r"\d+", new) and new not in before, (
                 f"{expected.operation} made segment {new!r}; the table has {sorted(before)}")
-            after[new] = SegmentModel(id=new, instant=instant, status=SUCCESS, rows=expected.added,
+            after[new] = SegmentModel(id=new, instant=instant, status=SegmentStatus.SUCCESS,
+                                      rows=expected.added,
                                       live=expected.written)
         else:
             assert metadata.segment is None, metadata

@@ -63,12 +63,7 @@ from hypothesis import event
 from hypothesis.stateful import invariant
 
 import txn
-from indexes import (
-    METADATA_FOLDER,
-    STREAMING,
-    STREAMING_FINISH,
-    segment_sort_key,
-)
+from indexes import METADATA_FOLDER, SegmentStatus, segment_sort_key
 from tests.property.table_machine.config import BASE_NAME, DATA_ACTIONS, STREAM_NAMES
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.model import Row, _arrow, _row_key, memory_path, sorted_rows
@@ -308,7 +303,8 @@ class Invariants(MachineCore):
         assert not missing, f"segments missing from SHOW SEGMENTS: {sorted(missing)}"
         # A streaming segment's totals are added up batch by batch, under the lock: they must be
         # those of its files (the roll-over is decided by its data size).
-        streaming = {s.id: s for s in shown if s.status in (STREAMING, STREAMING_FINISH)}
+        open_or_finished = (SegmentStatus.STREAMING, SegmentStatus.STREAMING_FINISH)
+        streaming = {s.id: s for s in shown if s.status in open_or_finished}
         if streaming:
             files: dict[str, list[int]] = {i: [0, 0] for i in streaming}
             for data_file in self.reader.snapshot().files():

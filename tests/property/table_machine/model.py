@@ -32,13 +32,7 @@ import fsspec
 import pyarrow as pa
 
 import txn
-from indexes import (
-    COMPACTED,
-    STREAMING,
-    STREAMING_FINISH,
-    SUCCESS,
-    segment_sort_key,
-)
+from indexes import SegmentStatus, segment_sort_key
 from tests.property.table_machine.config import SCHEMA
 
 Row = tuple[int, "str | None", int]
@@ -50,7 +44,7 @@ Operation = Literal["append", "overwrite", "upsert", "delete", "update", "delete
 
 #: Segment statuses whose segments hold table rows (a streaming segment's rows are readable
 #: from the commit of their batch on).
-HOLDS_ROWS = frozenset({SUCCESS, STREAMING, STREAMING_FINISH})
+HOLDS_ROWS = frozenset({SegmentStatus.SUCCESS, SegmentStatus.STREAMING, SegmentStatus.STREAMING_FINISH})
 
 
 @dataclass(frozen=True)
@@ -230,7 +224,7 @@ def _merged(segments: dict[str, SegmentModel], sources: Sequence[str], instant: 
     rows = _sort([row for i in sources for row in segments[i].live])
     after = dict(segments)
     for i in sources:
-        after[i] = dataclasses.replace(segments[i], status=COMPACTED, merged_to=target, live=())
-    after[target] = SegmentModel(id=target, instant=instant, status=SUCCESS, rows=len(rows),
+        after[i] = dataclasses.replace(segments[i], status=SegmentStatus.COMPACTED, merged_to=target, live=())
+    after[target] = SegmentModel(id=target, instant=instant, status=SegmentStatus.SUCCESS, rows=len(rows),
                                  live=rows, major=major)
     return after

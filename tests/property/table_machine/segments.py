@@ -23,14 +23,7 @@ from __future__ import annotations
 from hypothesis import event, note
 
 import txn
-from indexes import (
-    COMPACTED,
-    MARKED_FOR_DELETE,
-    STREAMING,
-    STREAMING_FINISH,
-    SUCCESS,
-    segment_sort_key,
-)
+from indexes import SegmentStatus, segment_sort_key
 from tests.faults import Call, InjectedFault
 from tests.property.table_machine.actions import BadId, Compact, DeleteSegments
 from tests.property.table_machine.core import MachineCore
@@ -60,7 +53,7 @@ class Segments(MachineCore):
     def _live_segments(self, segments: dict[str, SegmentModel] | None = None) -> list[str]:
         """The Success segments (of the model, or of ``segments``), in ascending id order."""
         segments = self.segment_model if segments is None else segments
-        return sorted((s.id for s in segments.values() if s.status == SUCCESS),
+        return sorted((s.id for s in segments.values() if s.status == SegmentStatus.SUCCESS),
                       key=segment_sort_key)
 
     def _drawn_ids(self, picks: list[int], bad: BadId | None, *,
@@ -70,11 +63,11 @@ class Segments(MachineCore):
         live = self._live_segments()
         if finished:
             live = sorted([*live, *(s.id for s in self.segment_model.values()
-                                    if s.status == STREAMING_FINISH)], key=segment_sort_key)
+                                    if s.status == SegmentStatus.STREAMING_FINISH)], key=segment_sort_key)
         ids = list(dict.fromkeys(live[p * len(live) // 1000] for p in picks)) if live else []
         if bad is not None:
-            status = {"compacted": COMPACTED, "marked": MARKED_FOR_DELETE,
-                      "streaming": STREAMING}.get(bad)
+            status = {"compacted": SegmentStatus.COMPACTED, "marked": SegmentStatus.MARKED_FOR_DELETE,
+                      "streaming": SegmentStatus.STREAMING}.get(bad)
             have = sorted((s.id for s in self.segment_model.values() if s.status == status),
                           key=segment_sort_key)
             # A status the model has none of yet: an id the table never had instead.
@@ -92,9 +85,9 @@ class Segments(MachineCore):
         refused: type[Exception] | None = None
         if not ids:
             refused = txn.InvalidOptionError
-        elif any(i not in model or model[i].status == MARKED_FOR_DELETE for i in ids):
+        elif any(i not in model or model[i].status == SegmentStatus.MARKED_FOR_DELETE for i in ids):
             refused = txn.SegmentNotFoundError if model or running else txn.InvalidOptionError
-        elif any(model[i].status not in (SUCCESS, STREAMING_FINISH) for i in ids):
+        elif any(model[i].status not in (SegmentStatus.SUCCESS, SegmentStatus.STREAMING_FINISH) for i in ids):
             refused = txn.InvalidOptionError  # Compacted, or Streaming (still being written)
         elif busy & set(ids):
             refused = txn.CommitConflictError  # a running compaction reads one of them
@@ -104,7 +97,7 @@ class Segments(MachineCore):
                        for row in s.live])
         label = ("DELETE SEGMENT" if refused is None else
                  f"DELETE SEGMENT of {action.bad or 'no'} id(s)")
-        if refused is None and any(model[i].status == STREAMING_FINISH for i in ids):
+        if refused is None and any(model[i].status == SegmentStatus.STREAMING_FINISH for i in ids):
             label += " of a Streaming Finish segment"
         return Expected("delete_segments", lambda t: t.delete_segments(ids), after, added=0,
                         deleted=len(gone), segment=False, refused=refused, label=label,
@@ -154,7 +147,7 @@ class Segments(MachineCore):
                 f"{operation} round {n + 1} merged {sources}; the model says "
                 f"{rounds[n] if n < len(rounds) else 'nothing'}")
             before = self.segment_model
-            status = STREAMING_FINISH if kind == "close_streaming" else SUCCESS
+            status = SegmentStatus.STREAMING_FINISH if kind == "close_streaming" else SegmentStatus.SUCCESS
             assert metadata.extra.get("compaction") == kind, metadata.extra
             assert all(before[i].status == status for i in sources), (
                 f"{operation} merged {[str(before.get(i)) for i in sources]}")
@@ -206,7 +199,7 @@ class Segments(MachineCore):
                 refused = txn.InvalidOptionError
             elif any(i not in model for i in segments):
                 refused = txn.SegmentNotFoundError
-            elif any(model[i].status != SUCCESS for i in segments):
+            elif any(model[i].status != SegmentStatus.SUCCESS for i in segments):
                 refused = txn.InvalidOptionError
             elif busy & set(segments):
                 refused = txn.CommitConflictError
@@ -216,7 +209,7 @@ class Segments(MachineCore):
             if not self.streaming:
                 refused = txn.InvalidOptionError
             rounds = [[s.id] for s in sorted(model.values(), key=lambda s: segment_sort_key(s.id))
-                      if s.status == STREAMING_FINISH and s.id not in busy]
+                      if s.status == SegmentStatus.STREAMING_FINISH and s.id not in busy]
         elif kind == "major":
             # Every live segment the table wrote itself (never an external one).
             free = [i for i in self._live_segments() if i not in busy and not model[i].external]

@@ -43,11 +43,7 @@ import re
 from hypothesis import event, note
 
 import txn
-from indexes import (
-    STREAMING,
-    STREAMING_FINISH,
-    segment_sort_key,
-)
+from indexes import SegmentStatus, segment_sort_key
 from tests.faults import Call, InjectedFault
 from tests.property.table_machine.actions import DropStream, StreamWrite
 from tests.property.table_machine.core import MachineCore
@@ -121,13 +117,13 @@ class Streams(MachineCore):
         open_segment = model.segment if model is not None else None
         entry = self.segment_model.get(open_segment) if open_segment is not None else None
         full = False
-        if entry is not None and entry.status == STREAMING:
+        if entry is not None and entry.status == SegmentStatus.STREAMING:
             # Data sizes are Parquet's, not the model's to predict: read them from the table.
             size = next(s.data_size for s in self.reader.segments() if s.id == open_segment)
             full = size >= (self.stream_max or 1024 ** 3)
         form = ("first after a DROP STREAM" if model is None and name in self.stream_model else
                 "first" if model is None else "after a gap" if action.batch == "gap" else "next")
-        stale = entry is not None and entry.status != STREAMING
+        stale = entry is not None and entry.status != SegmentStatus.STREAMING
         label = (f"stream batch ({form}{', empty' if not rows else ''}"
                  f"{', rolling over' if full else ''}"
                  f"{', its open segment no longer Streaming' if stale else ''})")
@@ -161,9 +157,9 @@ class Streams(MachineCore):
         """``after`` once the batch (or drop) ``plan`` committed as ``instant``."""
         before = self.segment_model
         entry = before.get(plan.open) if plan.open is not None else None
-        streaming = entry is not None and entry.status == STREAMING
+        streaming = entry is not None and entry.status == SegmentStatus.STREAMING
         if plan.open is not None and streaming and (plan.batch_id is None or plan.full):
-            after[plan.open] = dataclasses.replace(after[plan.open], status=STREAMING_FINISH)
+            after[plan.open] = dataclasses.replace(after[plan.open], status=SegmentStatus.STREAMING_FINISH)
         # The segment the batch's rows go to (None: a new one, or none at all for no rows).
         target = plan.open if streaming and plan.batch_id is not None and not plan.full else None
         if plan.batch_id is None or not expected.written:
@@ -174,7 +170,7 @@ class Streams(MachineCore):
             new = metadata.segment
             assert new is not None and re.fullmatch(r"\d+", new) and new not in before, (
                 f"stream batch opened segment {new!r}; the table has {sorted(before)}")
-            after[new] = SegmentModel(id=new, instant=instant, status=STREAMING,
+            after[new] = SegmentModel(id=new, instant=instant, status=SegmentStatus.STREAMING,
                                       rows=len(expected.written), live=expected.written)
             event("stream batch opened a segment")
             return
@@ -222,7 +218,7 @@ class Streams(MachineCore):
             return
         rounds = [[s.id] for s in sorted(self.segment_model.values(),
                                          key=lambda s: segment_sort_key(s.id))
-                  if s.status == STREAMING_FINISH and s.id not in plan.busy]
+                  if s.status == SegmentStatus.STREAMING_FINISH and s.id not in plan.busy]
         note(f"hand-off: expected rounds {rounds}")
         done = self._rounds("hand-off", "close_streaming", handoffs, rounds, fault, fired, calls,
                             None, serial)

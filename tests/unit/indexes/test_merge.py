@@ -22,16 +22,11 @@ from hypothesis import strategies as st
 import indexes
 import indexes._records as records_module
 from indexes import (
-    COMPACTED,
     FILES_SCHEMA,
-    INSERT_IN_PROGRESS,
-    MARKED_FOR_DELETE,
     SEGMENTS_SCHEMA,
     STATUS_RANK,
-    STREAMING,
-    STREAMING_FINISH,
-    SUCCESS,
     SegmentEntry,
+    SegmentStatus,
     column_stats_schema,
     extend_two_phase,
     merge_segment,
@@ -234,7 +229,7 @@ def lifecycles(draw: st.DrawFn) -> list[SegmentEntry]:
     start = draw(st.integers(1, 10_000))
     end = start + draw(st.integers(0, 5_000))
     created = SegmentEntry(
-        id=segment, status=draw(st.sampled_from([SUCCESS, STREAMING])),
+        id=segment, status=draw(st.sampled_from([SegmentStatus.SUCCESS, SegmentStatus.STREAMING])),
         format=draw(st.sampled_from(["parquet", "orc"])),
         partitions=tuple(sorted(draw(st.sets(st.sampled_from(["d=1", "d=2", "d=3"]))))),
         rows=draw(st.integers(0, 1_000)), data_size=draw(st.integers(0, 10**6)),
@@ -243,17 +238,18 @@ def lifecycles(draw: st.DrawFn) -> list[SegmentEntry]:
     )
     records = [created]
     if draw(st.booleans()):
-        records.append(SegmentEntry(id=segment, status=INSERT_IN_PROGRESS, load_start_ms=start,
+        records.append(SegmentEntry(id=segment, status=SegmentStatus.INSERT_IN_PROGRESS, load_start_ms=start,
                                     instant=created.instant))
-    if created.status == STREAMING and draw(st.booleans()):
-        records.append(SegmentEntry(id=segment, status=STREAMING_FINISH,
+    if created.status == SegmentStatus.STREAMING and draw(st.booleans()):
+        records.append(SegmentEntry(id=segment, status=SegmentStatus.STREAMING_FINISH,
                                     load_end_ms=end + draw(st.integers(0, 100))))
     if draw(st.booleans()):
-        records.append(SegmentEntry(id=segment, status=COMPACTED, merged_to=f"{segment}.1",
+        records.append(SegmentEntry(id=segment, status=SegmentStatus.COMPACTED, merged_to=f"{segment}.1",
                                     load_end_ms=end))
     if draw(st.booleans()):
-        records.append(SegmentEntry(id=segment, status=MARKED_FOR_DELETE, load_end_ms=end))
-    if records[-1].status in (COMPACTED, MARKED_FOR_DELETE) and draw(st.booleans()):
+        records.append(SegmentEntry(id=segment, status=SegmentStatus.MARKED_FOR_DELETE, load_end_ms=end))
+    final = (SegmentStatus.COMPACTED, SegmentStatus.MARKED_FOR_DELETE)
+    if records[-1].status in final and draw(st.booleans()):
         # CLEAN FILES records a copy of the whole entry with the clean instant set.
         records.append(msgspec.structs.replace(_join(records), cleaned="20260201000000000"))
     return draw(st.permutations(records))
@@ -299,14 +295,14 @@ def test_the_joined_segment_has_the_furthest_status_and_keeps_the_loads_facts(
 ) -> None:
     """A later status record never erases what the load recorded."""
     whole = _join(records)
-    created = next(r for r in records if r.status in (SUCCESS, STREAMING))
+    created = next(r for r in records if r.status in (SegmentStatus.SUCCESS, SegmentStatus.STREAMING))
     assert STATUS_RANK[whole.status] == max(STATUS_RANK[r.status] for r in records)
     assert whole.status in {r.status for r in records}
     assert (whole.rows, whole.data_size, whole.index_size, whole.partitions) == (
         created.rows, created.data_size, created.index_size, created.partitions)
     assert (whole.load_start_ms, whole.instant) == (created.load_start_ms, created.instant)
     assert whole.load_end_ms == max(r.load_end_ms for r in records)
-    compacted = [r for r in records if r.status == COMPACTED]
+    compacted = [r for r in records if r.status == SegmentStatus.COMPACTED]
     assert whole.merged_to == (compacted[0].merged_to if compacted else None)
 
 
@@ -321,8 +317,8 @@ def test_a_cleaned_segment_stays_cleaned_whatever_it_is_joined_with(records: lis
 
 def test_a_segments_block_written_before_segment_history_reads_every_segment_visible() -> None:
     """Blocks and bases of tables written before the ``cleaned`` column lack it: read as null."""
-    entries = [SegmentEntry(id="0", status=COMPACTED, merged_to="0.1", rows=3),
-               SegmentEntry(id="0.1", status=SUCCESS, rows=3)]
+    entries = [SegmentEntry(id="0", status=SegmentStatus.COMPACTED, merged_to="0.1", rows=3),
+               SegmentEntry(id="0.1", status=SegmentStatus.SUCCESS, rows=3)]
     old_schema = pa.schema([f for f in SEGMENTS_SCHEMA if f.name != "cleaned"])
     old = segments_to_arrow(entries).drop_columns(["cleaned"]).cast(old_schema)
     sink = pa.BufferOutputStream()
@@ -337,8 +333,12 @@ def test_a_segments_block_written_before_segment_history_reads_every_segment_vis
 
 
 @pytest.mark.parametrize(("low", "high"), [
-    (INSERT_IN_PROGRESS, SUCCESS), (SUCCESS, COMPACTED), (SUCCESS, MARKED_FOR_DELETE),
-    (STREAMING, STREAMING_FINISH), (STREAMING_FINISH, COMPACTED), (COMPACTED, MARKED_FOR_DELETE),
+    (SegmentStatus.INSERT_IN_PROGRESS, SegmentStatus.SUCCESS),
+    (SegmentStatus.SUCCESS, SegmentStatus.COMPACTED),
+    (SegmentStatus.SUCCESS, SegmentStatus.MARKED_FOR_DELETE),
+    (SegmentStatus.STREAMING, SegmentStatus.STREAMING_FINISH),
+    (SegmentStatus.STREAMING_FINISH, SegmentStatus.COMPACTED),
+    (SegmentStatus.COMPACTED, SegmentStatus.MARKED_FOR_DELETE),
 ])
 def test_statuses_only_move_forward(low: str, high: str) -> None:
     a = SegmentEntry(id="3", status=low, rows=5)

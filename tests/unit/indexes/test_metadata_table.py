@@ -100,7 +100,7 @@ def test_blocks_of_an_instant_that_never_completed_on_the_data_timeline_are_igno
         "rows": 1000, "size": 1, "instant": never, "deleted": False}], schema=indexes.FILES_SCHEMA)
     changes = MetadataChanges(
         files=pa.concat_tables([phantom, indexes.tombstones(indexes.FILES_SCHEMA, [real])]),
-        segments=[SegmentEntry(id="9", status=indexes.SUCCESS, rows=1000)])
+        segments=[SegmentEntry(id="9", status=indexes.SegmentStatus.SUCCESS, rows=1000)])
     metadata = _metadata(table)
     with timeline.Timeline(storage_of(table_uri), clock=clock).lock() as lease:
         metadata.write_delta(never, changes, lease=lease)

@@ -7,18 +7,18 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from indexes import ACTIVE, APP, DROPPED, STREAM, StreamRecord
+from indexes import ProducerKind, StreamRecord, StreamStatus
 from indexes._streams import merge_stream_tables, merge_streams, streams_from_arrow, streams_to_arrow
 
 records = st.builds(
     StreamRecord,
     name=st.sampled_from(["job1", "job2", "nightly"]),
-    kind=st.sampled_from([STREAM, APP]),
+    kind=st.sampled_from([ProducerKind.STREAM, ProducerKind.APP]),
     generation=st.integers(0, 2),
     last_batch=st.integers(-1, 5),
     rows=st.integers(0, 100),
     segment=st.sampled_from([None, "0", "3"]),
-    status=st.sampled_from([ACTIVE, DROPPED]),
+    status=st.sampled_from([StreamStatus.ACTIVE, StreamStatus.DROPPED]),
     started_ms=st.integers(0, 10),
     updated_ms=st.integers(0, 10),
     instant=st.sampled_from(["20260101000000001", "20260101000000002", "20260101000000003"]),
@@ -46,13 +46,14 @@ def test_merge_is_a_function_of_the_set_of_records(found: list[StreamRecord], or
 def test_the_record_furthest_along_wins() -> None:
     batch = StreamRecord(name="job1", last_batch=4, instant="20260101000000002")
     later = StreamRecord(name="job1", last_batch=7, instant="20260101000000001")
-    dropped = StreamRecord(name="job1", last_batch=7, status=DROPPED, instant="20260101000000001")
+    dropped = StreamRecord(name="job1", last_batch=7, status=StreamStatus.DROPPED,
+                           instant="20260101000000001")
     restarted = StreamRecord(name="job1", generation=1, last_batch=0, instant="20260101000000003")
-    app = StreamRecord(name="job1", kind=APP, last_batch=42)
+    app = StreamRecord(name="job1", kind=ProducerKind.APP, last_batch=42)
     merged = merge_streams([streams_to_arrow([batch, later]), streams_to_arrow([dropped, app])])
-    assert merged[(STREAM, "job1")] == dropped, "a drop wins over the batch it follows"
-    assert merged[(APP, "job1")] == app, "an app and a stream may share a name"
-    assert merge_streams([streams_to_arrow([dropped, restarted])])[(STREAM, "job1")] == restarted
+    assert merged[(ProducerKind.STREAM, "job1")] == dropped, "a drop wins over the batch it follows"
+    assert merged[(ProducerKind.APP, "job1")] == app, "an app and a stream may share a name"
+    assert merge_streams([streams_to_arrow([dropped, restarted])])[(ProducerKind.STREAM, "job1")] == restarted
 
 
 def test_records_round_trip_through_arrow() -> None:

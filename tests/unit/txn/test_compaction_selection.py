@@ -8,16 +8,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from indexes import (
-    COMPACTED,
-    INSERT_IN_PROGRESS,
-    MARKED_FOR_DELETE,
-    STREAMING,
-    STREAMING_FINISH,
-    SUCCESS,
-    SegmentEntry,
-    segment_sort_key,
-)
+from indexes import SegmentEntry, SegmentStatus, segment_sort_key
 from timeline import InvalidOptionError, SegmentNotFoundError
 from txn._segments._selection import (
     DEFAULT_LEVEL_THRESHOLD,
@@ -30,10 +21,11 @@ from txn._segments._selection import (
     select_minor,
 )
 
-ALL_STATUSES = (SUCCESS, COMPACTED, MARKED_FOR_DELETE, STREAMING, STREAMING_FINISH, INSERT_IN_PROGRESS)
+ALL_STATUSES = (SegmentStatus.SUCCESS, SegmentStatus.COMPACTED, SegmentStatus.MARKED_FOR_DELETE,
+                SegmentStatus.STREAMING, SegmentStatus.STREAMING_FINISH, SegmentStatus.INSERT_IN_PROGRESS)
 
 
-def seg(segment_id: str, status: str = SUCCESS, **fields: object) -> SegmentEntry:
+def seg(segment_id: str, status: str = SegmentStatus.SUCCESS, **fields: object) -> SegmentEntry:
     return SegmentEntry(id=segment_id, status=status, **fields)  # type: ignore[arg-type]
 
 
@@ -68,7 +60,7 @@ class Simulated:
     def merge(self, ids: list[str]) -> str:
         name = merged_name(ids)
         for i in ids:
-            self.entries[i] = seg(i, COMPACTED, merged_to=name)
+            self.entries[i] = seg(i, SegmentStatus.COMPACTED, merged_to=name)
         self.entries[name] = seg(name)
         self.merges.append((name, ids))
         return name
@@ -79,7 +71,8 @@ class Simulated:
             self.merge(ids)
 
     def live(self) -> list[str]:
-        return sorted((i for i, e in self.entries.items() if e.status == SUCCESS), key=segment_sort_key)
+        return sorted((i for i, e in self.entries.items() if e.status == SegmentStatus.SUCCESS),
+                      key=segment_sort_key)
 
 
 # --- parse_level_threshold ------------------------------------------------------------------------
@@ -241,11 +234,11 @@ def test_minor_level_one_list_can_fill_first() -> None:
 def test_minor_counts_only_success_and_skips_the_rest_without_breaking_the_run() -> None:
     entries = [
         seg("0"),
-        seg("1", COMPACTED, merged_to="0.1"),
-        seg("2", MARKED_FOR_DELETE),
-        seg("3", STREAMING),
-        seg("4", STREAMING_FINISH),
-        seg("5", INSERT_IN_PROGRESS),
+        seg("1", SegmentStatus.COMPACTED, merged_to="0.1"),
+        seg("2", SegmentStatus.MARKED_FOR_DELETE),
+        seg("3", SegmentStatus.STREAMING),
+        seg("4", SegmentStatus.STREAMING_FINISH),
+        seg("5", SegmentStatus.INSERT_IN_PROGRESS),
         seg("6"),
         seg("7"),
         seg("8"),
@@ -289,9 +282,9 @@ def test_minor_preserve_keeps_the_latest_valid_segments_out() -> None:
 def test_minor_preserve_counts_by_id_and_only_valid_native_segments() -> None:
     entries = [
         *loads("0", "1", "2", "3"),
-        seg("4", MARKED_FOR_DELETE),  # not valid: does not use up the preserve count
+        seg("4", SegmentStatus.MARKED_FOR_DELETE),  # not valid: does not use up the preserve count
         seg("5", external=True),  # not native: neither
-        seg("6", STREAMING),
+        seg("6", SegmentStatus.STREAMING),
     ]
     assert select_minor(entries, (3, 3), preserve=1) == ["0", "1", "2"]
     # "Latest" means highest id, not latest loaded: a merge result 8.2 is preserved before 7.
@@ -354,7 +347,7 @@ def segment_tables(draw: st.DrawFn) -> list[SegmentEntry]:
         entries.append(
             seg(
                 f"{load}.{level}" if level else str(load),
-                draw(st.sampled_from((SUCCESS,) * len(ALL_STATUSES) + ALL_STATUSES)),
+                draw(st.sampled_from((SegmentStatus.SUCCESS,) * len(ALL_STATUSES) + ALL_STATUSES)),
                 format=draw(st.sampled_from(["parquet"] * 9 + ["csv"])),
                 external=draw(st.sampled_from([False] * 9 + [True])),
                 data_size=draw(st.integers(0, 100)),
@@ -382,7 +375,7 @@ def test_minor_result_is_a_contiguous_same_level_run_of_exactly_the_threshold(
         return
     by_id = {e.id: e for e in entries}
     assert len(set(result)) == len(result)
-    assert all(by_id[i].status == SUCCESS for i in result)
+    assert all(by_id[i].status == SegmentStatus.SUCCESS for i in result)
     assert all(not by_id[i].external and by_id[i].format == "parquet" for i in result)
     assert not set(result) & major
     levels = {0 if "." not in i else int(i.split(".")[1]) for i in result}
@@ -392,7 +385,8 @@ def test_minor_result_is_a_contiguous_same_level_run_of_exactly_the_threshold(
     assert len(result) == threshold[level] >= 2
     # Contiguous in sorted candidate order: the candidates of that level, less the preserved.
     valid = sorted(
-        (e.id for e in entries if e.status == SUCCESS and not e.external and e.format == "parquet"),
+        (e.id for e in entries
+         if e.status == SegmentStatus.SUCCESS and not e.external and e.format == "parquet"),
         key=segment_sort_key,
     )
     kept = valid[: len(valid) - preserve]
@@ -465,11 +459,11 @@ def test_major_scans_in_numeric_order_over_any_level() -> None:
 def test_major_takes_only_valid_native_segments_and_skips_without_breaking_the_group() -> None:
     entries = [
         seg("0", data_size=2),
-        seg("1", STREAMING, data_size=2),
-        seg("2", STREAMING_FINISH, data_size=2),
-        seg("3", MARKED_FOR_DELETE, data_size=2),
-        seg("4", COMPACTED, data_size=2),
-        seg("5", INSERT_IN_PROGRESS, data_size=2),
+        seg("1", SegmentStatus.STREAMING, data_size=2),
+        seg("2", SegmentStatus.STREAMING_FINISH, data_size=2),
+        seg("3", SegmentStatus.MARKED_FOR_DELETE, data_size=2),
+        seg("4", SegmentStatus.COMPACTED, data_size=2),
+        seg("5", SegmentStatus.INSERT_IN_PROGRESS, data_size=2),
         seg("6", external=True, data_size=2),
         seg("7", format="orc", data_size=2),
         seg("8", data_size=2),
@@ -523,7 +517,7 @@ def test_custom_refuses_an_empty_list() -> None:
 
 
 def test_custom_unknown_ids_are_named_with_what_exists() -> None:
-    entries = table(*loads("0", "1"), seg("2", MARKED_FOR_DELETE))
+    entries = table(*loads("0", "1"), seg("2", SegmentStatus.MARKED_FOR_DELETE))
     with pytest.raises(SegmentNotFoundError) as caught:
         check_custom(entries, ["1", "7", "30", "abc"])
     message = str(caught.value)
@@ -542,12 +536,12 @@ def test_custom_lists_many_existing_segments_briefly() -> None:
 
 def test_custom_refuses_segments_that_are_not_success_naming_each_status() -> None:
     entries = table(
-        seg("0", COMPACTED, merged_to="0.1"),
+        seg("0", SegmentStatus.COMPACTED, merged_to="0.1"),
         seg("0.1"),
-        seg("1", MARKED_FOR_DELETE),
-        seg("2", STREAMING),
-        seg("3", STREAMING_FINISH),
-        seg("4", INSERT_IN_PROGRESS),
+        seg("1", SegmentStatus.MARKED_FOR_DELETE),
+        seg("2", SegmentStatus.STREAMING),
+        seg("3", SegmentStatus.STREAMING_FINISH),
+        seg("4", SegmentStatus.INSERT_IN_PROGRESS),
     )
     with pytest.raises(InvalidOptionError) as caught:
         check_custom(entries, ["4", "3", "2", "1", "0", "0.1"])
@@ -570,11 +564,11 @@ def test_custom_takes_external_segments() -> None:
     entries = table(seg("0"), seg("1", format="csv", external=True, path="/in"), seg("2", external=True))
     assert check_custom(entries, ["0", "1", "2"]) == ["0", "1", "2"]
     with pytest.raises(InvalidOptionError, match="1 \\(Compacted"):
-        check_custom(table(seg("1", COMPACTED, format="csv", external=True)), ["1"])
+        check_custom(table(seg("1", SegmentStatus.COMPACTED, format="csv", external=True)), ["1"])
 
 
 def test_custom_unknown_ids_are_reported_before_invalid_ones() -> None:
-    entries = table(seg("0", MARKED_FOR_DELETE))
+    entries = table(seg("0", SegmentStatus.MARKED_FOR_DELETE))
     with pytest.raises(SegmentNotFoundError, match="no segment 5"):
         check_custom(entries, ["0", "5"])
 
@@ -590,14 +584,14 @@ def test_custom_refuses_ids_of_the_wrong_type(ids: list[str]) -> None:
 
 def _statuses() -> dict[str, SegmentEntry]:
     return table(
-        seg("0", COMPACTED, merged_to="0.1"),
-        seg("1", COMPACTED, merged_to="0.1"),
+        seg("0", SegmentStatus.COMPACTED, merged_to="0.1"),
+        seg("1", SegmentStatus.COMPACTED, merged_to="0.1"),
         seg("0.1"),
-        seg("2", MARKED_FOR_DELETE),
-        seg("3", STREAMING),
-        seg("4", STREAMING_FINISH),
-        seg("5", INSERT_IN_PROGRESS),  # stale: its load died
-        seg("6", INSERT_IN_PROGRESS),  # live
+        seg("2", SegmentStatus.MARKED_FOR_DELETE),
+        seg("3", SegmentStatus.STREAMING),
+        seg("4", SegmentStatus.STREAMING_FINISH),
+        seg("5", SegmentStatus.INSERT_IN_PROGRESS),  # stale: its load died
+        seg("6", SegmentStatus.INSERT_IN_PROGRESS),  # live
         seg("7", format="csv", external=True, path="/in/7"),
         seg("8"),
         seg("10"),
@@ -694,28 +688,29 @@ def _timed(entries: Iterable[tuple[str, str, int]]) -> list[SegmentEntry]:
 
 def test_delete_before_marks_success_and_streaming_finish_loaded_strictly_before() -> None:
     entries = _timed([
-        ("10", SUCCESS, 100),
-        ("2", SUCCESS, 200),
-        ("3", STREAMING_FINISH, 300),
-        ("4", SUCCESS, 400),  # at the boundary: not before it
-        ("5", SUCCESS, 500),
+        ("10", SegmentStatus.SUCCESS, 100),
+        ("2", SegmentStatus.SUCCESS, 200),
+        ("3", SegmentStatus.STREAMING_FINISH, 300),
+        ("4", SegmentStatus.SUCCESS, 400),  # at the boundary: not before it
+        ("5", SegmentStatus.SUCCESS, 500),
     ])
     assert select_delete_before(entries, 400) == ["2", "3", "10"]
 
 
 def test_delete_before_skips_compacted_streaming_in_progress_and_deleted() -> None:
     entries = _timed([
-        ("0", COMPACTED, 1),
-        ("1", STREAMING, 1),
-        ("2", INSERT_IN_PROGRESS, 1),
-        ("3", MARKED_FOR_DELETE, 1),
-        ("4", SUCCESS, 1),
+        ("0", SegmentStatus.COMPACTED, 1),
+        ("1", SegmentStatus.STREAMING, 1),
+        ("2", SegmentStatus.INSERT_IN_PROGRESS, 1),
+        ("3", SegmentStatus.MARKED_FOR_DELETE, 1),
+        ("4", SegmentStatus.SUCCESS, 1),
     ])
     assert select_delete_before(entries, 1_000) == ["4"]
 
 
 def test_delete_before_judges_a_merge_result_by_its_own_start_time() -> None:
-    entries = _timed([("0", COMPACTED, 10), ("1", COMPACTED, 20), ("0.1", SUCCESS, 900)])
+    entries = _timed([("0", SegmentStatus.COMPACTED, 10), ("1", SegmentStatus.COMPACTED, 20),
+                      ("0.1", SegmentStatus.SUCCESS, 900)])
     assert select_delete_before(entries, 500) == []
     assert select_delete_before(entries, 901) == ["0.1"]
 

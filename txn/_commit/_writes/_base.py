@@ -30,11 +30,10 @@ import pyarrow as pa
 from indexes import (
     DELETES_SCHEMA,
     FILES_SCHEMA,
-    MARKED_FOR_DELETE,
-    SUCCESS,
     MetadataChanges,
     RecordIndex,
     SegmentEntry,
+    SegmentStatus,
     StreamRecord,
     column_stats_schema,
     tombstones,
@@ -59,7 +58,7 @@ from ..._files import (
     sort_memory_bytes,
     stage_deletes,
 )
-from ..._results import Commit
+from ..._results import Commit, Operation
 from ..._rows import index_keys
 from .. import _conflicts
 from .._protocol import Admission, Pending
@@ -124,11 +123,12 @@ class Write:
     its plan records it; None: it read nothing, or reads what it needs under the lock).
     """
 
-    operation: str
+    operation: Operation | None
     read_at: str | None = None
 
     @property
     def action(self) -> str:
+        assert self.operation is not None, "a table service with a plan of its own names its action"
         return ACTION_OF[self.operation]
 
     def allocation(self, *, elsewhere: bool = False) -> Allocation:
@@ -204,6 +204,7 @@ class DataWrite(Write):
     keys it writes or read and the files it deletes rows from.
     """
 
+    operation: Operation
     read_at: str | None = None
     #: The producer's batch this write is (exactly once), if any.
     progress: Progress | None = None
@@ -263,7 +264,7 @@ class DataWrite(Write):
         metadata = CommitMetadata(
             operation=self.operation, segment=pending.segment, files_added=list(done.statuses),
             files_removed=done.removed_files,
-            segments_removed=[s.id for s in done.segments if s.status == MARKED_FOR_DELETE],
+            segments_removed=[s.id for s in done.segments if s.status == SegmentStatus.MARKED_FOR_DELETE],
             rows_added=sum(s.rows for s in done.statuses), rows_deleted=done.rows_deleted,
             extra=dict(extra or {}), deltas_added=done.deltas_added, deltas_removed=done.removed_deltas,
             index_shards=sorted(written.index_sizes), read_at=self.read_at,
@@ -362,7 +363,7 @@ def new_segment(context: TableContext, pending: Pending, statuses: Sequence[File
     """The ``Success`` entry of the pending segment holding ``statuses``."""
     assert pending.segment is not None
     return SegmentEntry(
-        id=pending.segment, status=SUCCESS, format="parquet",
+        id=pending.segment, status=SegmentStatus.SUCCESS, format="parquet",
         partitions=tuple(sorted({s.partition for s in statuses if s.partition})),
         rows=sum(s.rows for s in statuses), data_size=sum(s.size for s in statuses),
         index_size=stats.nbytes, load_start_ms=parse_time(pending.instant.time),

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 import msgspec
 import pyarrow as pa
 
-from indexes import COMPACTED, SegmentEntry, segment_sort_key
+from indexes import SegmentEntry, SegmentStatus, segment_sort_key
 from timeline import TimelineView, TxnError
 
-from ..._context import COMPACT, TableContext
+from ..._context import TableContext
 from ..._files import LiveDeltas
+from ..._results import Operation
 from .. import _conflicts
 from .._protocol import Pending
 from ._base import Allocation, DataWrite, LockPolicy, Recorded, Written, added, finish_phase, write_rows
@@ -54,7 +55,7 @@ class Compaction(DataWrite):
     is not the sources' live rows is refused.
     """
 
-    operation: str = COMPACT
+    operation: Operation = Operation.COMPACT
     merge: Merge
     #: The sources' live rows, sorted (None: written elsewhere, by the driver's ``written_by``).
     rows: Iterable[pa.RecordBatch] | None = None
@@ -92,7 +93,7 @@ class Compaction(DataWrite):
                 f"compaction {pending.instant.time} into {merge.target} wrote {rewritten} rows, but "
                 f"its sources hold {merge.rows} live rows; nothing was committed")
         done.segments = self.segments(done.segments) + [
-            msgspec.structs.replace(entry, status=COMPACTED, merged_to=merge.target)
+            msgspec.structs.replace(entry, status=SegmentStatus.COMPACTED, merged_to=merge.target)
             for entry in merge.sources.values()]
         done.removed_files = list(merge.files)
         done.removed_deltas += list(merge.deltas)

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from indexes import SUCCESS, SegmentEntry
+from indexes import SegmentEntry, SegmentStatus
 from timeline import TimelineView, parse_time
 
 from ..._context import TableContext
 from ..._files import FileStatus, KeyLocations, LiveDeltas
+from ..._results import Operation
 from ..._rows import index_keys
 from .._protocol import Pending
 from ._base import (
@@ -58,7 +59,7 @@ class AddSegment(DataWrite):
     (format, folder), index entries of the files' keys; no data file is written.
     """
 
-    operation: str = "add_segment"
+    operation: Operation = Operation.ADD_SEGMENT
     load: ExternalLoad
     current: LiveDeltas
 
@@ -87,7 +88,7 @@ class AddSegment(DataWrite):
         files = [file_rows(group, segment or "", pending.instant.time)
                  for group, segment in zip(load.groups, segments, strict=True)]
         entries = [SegmentEntry(
-            id=segment or "", status=SUCCESS, format=load.format, external=True, path=load.url,
+            id=segment or "", status=SegmentStatus.SUCCESS, format=load.format, external=True, path=load.url,
             partitions=tuple(sorted({s.partition for s in group if s.partition})),
             rows=sum(s.rows for s in group), data_size=sum(s.size for s in group),
             load_start_ms=parse_time(pending.instant.time), load_end_ms=context.clock(),

@@ -10,18 +10,12 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from indexes import MARKED_FOR_DELETE, SegmentEntry, live
+from indexes import SegmentEntry, SegmentStatus, live
 from timeline import CommitConflictError, TimelineView
 
-from ..._context import (
-    ACTION_OF,
-    COMPACT,
-    DATA_ACTIONS,
-    LATEST_PARTITIONS,
-    TableContext,
-    delete_compaction_threshold,
-)
+from ..._context import ACTION_OF, DATA_ACTIONS, LATEST_PARTITIONS, TableContext, delete_compaction_threshold
 from ..._files import DeltaStatus, FileStatus, LiveDeltas, Positions, canonical_partition, stage_deletes
+from ..._results import Operation
 from .. import _conflicts
 from .._protocol import Pending
 from ._base import (
@@ -54,7 +48,7 @@ class Overwrite(DataWrite):
     deleted by delete deltas written under the lock.
     """
 
-    operation: str = "overwrite"
+    operation: Operation = Operation.OVERWRITE
     #: The new rows (None: written elsewhere, by the driver's ``written_by``).
     rows: Iterable[pa.RecordBatch] | None = None
     partitions: frozenset[str] | None = None
@@ -108,7 +102,7 @@ class Overwrite(DataWrite):
             removed_files = previous["path"].to_pylist()
             dropped = [path for file in removed_files for path in deltas.paths(file)]
             rows = sum(previous["rows"].to_pylist()) - sum(deltas.rows(file) for file in removed_files)
-            marked = [msgspec.structs.replace(entry, status=MARKED_FOR_DELETE)
+            marked = [msgspec.structs.replace(entry, status=SegmentStatus.MARKED_FOR_DELETE)
                       for entry in current.segments.values() if entry.is_live]
         done.removed_files = removed_files
         done.removed_deltas += dropped
@@ -126,7 +120,7 @@ def _concurrent_data_commits(view: TimelineView, began: str) -> list[str]:
     overwrite replaces anyway (it reads the live files under the lock), so it does not count:
     a table service never fails the user's overwrite."""
     return [i.time for i in view.completed_after(began)
-            if i.action in DATA_ACTIONS and i.action != ACTION_OF[COMPACT]]
+            if i.action in DATA_ACTIONS and i.action != ACTION_OF[Operation.COMPACT]]
 
 
 def _partition_replacement(context: TableContext, pending: Pending, scope: set[str],
@@ -158,7 +152,7 @@ def _partition_replacement(context: TableContext, pending: Pending, scope: set[s
             removed_files += [path for path, _, _ in files]
             entry = entries.get(segment)
             if entry is not None and entry.is_live:
-                marked.append(msgspec.structs.replace(entry, status=MARKED_FOR_DELETE))
+                marked.append(msgspec.structs.replace(entry, status=SegmentStatus.MARKED_FOR_DELETE))
             continue
         for path, live_rows, inside in files:
             if inside and live_rows:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from indexes import ACTIVE, DROPPED, MAX_BATCH, STREAM, STREAMS, StreamRecord
+from indexes import MAX_BATCH, STREAMS, ProducerKind, StreamRecord, StreamStatus
 from timeline import StreamDroppedError, TimelineView
 
 from ..._context import TableContext
@@ -17,7 +17,7 @@ class Progress:
     """A producer's batch that commits exactly once: stream ``name``'s batch ``batch`` (kind
     ``stream``), or app ``name``'s version ``batch`` (kind ``app``, an idempotent write)."""
 
-    kind: str
+    kind: ProducerKind
     name: str
     batch: int
     generation: int = 0
@@ -41,7 +41,7 @@ def generation_of(record: StreamRecord | None) -> int:
     one generation later, from no batch."""
     if record is None:
         return 0
-    return record.generation + 1 if record.status == DROPPED else record.generation
+    return record.generation + 1 if record.status == StreamStatus.DROPPED else record.generation
 
 
 def in_range(batch: object) -> bool:
@@ -55,10 +55,10 @@ def check_generation(record: StreamRecord | None, progress: Progress) -> None:
     producer opened it (``StreamDroppedError``). Without this check the batch would start the
     next generation itself, bringing the dropped stream back with the old producer's batch ids,
     and a fresh producer's first batches would then be skipped as replays."""
-    if progress.kind != STREAM or record is None:
+    if progress.kind != ProducerKind.STREAM or record is None:
         return
     if record.generation > progress.generation or (
-            record.generation == progress.generation and record.status == DROPPED):
+            record.generation == progress.generation and record.status == StreamStatus.DROPPED):
         raise StreamDroppedError(progress.name, progress.generation, generation_of(record))
 
 
@@ -85,7 +85,8 @@ def progressed(context: TableContext, view: TimelineView, progress: Progress, pe
     retries of one batch never both commit), or ``StreamDroppedError`` if a DROP STREAM
     committed since the producer opened the stream. ``dropping``: DROP STREAM's own record."""
     held = producer_record(context, view, progress.kind, progress.name)
-    if dropping and (held is None or held.status == DROPPED or held.generation != progress.generation):
+    gone = held is None or held.status == StreamStatus.DROPPED or held.generation != progress.generation
+    if dropping and gone:
         raise AlreadyCommitted(f"stream {progress.name!r} was dropped meanwhile")
     if not dropping:
         check_generation(held, progress)
@@ -96,6 +97,7 @@ def progressed(context: TableContext, view: TimelineView, progress: Progress, pe
     return [StreamRecord(
         name=progress.name, kind=progress.kind, generation=progress.generation,
         last_batch=progress.batch, rows=(held.rows if same and held else 0) + rows,
-        segment=None if dropping else segment, status=DROPPED if dropping else ACTIVE,
+        segment=None if dropping else segment,
+        status=StreamStatus.DROPPED if dropping else StreamStatus.ACTIVE,
         started_ms=held.started_ms if same and held else now, updated_ms=now,
         instant=pending.instant.time)]

@@ -18,6 +18,7 @@ from timeline import TimelineView
 
 from ..._context import TableContext
 from ..._files import LiveDeltas, Positions
+from ..._results import Operation
 from .._protocol import Pending
 from ._base import (
     NEW_SEGMENT,
@@ -74,7 +75,7 @@ class RowChanges(DataWrite):
     tombstones of removed keys.
     """
 
-    operation: str
+    operation: Operation
     rows: Iterable[pa.RecordBatch] | None = None
     current: LiveDeltas
     deleted: dict[str, Positions] = field(default_factory=dict)
@@ -118,7 +119,7 @@ class Append(RowChanges):
     """``append``: new rows as a new segment. A keyed append was checked for existing keys when
     planned; a concurrent commit of one of its keys is a ``DuplicateKeyError``."""
 
-    operation: str = "append"
+    operation: Operation = Operation.APPEND
 
 
 @dataclass(kw_only=True)
@@ -126,7 +127,7 @@ class Upsert(RowChanges):
     """``upsert``: new rows, and the rows of existing keys deleted by position; conflicts with a
     concurrent commit of one of its keys or of a file it deletes from."""
 
-    operation: str = "upsert"
+    operation: Operation = Operation.UPSERT
 
 
 @dataclass(kw_only=True)
@@ -135,7 +136,7 @@ class Delete(RowChanges):
     their keys removed; a delete by keys also conflicts on the keys it asked for and did not
     find (``read_keys``)."""
 
-    operation: str = "delete"
+    operation: Operation = Operation.DELETE
 
 
 @dataclass(kw_only=True)
@@ -143,4 +144,4 @@ class Update(RowChanges):
     """``update``: matched rows deleted by position and written again, changed, as a new
     segment; conflicts on the files it deletes from and the keys it writes."""
 
-    operation: str = "update"
+    operation: Operation = Operation.UPDATE

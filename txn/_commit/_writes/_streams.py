@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import msgspec
 import pyarrow as pa
 
-from indexes import SEGMENTS, STREAMING, STREAMING_FINISH, SegmentEntry, StreamRecord
+from indexes import SEGMENTS, SegmentEntry, SegmentStatus, StreamRecord
 from timeline import TimelineView, parse_time
 
 from ..._context import TableContext
 from ..._files import FileStatus, LiveDeltas
+from ..._results import Operation
 from .._protocol import Pending
 from ._base import (
     NEW_SEGMENT,
@@ -54,7 +55,7 @@ class StreamBatch(DataWrite):
     and the finished segment, the stream's record at this batch.
     """
 
-    operation: str = "stream"
+    operation: Operation = Operation.STREAM
     progress: Progress
     rows: Iterable[pa.RecordBatch] | None = None
     current: LiveDeltas
@@ -99,7 +100,7 @@ class DropStream(DataWrite):
     stream's ``Dropped`` record.
     """
 
-    operation: str = "drop_stream"
+    operation: Operation = Operation.DROP_STREAM
     progress: Progress
     finish: str | None = None
 
@@ -133,7 +134,7 @@ def streaming_segments(context: TableContext, view: TimelineView, pending: Pendi
     if pending.segment is not None and not drop:
         held = current.get(pending.segment)
         entries.append(SegmentEntry(
-            id=pending.segment, status=STREAMING, format="parquet",
+            id=pending.segment, status=SegmentStatus.STREAMING, format="parquet",
             partitions=tuple(sorted({s.partition for s in statuses if s.partition}
                                     | set(held.partitions if held else ()))),
             rows=(held.rows if held else 0) + sum(s.rows for s in statuses),
@@ -141,6 +142,7 @@ def streaming_segments(context: TableContext, view: TimelineView, pending: Pendi
             load_start_ms=held.load_start_ms if held else parse_time(pending.instant.time),
             load_end_ms=now, instant=held.instant if held else pending.instant.time))
     finished = current.get(finish) if finish is not None else None
-    if finished is not None and finished.status == STREAMING:
-        entries.append(msgspec.structs.replace(finished, status=STREAMING_FINISH, load_end_ms=now))
+    if finished is not None and finished.status == SegmentStatus.STREAMING:
+        entries.append(msgspec.structs.replace(finished, status=SegmentStatus.STREAMING_FINISH,
+                                               load_end_ms=now))
     return entries

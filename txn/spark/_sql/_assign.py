@@ -54,7 +54,7 @@ def _kind(data_type: Any) -> str:
         return "integral"
     if isinstance(data_type, (t.ArrayType, t.MapType, t.StructType)):
         return "nested"
-    return data_type.typeName()
+    return str(data_type.typeName())
 
 
 def _has_map(data_type: Any) -> bool:
@@ -113,8 +113,8 @@ def converted(rows: Any, columns: dict[str, Any]) -> Any:
     checking that every row's value fits (SchemaMismatchError naming the column and the first
     value that does not). ``rows`` should be pinned: it is read once more for the check."""
     schema = {f.name: f.dataType for f in rows.schema.fields}
-    checks = {c: _lossy(c, schema[c], t) for c, t in columns.items()}
-    checks = {c: p for c, p in checks.items() if p is not None}
+    lossy = {c: _lossy(c, schema[c], t) for c, t in columns.items()}
+    checks = {c: p for c, p in lossy.items() if p is not None}
     if checks:
         found = rows.where(" OR ".join(checks.values())).selectExpr(*[
             expression for i, (c, p) in enumerate(checks.items()) for expression in (
