@@ -7,7 +7,7 @@ joined by :func:`txn.adopt_files`); :meth:`PendingWrite.commit` gathers their re
 what no report names (files of failed or retried attempts), stages the deletes by position and
 commits once, conflict-checked against every commit completed after the snapshot read, as a
 local write is. This module is the one place the two-phase form meets the commit protocol's
-internals (``Change``, ``builder``, ``Protocol.finish``).
+internals (a ``RowChanges`` or ``Overwrite`` write class, the commit driver's ``finish``).
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ class PendingWrite:
     # -- commit or abort -----------------------------------------------------------------------
 
     def commit(self, files: Iterable[WrittenFiles] = (), *, deletes: object = None,
-               check_keys: bool = False) -> Commit | None:
+               check_keys: bool = False, retries: int = 0) -> Commit | None:
         """Commit the workers' reports ``files`` and the rows ``deletes`` (``{path: positions}``,
         or a table of ``file`` and ``position`` columns; paths as ``Snapshot.files()`` gives them
         or table-relative) as one instant. Data files marked for the instant that no report
@@ -278,8 +278,12 @@ class PendingWrite:
         every commit completed after the snapshot read (``CommitConflictError``; the write is
         rolled back). ``check_keys``: read back the keys the workers wrote and refuse any that
         repeats among them (``DuplicateKeyError``), for inputs not checked beforehand. Returns
-        None when the write's ``app_id`` committed its version already.
+        None when the write's ``app_id`` committed its version already. ``retries``: how often
+        the engine planned this write again after a table service overtook an earlier attempt
+        (``retryable``), recorded as ``Commit.retries`` as a local write records it.
         """
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidOptionError(f"retries must be an int >= 0, got {retries!r}; nothing was committed")
         if self._status == _SKIPPED:
             return None
         if self._status != _OPEN:
@@ -332,7 +336,7 @@ class PendingWrite:
 
         self._status = _DONE
         try:
-            commit = finish(context, planned, ticket.extra, pending, write)
+            commit = finish(context, planned, ticket.extra, pending, write, retries=retries)
         except AlreadyCommitted as exc:
             log.info("%s: skipped, already committed", exc)
             return None

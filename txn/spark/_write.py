@@ -211,7 +211,7 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
                 return None
             reports = run_job(table, df, pending)
             try:
-                return pending.commit(reports, deletes=deletes)
+                return pending.commit(reports, deletes=deletes, retries=attempt)
             except txn.TxnError as exc:
                 if attempt == REPLANS or not pending.retryable(exc):
                     raise

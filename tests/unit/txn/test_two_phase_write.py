@@ -279,3 +279,17 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         with pytest.raises(txn.InvalidOptionError, match="deletes no rows"):
             pending.commit(deletes={"x": [1]})
     assert states(table) == [("commit", "rolledback"), ("rollback", "completed")]
+
+
+def test_an_engines_replans_are_recorded_as_a_local_writes_are(tmp_path: Path) -> None:
+    """``Commit.retries`` says how often a write was planned again after a table service
+    overtook it; an engine that replans (``PendingWrite.retryable``) gives the count."""
+    table = txn.create_table(str(tmp_path / "t"), SCHEMA)
+    with table.begin_write() as pending:
+        commit = pending.commit(_in_threads(pending.ticket, [rows(range(5))]), retries=2)
+    assert commit is not None and commit.retries == 2
+    assert table.timeline()[-1].time == commit.instant
+    for bad in (-1, True, 1.5, "2"):
+        with table.begin_write() as pending, pytest.raises(txn.InvalidOptionError, match="retries"):
+            pending.commit([], retries=bad)  # type: ignore[arg-type]
+    assert sorted_rows(table.to_arrow()) == sorted_rows(rows(range(5)))

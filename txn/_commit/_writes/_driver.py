@@ -63,12 +63,13 @@ def commit(context: TableContext, write: Write, extra: dict[str, str] | None = N
 
 
 def finish(context: TableContext, write: Write, extra: dict[str, str] | None, pending: Pending,
-           written: Written | WrittenBy) -> Commit:
+           written: Written | WrittenBy, *, retries: int = 0) -> Commit:
     """Commit an instant begun earlier (``Protocol.begin``) whose files were written elsewhere
     (rolled back on failure): the second half of a two-phase write. ``written``: what was
     written, or the step that gathers it (run inside the protocol, so its failure rolls back)."""
     phase = written if callable(written) else (lambda _: written)
-    completed, metadata = protocol_of(context).finish(pending, phase, _commit_step(context, write, extra))
+    completed, metadata = protocol_of(context).finish(pending, phase,
+                                                      _commit_step(context, write, extra, retries=retries))
     return to_commit(completed.time, completed.completed_at or "", metadata)
 
 

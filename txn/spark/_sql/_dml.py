@@ -314,7 +314,7 @@ def _commit(table: Table, operation: str, plan: Callable[[Snapshot], _Planned], 
                 return 0
             with table.begin_write(operation, read_instant=snapshot) as pending:
                 reports = run_job(table, planned.rows, pending) if planned.rows is not None else []
-                pending.commit(reports, deletes=planned.deletes)
+                pending.commit(reports, deletes=planned.deletes, retries=retry)
             return int(planned.deletes.num_rows)
         except TxnError as exc:
             overtaken = (pending.retryable(exc) if pending is not None
