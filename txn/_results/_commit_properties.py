@@ -43,6 +43,14 @@ class CommitProperties(msgspec.Struct, frozen=True):
     def idempotent(self) -> bool:
         return self.app_id is not None
 
+    @classmethod
+    def of(cls, given: CommitProperties | None = None, *, extra: object = None, app_id: object = None,
+           version: object = None) -> CommitProperties:
+        """The options of a write that takes both ``commit_properties=`` (``given``) and the
+        separate keywords ``extra=``, ``app_id=``, ``version=``: one form or the other, never
+        both (``InvalidOptionError``). For engines whose writes take both, as ``Table``'s do."""
+        return commit_properties(given, extra=extra, app_id=app_id, version=version)
+
 
 class StreamProgress(msgspec.Struct, frozen=True):
     """Batch ``batch_id`` of stream ``stream`` (generation ``generation``), committed exactly once

@@ -179,7 +179,7 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
     operation = "append" if mode in ("error", "ignore") else mode
     if partitions is not None and operation != "overwrite":
         raise txn.InvalidOptionError(f"partitions={partitions!r} is for mode='overwrite', not {mode!r}")
-    options = _commit_properties(commit_properties, extra, app_id, version)
+    options = txn.CommitProperties.of(commit_properties, extra=extra, app_id=app_id, version=version)
     ensure_workers_run_metatxn(df.sparkSession)
     # A new table is staged: it appears with the commit, so a DataFrame or ``partitions`` the
     # checks below refuse leaves no table.
@@ -216,17 +216,6 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
                 if attempt == REPLANS or not pending.retryable(exc):
                     raise
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _commit_properties(given: txn.CommitProperties | None, extra: dict[str, str] | None,
-                       app_id: str | None, version: int | None) -> txn.CommitProperties:
-    """``commit_properties=``, or the same options as ``extra=``/``app_id=``/``version=``."""
-    if given is None:
-        return txn.CommitProperties(extra=dict(extra or {}), app_id=app_id, version=version)
-    if extra is not None or app_id is not None or version is not None:
-        raise txn.InvalidOptionError("give commit options either as commit_properties= or as "
-                                     "extra=/app_id=/version=, not both; nothing was written")
-    return given
 
 
 def _checked(df: Any, schema: pa.Schema, columns: list[str]) -> Any:

@@ -39,3 +39,15 @@ def test_keywords_or_properties_never_both() -> None:
         commit_properties(given, extra={"job": "8"})
     with pytest.raises(txn.InvalidOptionError, match="CommitProperties"):
         commit_properties({"extra": {}})  # type: ignore[arg-type]
+
+
+def test_engines_resolve_both_forms_through_the_public_type() -> None:
+    """``CommitProperties.of``: the resolution ``Table``'s writes use, for engines (txn.spark.write)."""
+    given = txn.CommitProperties(app_id="a", version=1)
+    assert txn.CommitProperties.of(given) is given
+    assert txn.CommitProperties.of(None, extra={"job": "7"}) == txn.CommitProperties(extra={"job": "7"})
+    assert txn.CommitProperties.of() == txn.CommitProperties()
+    with pytest.raises(txn.InvalidOptionError, match="not both"):
+        txn.CommitProperties.of(given, version=2)
+    with pytest.raises(txn.InvalidOptionError, match="extra"):
+        txn.CommitProperties.of(None, extra=["not", "a", "mapping"])
