@@ -128,10 +128,8 @@ def stream_progress(value: object) -> Progress | None:
 def already_done(context: TableContext, properties: CommitProperties | None,
                  progress: Progress | None = None) -> bool:
     """Whether the producer's batch (``properties``' app_id/version, or a stream's) committed."""
-    if properties is not None and not isinstance(properties, CommitProperties):
-        raise InvalidOptionError(
-            f"commit_properties must be a txn.CommitProperties, got {type(properties).__name__}")
-    if progress is None and properties is not None:
+    properties = CommitProperties.of(properties)  # refuses anything but a CommitProperties
+    if progress is None:
         progress = app_progress(properties.app_id, properties.version)
     return already_committed(context, progress)
 
@@ -142,10 +140,7 @@ def begin_write(context: TableContext, operation: str = "append", *, read_instan
     """See :meth:`txn.Table.begin_write`. ``progress``: a stream's batch (txn.spark's streams)."""
     if operation not in OPERATIONS:
         raise InvalidOptionError(f"begin_write: operation {operation!r}; expected one of {list(OPERATIONS)}")
-    if commit_properties is not None and not isinstance(commit_properties, CommitProperties):
-        raise InvalidOptionError(
-            f"commit_properties must be a txn.CommitProperties, got {type(commit_properties).__name__}")
-    properties = commit_properties or CommitProperties()
+    properties = CommitProperties.of(commit_properties)  # refuses anything but a CommitProperties
     columns = context.record_key_columns
     if operation == "upsert" and not columns:
         raise InvalidOptionError(f"upsert needs a table with a record_key; {context.uri} has none")
