@@ -8,6 +8,7 @@ from ._protocol import Admission, Builder, Pending, Protocol
 from ._upkeep import maintain, protocol_of, wait_for_background_maintenance
 from ._writes import (
     AddSegment,
+    AlterTable,
     Allocation,
     AlreadyCommitted,
     Append,
@@ -38,6 +39,7 @@ from ._writes import (
     generation_of,
     in_range,
     producer_record,
+    next_versions,
     run,
     to_commit,
 )
@@ -45,6 +47,7 @@ from ._writes import (
 __all__ = [
     "AddSegment",
     "Admission",
+    "AlterTable",
     "Allocation",
     "AlreadyCommitted",
     "Append",
@@ -78,6 +81,7 @@ __all__ = [
     "committed",
     "finish",
     "generation_of",
+    "next_versions",
     "in_range",
     "maintain",
     "producer_record",

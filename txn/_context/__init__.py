@@ -16,6 +16,7 @@ from ._config import TABLE_CONFIG_PATH, TableConfig, decode_config, encode_confi
 from ._open import create_context, open_context
 from ._options import (
     CleanOptions,
+    check_schema,
     check_layout,
     check_properties,
     clean_options,
@@ -29,7 +30,14 @@ from ._options import (
 )
 from ._progress import Reporter, advanced, progress, watched
 from ._staged import StagedCreate
-from ._table_context import LATEST_PARTITIONS, IdFactory, TableContext, completion_map, random_id
+from ._table_context import (
+    LATEST_PARTITIONS,
+    IdFactory,
+    TableContext,
+    completion_map,
+    latest_version,
+    random_id,
+)
 from ._timeline_records import (
     ACTION_OF,
     DATA_ACTIONS,
@@ -69,6 +77,8 @@ __all__ = [
     "advanced",
     "check_layout",
     "check_properties",
+    "check_property_change",
+    "check_schema",
     "clean_options",
     "column_list",
     "compaction_options",
@@ -77,6 +87,7 @@ __all__ = [
     "decode_config",
     "delete_compaction_threshold",
     "encode_config",
+    "latest_version",
     "maintenance_mode",
     "open_context",
     "parse_level_threshold",

@@ -6,6 +6,7 @@ from ._commits import Commit, CompactionKind, Operation
 from ._display import load_time_taken, segment_size
 from ._listings import DataFile, Segment
 from ._services import CleanReason, MaintenanceReport
+from ._versions import SchemaVersion
 from ._validation import Problem, ProblemKind, ValidationReport
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "Operation",
     "Problem",
     "ProblemKind",
+    "SchemaVersion",
     "Segment",
     "StreamProgress",
     "ValidationReport",

@@ -19,6 +19,7 @@ from ._base import (
     Written,
     to_commit,
 )
+from ._alter import AlterTable, next_versions, stamped
 from ._compaction import Compaction, Merge, StreamFilesMerge
 from ._driver import WrittenBy, begin, commit, finish, run
 from ._external import AddSegment, ExternalLoad
@@ -41,6 +42,7 @@ __all__ = [
     "SMALL_WRITE_BYTES",
     "SMALL_WRITE_DELETES",
     "AddSegment",
+    "AlterTable",
     "Allocation",
     "AlreadyCommitted",
     "Append",
@@ -70,7 +72,9 @@ __all__ = [
     "finish",
     "generation_of",
     "in_range",
+    "next_versions",
     "producer_record",
     "run",
+    "stamped",
     "to_commit",
 ]
