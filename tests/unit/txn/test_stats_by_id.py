@@ -23,13 +23,14 @@ def _kept(table: txn.Table, expression: ds.Expression) -> list[str]:
 
 def test_blocks_are_keyed_by_id_and_files_record_their_version(table_uri: str) -> None:
     table = txn.create_table(table_uri, SCHEMA)
-    table.append(rows(range(0, 10)))
+    table.append(rows(range(10)))
     storage = storage_of(table_uri)
     block = read_block(storage, _stats_blocks(table_uri)[0], indexes.column_stats_schema(SCHEMA))
     assert block.schema.metadata == {b"metatxn.stats_key": b"id"}
     assert block.schema.field("columns").type.names == ["1", "2", "3", "4"]
     completed = {i.time: i.completed_at or "" for i in table.timeline() if i.state == "completed"}
-    files = indexes.MetadataTable(storage, table.schema).resolve(completed, None, partitions=(indexes.FILES,)).files
+    files = indexes.MetadataTable(storage, table.schema).resolve(
+        completed, None, partitions=(indexes.FILES,)).files
     assert files is not None and files["schema_id"].to_pylist() == [0]
     stats = table.snapshot().file_table()["stats"]
     assert stats.type.names == ["id", "region", "day", "price"]
@@ -40,7 +41,7 @@ def test_statistics_keyed_by_name_still_prune(table_uri: str) -> None:
     """A table whose blocks were written before column ids: children named by column, no
     marker. They are read through version 0's ids (assign_ids of table.json's schema)."""
     table = txn.create_table(table_uri, SCHEMA)
-    first = table.append(rows(range(0, 10)))
+    first = table.append(rows(range(10)))
     table.append(rows(range(100, 110)))
     storage = storage_of(table_uri)
     names = {str(i): name for name, i in indexes.ids_by_name(indexes.assign_ids(SCHEMA)).items()}
