@@ -246,7 +246,10 @@ def _column_stats(table: txn.Table) -> dict[str, dict[str, Any]]:
     resolved = indexes.MetadataTable(storage, table.schema).resolve(
         completed, None, partitions=(indexes.COLUMN_STATS,))
     assert resolved.column_stats is not None
-    return {row["path"]: row["columns"] for row in indexes.live(resolved.column_stats).to_pylist()}
+    # The partition keys each column by its id: back to names, as the assertions read them.
+    names = {str(i): name for name, i in indexes.ids_by_name(indexes.assign_ids(table.schema)).items()}
+    return {row["path"]: {names[key]: value for key, value in row["columns"].items()}
+            for row in indexes.live(resolved.column_stats).to_pylist()}
 
 
 def test_column_statistics_are_exact_per_file(table_uri: str) -> None:
