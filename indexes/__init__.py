@@ -1,10 +1,12 @@
-"""The metadata table: file listings, column statistics, segments, delete deltas and the record index.
+"""The metadata table: file listings, column statistics, segments, delete deltas, table versions
+and the record index.
 
 It sits between ``txn`` and ``timeline`` (``txn -> indexes -> timeline``). It is a merge-on-read
 table of its own under ``_metadata/``, updated under the table lock in the same commit as each
 data write, and read by trusting only instants completed on the data timeline.
 """
 
+from ._column_ids import FIELD_ID, assign_ids, field_id, ids_by_name, last_column_id
 from ._compactions import DoneCompactions
 from ._keys import key_hash, shard_of
 from ._layout import (
@@ -14,6 +16,7 @@ from ._layout import (
     METADATA_FOLDER,
     PARTITIONS,
     RECORD_INDEX,
+    SCHEMAS,
     SEGMENTS,
     STREAMS,
     shard_folder,
@@ -40,6 +43,7 @@ from ._records import (
     tombstones,
     without_purged,
 )
+from ._schemas import SCHEMAS_SCHEMA, TableVersion
 from ._segments import (
     LIVE_STATUSES,
     SEGMENTS_SCHEMA,
@@ -62,6 +66,7 @@ __all__ = [
     "COLUMN_STATS",
     "DELETES",
     "DELETES_SCHEMA",
+    "FIELD_ID",
     "FILES",
     "FILES_SCHEMA",
     "LIVE_STATUSES",
@@ -69,6 +74,8 @@ __all__ = [
     "METADATA_FOLDER",
     "PARTITIONS",
     "RECORD_INDEX",
+    "SCHEMAS",
+    "SCHEMAS_SCHEMA",
     "SEGMENTS",
     "SEGMENTS_SCHEMA",
     "STATUS_RANK",
@@ -88,11 +95,16 @@ __all__ = [
     "StreamKey",
     "StreamRecord",
     "StreamStatus",
+    "TableVersion",
+    "assign_ids",
     "column_stats_schema",
     "extend_two_phase",
+    "field_id",
+    "ids_by_name",
     "index_schema",
     "key_hash",
     "key_names",
+    "last_column_id",
     "live",
     "matching",
     "merge_entries",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -82,11 +82,13 @@ def write_block(storage: Storage, path: str, table: pa.Table, *,
     return len(data)
 
 
-def read_block(storage: Storage, path: str, schema: pa.Schema, *, decode: bool = True) -> pa.Table:
+def read_block(storage: Storage, path: str, schema: pa.Schema, *, decode: bool = True,
+               project: Callable[[pa.Table], pa.Table] | None = None) -> pa.Table:
     """Read a file written by :func:`write_block`, checking it has ``schema``'s columns.
 
     ``decode=False`` leaves dictionary-encoded columns encoded (the caller filters first and
-    casts what is left to ``schema``).
+    casts what is left to ``schema``). ``project`` turns the table as read into ``schema``'s
+    shape first (``column_stats`` blocks of other table versions); what it raises is corruption.
 
     Raises:
         FileNotFoundError: the file is gone (cleaned after it was listed).
@@ -99,6 +101,8 @@ def read_block(storage: Storage, path: str, schema: pa.Schema, *, decode: bool =
             table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
         else:
             table = ipc.open_file(pa.BufferReader(data)).read_all()
+        if project is not None:
+            table = project(table)
         table = with_added_columns(table, schema).select(schema.names)
         if not decode:
             for field in schema:

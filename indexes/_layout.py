@@ -27,7 +27,10 @@ SEGMENTS = "segments"
 DELETES = "deletes"
 STREAMS = "streams"
 RECORD_INDEX = "record_index"
-PARTITIONS = (FILES, COLUMN_STATS, SEGMENTS, DELETES, STREAMS)
+#: Table versions (``_schemas``): resolved before ``column_stats``, whose blocks are read in the
+#: schema of the latest version.
+SCHEMAS = "schemas"
+PARTITIONS = (FILES, COLUMN_STATS, SEGMENTS, DELETES, STREAMS, SCHEMAS)
 
 _LOG = re.compile(r"^(?P<time>\d{17})\.log\.arrow$", re.ASCII)
 _BASE = re.compile(r"^(?P<compaction>\d{17})_(?P<horizon>\d{17})\.base\.(?:parquet|arrow)$", re.ASCII)

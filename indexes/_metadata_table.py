@@ -60,6 +60,8 @@ from timeline import (
 )
 
 from ._blocks import MISSING, decoding, missing_block, read_block, write_block
+from ._column_ids import assign_ids, ids_by_name
+from ._column_stats import project_stats
 from ._compactions import DoneCompactions
 from ._index_layout import DEFAULT_SHARD_MAX_ENTRIES
 from ._layout import (
@@ -67,6 +69,7 @@ from ._layout import (
     DELETES,
     FILES,
     METADATA_FOLDER,
+    SCHEMAS,
     SEGMENTS,
     STREAMS,
     BaseFile,
@@ -85,6 +88,14 @@ from ._records import (
     live,
     merge_two_phase,
     without_purged,
+)
+from ._schemas import (
+    SCHEMAS_SCHEMA,
+    TableVersion,
+    latest,
+    merge_versions,
+    versions_from_arrow,
+    versions_to_arrow,
 )
 from ._segments import (
     SEGMENTS_SCHEMA,
@@ -272,6 +283,8 @@ class MetadataChanges:
     streams: Sequence[StreamRecord] = ()
     #: Record-index entries the instant wrote during its write phase: shard -> entries.
     record_index: Mapping[int, int] = field(default_factory=dict)
+    #: Table versions the instant creates (a schema or property change).
+    versions: Sequence[TableVersion] = ()
 
 
 @dataclass(frozen=True)
@@ -299,6 +312,10 @@ class MetadataSnapshot:
     deletes: pa.Table | None = None
     #: Producers' progress by (kind, name), when resolved.
     streams: Mapping[StreamKey, StreamRecord] | None = None
+    #: Every table version completed at or before the bound, by version, when resolved (always
+    #: with ``column_stats``, which is read in the latest version's schema). Empty for a table
+    #: never changed: its only version is ``table.json``'s.
+    versions: Mapping[int, TableVersion] | None = None
     #: The largest load number among the segments (-1 if none), when segments were resolved.
     max_load_id: int = -1
     #: Metadata files read to build this snapshot, for diagnostics and tests.
@@ -309,7 +326,7 @@ class MetadataSnapshot:
 
     def partition(self, name: str) -> object:
         return {FILES: self.files, SEGMENTS: self.segments, COLUMN_STATS: self.column_stats,
-                DELETES: self.deletes, STREAMS: self.streams}[name]
+                DELETES: self.deletes, STREAMS: self.streams, SCHEMAS: self.versions}[name]
 
 
 class MetadataTable:
@@ -345,12 +362,22 @@ class MetadataTable:
         self._unreadable: dict[str, str | None] = {}
         #: ``recorded_shards(T)``: the record-index shards ``T`` recorded (see RecordIndex.files).
         self.recorded_shards = _ShardsRecorded(self)
+        #: Version 0's schema: ``table.json``'s, with the ids ``assign_ids`` gives it (a table
+        #: created before column ids has none in ``table.json``).
+        self.base_schema = assign_ids(table_schema)
+        #: Version 0's column name -> id: how ``column_stats`` blocks keyed by name are read.
+        self._version0_ids = ids_by_name(self.base_schema)
+        #: Statistics schemas by the schema id of the version they are built from.
+        self._stats_schemas: dict[int, pa.Schema] = {}
+        #: The record schema of each partition; ``column_stats``'s is version 0's (each
+        #: resolution reads it in the schema of its latest version: :meth:`stats_schema`).
         self.schemas = {
             FILES: FILES_SCHEMA,
-            COLUMN_STATS: column_stats_schema(table_schema),
+            COLUMN_STATS: column_stats_schema(self.base_schema),
             SEGMENTS: SEGMENTS_SCHEMA,
             DELETES: DELETES_SCHEMA,
             STREAMS: STREAMS_SCHEMA,
+            SCHEMAS: SCHEMAS_SCHEMA,
         }
         #: The record-level index of a keyed table (None without a record key).
         self.record_index = (
@@ -379,12 +406,18 @@ class MetadataTable:
             blocks[DELETES] = changes.deletes
         if changes.streams:
             blocks[STREAMS] = streams_to_arrow(changes.streams)
+        if changes.versions:
+            blocks[SCHEMAS] = versions_to_arrow(changes.versions)
         written = 0
         sizes: dict[str, int] = {}
         for partition, table in blocks.items():
             schema = self.schemas[partition]
             table = table.select(schema.names)
-            if not table.schema.equals(schema):
+            if partition == COLUMN_STATS:
+                # Kept in the writer's schema (the version it began with: a schema change may
+                # have completed since); readers project it by id.
+                pass
+            elif not table.schema.equals(schema):
                 table = table.cast(schema)
             sizes[partition] = write_block(self.storage, log_path(partition_folder(partition),
                                                                   instant_time), table)
@@ -576,26 +609,44 @@ class MetadataTable:
         read: list[str] = []
         resolved: dict[str, object] = {}
         lows: dict[str, str] = {}
-        for partition in partitions:
+        # Statistics are read in the schema of the latest version at the bound: versions first.
+        wanted = [SCHEMAS] if SCHEMAS in partitions or COLUMN_STATS in partitions else []
+        wanted += [p for p in partitions if p != SCHEMAS]
+        stats_schema = self.schemas[COLUMN_STATS]
+        for partition in wanted:
             listing = files_listing if partition == FILES else \
                 self.storage.list(partition_folder(partition))
             base, logs = self._plan(partition, completed, bound, usable, listing)
             earlier: object = None
             low = base.horizon if base is not None else ""  # the window of blocks to read
             if since is not None and since[1].has(partition) and (
-                    base is None or base.horizon <= since[0]):
+                    base is None or base.horizon <= since[0]) and (
+                    # Statistics merged in another schema are read again (a schema change
+                    # since: rare).
+                    partition != COLUMN_STATS
+                    or self.stats_schema(since[1].versions).equals(stats_schema)):
                 earlier = since[1].partition(partition)
                 logs = [b for b in logs if completed[b.instant_time] > since[0]]
                 low = since[0]
             elif base is not None:
-                earlier = read_block(self.storage, base.path, self.schemas[partition])
+                earlier = self._read(partition, base.path, stats_schema)
                 read.append(base.path)
             if parse_listing(listing)[0]:  # a partition compaction writes no base of is no gauge
                 lows[partition] = low
             self._check_recorded(partition, logs, completed, low, bound, usable)
-            blocks = [read_block(self.storage, b.path, self.schemas[partition]) for b in logs]
+            blocks = [self._read(partition, b.path, stats_schema) for b in logs]
             read += [b.path for b in logs]
-            if partition == SEGMENTS:
+            if partition == SCHEMAS:
+                if isinstance(earlier, Mapping):
+                    versions = dict(earlier)
+                else:
+                    versions = {}
+                    if earlier is not None and base is not None:
+                        self._merge_versions([(base.path, earlier)], versions)
+                self._merge_versions(zip([b.path for b in logs], blocks, strict=True), versions)
+                resolved[partition] = versions
+                stats_schema = self.stats_schema(versions)
+            elif partition == SEGMENTS:
                 if isinstance(earlier, Mapping):  # extending a snapshot: only new ids to scan
                     held = dict(earlier)
                     top = since[1].max_load_id if since is not None else max_load_id(held)
@@ -610,21 +661,53 @@ class MetadataTable:
                 held_streams = dict(earlier) if isinstance(earlier, Mapping) else merge_streams(
                     [earlier] if earlier is not None else [])
                 resolved[partition] = merge_streams(blocks, into=held_streams)
-            elif earlier is not None:
-                resolved[partition] = extend_two_phase(earlier, blocks, self.schemas[partition])
             else:
-                resolved[partition] = merge_two_phase(blocks, self.schemas[partition])
+                schema = stats_schema if partition == COLUMN_STATS else self.schemas[partition]
+                resolved[partition] = (extend_two_phase(earlier, blocks, schema)
+                                       if earlier is not None else merge_two_phase(blocks, schema))
         return MetadataSnapshot(
             files=resolved.get(FILES),
             segments=resolved.get(SEGMENTS),  # type: ignore[arg-type]
             column_stats=resolved.get(COLUMN_STATS),
             deletes=resolved.get(DELETES),
             streams=resolved.get(STREAMS),  # type: ignore[arg-type]
+            versions=resolved.get(SCHEMAS),  # type: ignore[arg-type]
             max_load_id=resolved.get("max_load_id", -1),  # type: ignore[arg-type]
             files_read=tuple(read),
         ), usable, lows
 
+    def stats_schema(self, versions: Mapping[int, TableVersion] | None) -> pa.Schema:
+        """The ``column_stats`` schema of the latest of ``versions`` (version 0's if none): the
+        schema a resolution reads every statistics block and base in."""
+        current = latest(versions)
+        key = current.schema_id if current is not None else 0
+        found = self._stats_schemas.get(key)
+        if found is None:
+            schema = current.schema if current is not None else self.base_schema
+            found = self._stats_schemas[key] = column_stats_schema(assign_ids(schema))
+        return found
+
+    def _read(self, partition: str, path: str, stats_schema: pa.Schema) -> pa.Table:
+        """A block or base of ``partition``; statistics projected to ``stats_schema``."""
+        if partition == COLUMN_STATS:
+            ids = self._version0_ids
+            return read_block(self.storage, path, stats_schema,
+                              project=lambda table: project_stats(table, stats_schema, ids))
+        return read_block(self.storage, path, self.schemas[partition])
+
+    @staticmethod
+    def _merge_versions(tables: Iterable[tuple[str, pa.Table]],
+                        into: dict[int, TableVersion]) -> dict[int, TableVersion]:
+        """Decode ``(path, table)`` pairs of the ``schemas`` partition and merge them into
+        ``into``."""
+        for path, table in tables:
+            merge_versions(versions_from_arrow(table, path), path, into=into)
+        return into
+
     def _merge(self, partition: str, tables: list[pa.Table]) -> pa.Table:
+        if partition == SCHEMAS:
+            return versions_to_arrow(self._merge_versions(
+                ((partition_folder(SCHEMAS), t) for t in tables), {}).values())
         if partition == SEGMENTS:
             return merge_segment_tables(tables)
         if partition == STREAMS:
@@ -846,16 +929,24 @@ class MetadataTable:
             if instant.action == Action.COMPACTION and _lost_completion(instant, view.completed())]
         usable = self._completed_compactions()
         everything = "9" * 17
-        for partition, schema in self.schemas.items():
+        versions: dict[int, TableVersion] = {}
+        stats_schema = self.schemas[COLUMN_STATS]
+        for partition in sorted(self.schemas, key=lambda p: p != SCHEMAS):
             listing = self.storage.list(partition_folder(partition))
             bases, logs = parse_listing(listing)
             for path in [b.path for b in bases] + [b.path for b in logs]:
                 try:
-                    read_block(self.storage, path, schema)
+                    table = self._read(partition, path, stats_schema)
+                    if partition == SCHEMAS:
+                        self._merge_versions([(path, table)], versions)
                 except CorruptMetadataError as exc:
                     damaged.append(exc)
                 except FileNotFoundError:
                     continue  # cleaned since the listing
+            if partition == SCHEMAS:
+                # Every block is checked against the newest version, which every one of them
+                # projects to (a statistics block of a later version cannot exist).
+                stats_schema = self.stats_schema(versions)
             base, chosen = self._plan(partition, completed, everything, usable, listing)
             try:
                 self._check_recorded(partition, chosen, completed,
@@ -972,17 +1063,28 @@ class MetadataTable:
         completed = dict(completed_in_order)
         usable = self._completed_compactions()
         live_files = pa.array([], pa.string())
-        for partition, schema in self.schemas.items():
+        # The bases of statistics are written in the schema current at the horizon (every
+        # snapshot that reads them is at or after it): versions first.
+        stats_schema = self.schemas[COLUMN_STATS]
+        for partition in sorted(self.schemas, key=lambda p: p != SCHEMAS):
             base, logs = self._plan(partition, completed, horizon, usable)
-            tables = [read_block(self.storage, base.path, schema)] if base is not None else []
-            tables += [read_block(self.storage, block.path, schema) for block in logs]
-            merged = self._merge(partition, tables)
+            paths = ([base.path] if base is not None else []) + [block.path for block in logs]
+            tables = [self._read(partition, path, stats_schema) for path in paths]
+            if partition == SCHEMAS:
+                versions = self._merge_versions(zip(paths, tables, strict=True), {})
+                stats_schema = self.stats_schema(versions)
+                merged = versions_to_arrow(versions.values())
+            elif partition == COLUMN_STATS:
+                merged = merge_two_phase(tables, stats_schema)
+            else:
+                merged = self._merge(partition, tables)
             if partition == FILES:
                 live_files = live(merged)["path"].combine_chunks()
             if partition == COLUMN_STATS:
-                if not schema.field("columns").type.num_fields:
+                if not stats_schema.field("columns").type.num_fields:
                     continue  # a table with no column that takes statistics has nothing here
-                merged = live(merged)  # statistics of removed files serve no later snapshot
+                # Statistics of removed files serve no later snapshot.
+                merged = live(merged).replace_schema_metadata(stats_schema.metadata)
             elif partition in (FILES, DELETES):
                 # A purge completed after the add and the tombstone it follows, so a base that
                 # folds it folds those too: the key needs no record at all from here on.

@@ -27,6 +27,8 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._column_ids import assign_ids, field_id
+
 KEY: Final = "path"
 DELETED: Final = "deleted"
 _BARE: Final = "__bare_tombstone__"
@@ -52,6 +54,9 @@ FILES_SCHEMA: Final = pa.schema([
     #: An external segment's file: what its storage changes with every write (S3's ETag, the
     #: modification time elsewhere) when it was added; readers refuse a file that differs.
     pa.field("version", pa.string(), metadata={ADDED_LATER: b"1"}),
+    #: The table version whose schema the file was written with (``schemas`` partition); null
+    #: in blocks written before versions existed, which means version 0.
+    pa.field("schema_id", pa.int64(), metadata={ADDED_LATER: b"1"}),
 ])
 
 DELETES_SCHEMA: Final = pa.schema([
@@ -75,20 +80,31 @@ def stats_eligible(data_type: pa.DataType) -> bool:
                 or pa.types.is_dictionary(data_type))
 
 
+#: Schema metadata of a ``column_stats`` block or base: what its per-column children are named
+#: by. ``id``: the column's id (``"3"``). Blocks without it were written before column ids, and
+#: name their children by column name (version 0's names).
+STATS_KEY: Final = b"metatxn.stats_key"
+STATS_KEY_ID: Final = b"id"
+
+
 def column_stats_schema(table_schema: pa.Schema) -> pa.Schema:
     """One row per data file: its path, a tombstone flag, and per column min/max/nulls/count.
 
     Statistics are typed like their column, so a file's ranges become an Arrow guarantee
     expression directly. They sit in one struct column ``columns`` so table column names cannot
-    collide with ``path`` or ``deleted``.
+    collide with ``path`` or ``deleted``; its children are named by column id (``"3"``), so a
+    rename keeps every file's statistics and a column dropped and added again never inherits
+    the old one's. A ``table_schema`` without ids is version 0's (``table.json`` of a table
+    created before ids): it gets ``assign_ids``'s.
     """
     per_column = [
-        pa.field(field.name, pa.struct([
+        pa.field(str(field_id(field)), pa.struct([
             ("min", field.type), ("max", field.type), ("nulls", pa.int64()), ("count", pa.int64()),
         ]))
-        for field in table_schema if stats_eligible(field.type)
+        for field in assign_ids(table_schema) if stats_eligible(field.type)
     ]
-    return pa.schema([(KEY, pa.string()), (DELETED, pa.bool_()), ("columns", pa.struct(per_column))])
+    return pa.schema([(KEY, pa.string()), (DELETED, pa.bool_()), ("columns", pa.struct(per_column))],
+                     metadata={STATS_KEY: STATS_KEY_ID})
 
 
 def tombstones(schema: pa.Schema, paths: Sequence[str]) -> pa.Table:

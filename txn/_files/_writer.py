@@ -100,6 +100,8 @@ class FileStatus(msgspec.Struct, frozen=True, kw_only=True):
     modified_ms: int | None = None
     #: An external segment's file: what its storage changes with every write (``file_version``).
     version: str | None = None
+    #: The table version whose schema the file was written with.
+    schema_id: int = 0
 
 
 def marker_path(file_name: str) -> str:

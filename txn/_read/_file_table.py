@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import live
+from indexes import field_id, live
 
 #: The columns of a file table without statistics.
 FILE_COLUMNS = ("path", "location", "segment", "partition", "format", "rows", "size", "instant",
@@ -105,19 +105,43 @@ def with_locations(table: pa.Table, prefix: str) -> pa.Table:
     return table.add_column(1, pa.field("location", pa.string()), _located(table["path"], prefix))
 
 
-def with_stats(table: pa.Table, column_stats: pa.Table) -> pa.Table:
-    """``table`` with its ``stats`` column, taken from the ``column_stats`` partition."""
-    stats_type = column_stats.schema.field("columns").type
+def with_stats(table: pa.Table, column_stats: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with its ``stats`` column, taken from the ``column_stats`` partition.
+
+    The partition names each column's statistics by its id; ``stats`` names them by the column
+    names of ``schema`` (the snapshot's, with ids). A column of ``schema`` that has no
+    statistics there is not in ``stats``.
+    """
+    partition_type = column_stats.schema.field("columns").type
+    names = {str(field_id(f)): f.name for f in schema}
+    kept = [i for i in range(partition_type.num_fields) if partition_type.field(i).name in names]
+    stats_type = pa.struct([partition_type.field(i).with_name(names[partition_type.field(i).name])
+                            for i in kept])
     if table.num_rows == 0 or column_stats.num_rows == 0:
-        stats = pa.nulls(table.num_rows, stats_type)
+        return table.append_column(pa.field("stats", stats_type), pa.nulls(table.num_rows, stats_type))
+    current = live(column_stats)
+    paths = table["path"]
+    if current.num_rows == table.num_rows and pc.all(pc.equal(current["path"], paths)).as_py():
+        # Both partitions add and remove the same keys in the same commits, so their merged
+        # rows usually line up: one comparison instead of a hash join.
+        stats = current["columns"]
     else:
-        current = live(column_stats)
-        paths = table["path"]
-        if current.num_rows == table.num_rows and pc.all(pc.equal(current["path"], paths)).as_py():
-            # Both partitions add and remove the same keys in the same commits, so their merged
-            # rows usually line up: one comparison instead of a hash join.
-            stats = current["columns"]
-        else:
-            stats = pc.take(column_stats["columns"],
-                            pc.index_in(paths, value_set=column_stats["path"]))
+        stats = pc.take(column_stats["columns"],
+                        pc.index_in(paths, value_set=column_stats["path"]))
+    if stats_type != partition_type:
+        stats = _renamed(stats, kept, stats_type)
     return table.append_column(pa.field("stats", stats_type), stats)
+
+
+def _renamed(stats: pa.Array | pa.ChunkedArray, kept: list[int],
+             stats_type: pa.StructType) -> pa.Array:
+    """``stats`` (a struct array) with only the children ``kept``, named as ``stats_type``."""
+    array = stats.combine_chunks() if isinstance(stats, pa.ChunkedArray) else stats
+    if isinstance(array, pa.ChunkedArray):  # no chunks at all
+        return pa.nulls(0, stats_type)
+    if not kept:
+        return pa.array([{} if valid else None for valid in pc.is_valid(array).to_pylist()],
+                        stats_type)
+    children = array.flatten()  # offsets and the struct's own nulls applied
+    return pa.StructArray.from_arrays([children[i] for i in kept], fields=list(stats_type),
+                                      mask=pc.is_null(array))

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from indexes import MetadataSnapshot, live
+from indexes import MetadataSnapshot, assign_ids, live
 from timeline import StorageError
 
 from .._files import (
@@ -191,7 +191,8 @@ class Snapshot:
         if not stats:
             return self._table
         if self._with_stats is None:
-            self._with_stats = with_stats(self._table, self._load_column_stats())
+            self._with_stats = with_stats(self._table, self._load_column_stats(),
+                                          assign_ids(self._schema))
         return self._with_stats
 
     def file_table(self, filter: ds.Expression | None = None, *, stats: bool = True) -> pa.Table:

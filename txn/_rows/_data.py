@@ -1,10 +1,12 @@
 """Turning what users pass to a write into record batches of exactly the table's schema.
 
 Accepted inputs: ``pa.Table``, ``pa.RecordBatchReader`` (streamed, never fully materialised) and
-``pandas.DataFrame``. Column order may differ from the table's; names and types must match
-exactly, and a non-nullable column must hold no nulls. Anything else raises
-:class:`SchemaMismatchError` naming the column and both types, before or while streaming: a
-failure while streaming rolls the write back, so nothing becomes visible either way.
+``pandas.DataFrame`` (converted to Arrow as pandas' own types, then handled as Arrow input).
+Column order may differ from the table's; names must match exactly, a column's values are taken
+by the one rule of ``_conform.py`` (converted when the table's type holds them exactly), and a
+non-nullable column must hold no nulls. Anything else raises :class:`SchemaMismatchError` naming
+the column and both types, before or while streaming: a failure while streaming rolls the write
+back, so nothing becomes visible either way.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import pyarrow as pa
 
 from timeline import InvalidOptionError, SchemaMismatchError
+
+from ._conform import check_type, conform_column
 
 
 def _check_schema(found: pa.Schema, expected: pa.Schema) -> None:
@@ -34,46 +38,36 @@ def _check_schema(found: pa.Schema, expected: pa.Schema) -> None:
             f"{expected.names}"
         )
     for field in expected:
-        given = found.field(field.name).type
-        if not given.equals(field.type):
-            raise SchemaMismatchError(
-                f"column {field.name!r}: the table has type {field.type}, the data has {given}"
-            )
+        check_type(field.name, found.field(field.name).type, field.type)
 
 
 def _conform(batch: pa.RecordBatch, expected: pa.Schema) -> pa.RecordBatch:
-    ordered = batch.select(expected.names) if batch.schema.names != expected.names else batch
-    for index, field in enumerate(expected):
-        if not field.nullable and ordered.column(index).null_count:
+    columns = [conform_column(batch.column(field.name), field) for field in expected]
+    for field, column in zip(expected, columns, strict=True):
+        if not field.nullable and column.null_count:
             raise SchemaMismatchError(
                 f"column {field.name!r} is not nullable, but the data has "
-                f"{ordered.column(index).null_count} null value(s) in it"
+                f"{column.null_count} null value(s) in it"
             )
-    return pa.RecordBatch.from_arrays(ordered.columns, schema=expected)
+    return pa.RecordBatch.from_arrays(columns, schema=expected)
 
 
 def _from_pandas(frame: Any, expected: pa.Schema) -> pa.Table:
+    """The DataFrame as Arrow of its own dtypes (int64 stays int64), for the rule Arrow input
+    meets: converting against the table's schema instead would let pandas decide what fits
+    (it parses strings into ints and takes naive times into zoned columns)."""
     columns = [str(c) for c in frame.columns]
     _check_names_only(columns, expected)
-    try:
-        return pa.Table.from_pandas(frame, schema=expected, preserve_index=False)
-    except (ValueError, TypeError) as exc:  # Arrow errors, and a plain ValueError for nulls
-        raise SchemaMismatchError(_explain_pandas(frame, expected, exc)) from None
-
-
-def _explain_pandas(frame: Any, expected: pa.Schema, error: Exception) -> str:
-    """Name the first column that does not convert, with both types."""
-    for field in expected:
-        column = frame[field.name]
+    arrays = []
+    for name, (_, column) in zip(columns, frame.items(), strict=True):
         try:
-            values = pa.array(column, type=field.type, from_pandas=True)
-        except (ValueError, TypeError) as exc:
-            return (f"column {field.name!r}: the table has type {field.type}, the DataFrame has "
-                    f"dtype {column.dtype}, which does not convert: {exc}")
-        if not field.nullable and values.null_count:
-            return (f"column {field.name!r} is not nullable, but the data has "
-                    f"{values.null_count} null value(s) in it")
-    return f"the DataFrame does not convert to the table schema: {error}"
+            arrays.append(pa.array(column, from_pandas=True))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise SchemaMismatchError(
+                f"column {name!r}: the table has type {expected.field(name).type}, the DataFrame "
+                f"has dtype {column.dtype}, whose values have no one Arrow type: {first}") from None
+    return pa.Table.from_arrays(arrays, names=columns)
 
 
 def _check_names_only(names: list[str], expected: pa.Schema) -> None:
@@ -101,6 +95,7 @@ def batches(data: object, expected: pa.Schema) -> Iterator[pa.RecordBatch]:
         return (_conform(batch, expected) for batch in data if batch.num_rows)
     if type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame":
         table = _from_pandas(data, expected)
+        _check_schema(table.schema, expected)
         return iter([_conform(b, expected) for b in table.to_batches() if b.num_rows])
     raise InvalidOptionError(
         f"cannot write a {type(data).__name__}; expected a pyarrow.Table, a "

@@ -47,6 +47,7 @@ from indexes import (
     RetentionSource,
     SegmentEntry,
     SegmentStatus,
+    assign_ids,
     column_stats_schema,
     purges,
 )
@@ -235,7 +236,7 @@ class CleanFiles(Write):
         cleaned = [msgspec.structs.replace(entry, cleaned=pending.instant.time) for entry in self.hidden]
         changes = MetadataChanges(
             files=purges(FILES_SCHEMA, files),
-            column_stats=purges(column_stats_schema(context.schema), files),
+            column_stats=purges(column_stats_schema(assign_ids(context.schema)), files),
             deletes=purges(DELETES_SCHEMA, deltas),
             segments=cleaned)
         swept = self.swept

@@ -40,6 +40,7 @@ from indexes import (
     MetadataChanges,
     SegmentEntry,
     SegmentStatus,
+    assign_ids,
     column_stats_schema,
     live,
 )
@@ -289,7 +290,7 @@ class DeleteSegments(Write):
         # and CLEAN FILES never removes them.
         changes = MetadataChanges(
             files=tombstone_rows(FILES_SCHEMA, removed_files),
-            column_stats=tombstone_rows(column_stats_schema(context.schema), removed_files),
+            column_stats=tombstone_rows(column_stats_schema(assign_ids(context.schema)), removed_files),
             segments=marked,
             deletes=tombstone_rows(DELETES_SCHEMA, removed_deltas),
         )

@@ -48,10 +48,10 @@ def _add(schema: pa.Schema, key: str) -> dict[str, Any]:
     if schema is FILES_SCHEMA:
         return {"path": key, "segment": str(n % 3), "partition": "", "format": "parquet",
                 "rows": n + 1, "size": 100 * (n + 1), "instant": f"2026010100000{n:04d}",
-                "deleted": False, "modified_ms": None, "version": None}
+                "deleted": False, "modified_ms": None, "version": None, "schema_id": None}
     return {"path": key, "deleted": False,
-            "columns": {"id": {"min": n, "max": n + 10, "nulls": 0, "count": n + 1},
-                        "name": {"min": None, "max": None, "nulls": n + 1, "count": n + 1}}}
+            "columns": {"1": {"min": n, "max": n + 10, "nulls": 0, "count": n + 1},
+                        "2": {"min": None, "max": None, "nulls": n + 1, "count": n + 1}}}
 
 
 def _records_table(schema: pa.Schema, records: list[tuple[str, bool]]) -> pa.Table:

@@ -25,6 +25,7 @@ from indexes import (
     COLUMN_STATS,
     DELETES,
     FILES,
+    SCHEMAS,
     SEGMENTS,
     STREAMS,
     MetadataChanges,
@@ -34,7 +35,7 @@ from indexes import (
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, Faulty, rows, sorted_rows, storage_of, table_on
 
-ALL = (FILES, SEGMENTS, COLUMN_STATS, DELETES, STREAMS)
+ALL = (FILES, SEGMENTS, COLUMN_STATS, DELETES, STREAMS, SCHEMAS)
 
 
 def _completed(table: txn.Table) -> dict[str, str]:

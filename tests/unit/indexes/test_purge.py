@@ -41,11 +41,11 @@ def _add(schema: pa.Schema, key: str) -> dict[str, Any]:
     if schema is FILES_SCHEMA:
         return {"path": key, "segment": str(n), "partition": "", "format": "parquet", "rows": n + 1,
                 "size": 10 * (n + 1), "instant": f"2026010100000{n:04d}", "deleted": False,
-                "modified_ms": None, "version": None}
+                "modified_ms": None, "version": None, "schema_id": None}
     if schema is DELETES_SCHEMA:
         return {"path": key, "file": f"data-{n}", "rows": n, "size": n * 7,
                 "instant": f"2026010100000{n:04d}", "deleted": False}
-    return {"path": key, "deleted": False, "columns": {"id": {"min": n, "max": n, "nulls": 0, "count": 1}}}
+    return {"path": key, "deleted": False, "columns": {"1": {"min": n, "max": n, "nulls": 0, "count": 1}}}
 
 
 def _table(schema: pa.Schema, records: list[tuple[str, str]]) -> pa.Table:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 SQL = Path(__file__).resolve().parents[3] / "txn" / "spark" / "_sql"
-ON_PUBLIC_API = ("_catalog", "_ddl", "_dml", "_insert", "_load", "_positions", "_segments", "_streams")
+ON_PUBLIC_API = ("_alter", "_alter_syntax", "_catalog", "_ddl", "_dml", "_insert", "_load", "_positions",
+                 "_segments", "_streams")
 NO_STORAGE_BUT_THE_TABLE = ("fsspec", "os", "shutil", "pathlib")
 
 

@@ -35,7 +35,9 @@ from indexes import (
     SegmentEntry,
     SegmentStatus,
     StreamRecord,
+    assign_ids,
     column_stats_schema,
+    field_id,
     tombstones,
 )
 from timeline import Lease, TimelineView, parse_time
@@ -338,22 +340,27 @@ def file_rows(statuses: Sequence[FileStatus], segment: str, instant_time: str) -
     return pa.Table.from_pylist([
         {"path": s.path, "segment": segment, "partition": s.partition, "format": s.format,
          "rows": s.rows, "size": s.size, "instant": instant_time, "deleted": False,
-         "modified_ms": s.modified_ms, "version": s.version}
+         "modified_ms": s.modified_ms, "version": s.version,
+         "schema_id": s.schema_id}
         for s in statuses
     ], schema=FILES_SCHEMA)
 
 
 def stats_rows(statuses: Sequence[FileStatus], schema: pa.Schema) -> pa.Table:
-    """``column_stats`` rows of ``statuses``."""
+    """``column_stats`` rows of ``statuses`` (whose statistics are keyed by column name), keyed
+    by the column ids of ``schema`` (the schema the files were written with; without ids, it is
+    version 0's and gets ``assign_ids``'s)."""
+    schema = assign_ids(schema)
     stats_schema = column_stats_schema(schema)
-    names = [f.name for f in stats_schema.field("columns").type]
-    if not names:
+    ids = [f.name for f in stats_schema.field("columns").type]
+    if not ids:
         return stats_schema.empty_table()
+    names = {str(field_id(f)): f.name for f in schema}
     return pa.Table.from_pylist([
         {"path": s.path, "deleted": False,
-         "columns": {name: ({"min": s.stats[name].min, "max": s.stats[name].max,
-                             "nulls": s.stats[name].nulls, "count": s.stats[name].count}
-                            if name in s.stats else None) for name in names}}
+         "columns": {key: ({"min": s.stats[name].min, "max": s.stats[name].max,
+                            "nulls": s.stats[name].nulls, "count": s.stats[name].count}
+                           if (name := names[key]) in s.stats else None) for key in ids}}
         for s in statuses
     ], schema=stats_schema)
 

@@ -31,6 +31,7 @@ from sqlglot import exp
 from ... import InvalidOptionError, TableExistsError, create_table
 from .._types import table_schema
 from .._write import write
+from ._alter_syntax import CARBON_PROPERTIES as _CARBON_PROPERTIES
 from ._catalog import Catalog, TableName
 from ._frames import no_result
 from ._parse import Token, depths, refused, source_text, spark_message
@@ -48,13 +49,6 @@ FORMATS = frozenset({"metatxn", "carbondata"})
 #: Words between CREATE and TABLE that a metatxn table cannot have.
 _MODIFIERS = ("OR", "REPLACE", "GLOBAL", "TEMPORARY", "TEMP", "EXTERNAL")
 
-#: CarbonData's table properties of features metatxn has, under metatxn's names.
-_CARBON_PROPERTIES = {
-    "compaction_level_threshold": "compaction.level_threshold",
-    "major_compaction_size": "compaction.major.size_mb",
-    "compaction_preserve_segments": "compaction.preserve_segments",
-    "auto_load_merge": "compaction.auto",
-}
 
 
 def names_metatxn_format(tokens: list[Token]) -> bool:

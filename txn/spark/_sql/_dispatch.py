@@ -5,8 +5,9 @@ Stream statements first (:mod:`._streams`), then by the statement's first words:
 =============================================  ==============================================
 ``SHOW [HISTORY] SEGMENTS``                    :func:`._segments.show_segments`
 ``SHOW PARTITIONS t``                          metatxn's table: :func:`._segments.show_partitions`
-``ALTER TABLE t COMPACT | ADD SEGMENT``        :func:`._segments.alter` (other ALTERs of a
-                                               metatxn table are refused)
+``ALTER TABLE t COMPACT | ADD SEGMENT``        :func:`._segments.alter`; other ALTERs of a
+                                               metatxn table: :mod:`._alter` (columns and
+                                               properties; anything else refused)
 ``CLEAN FILES``                                :func:`._segments.clean`
 ``DELETE FROM TABLE t WHERE SEGMENT...``       :func:`._segments.delete_segments`
 ``DELETE FROM t``, ``UPDATE t``                metatxn's table: :mod:`._dml`

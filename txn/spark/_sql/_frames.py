@@ -2,8 +2,8 @@
 
 Every statement returns a DataFrame. Those CarbonData answers with a table (SHOW SEGMENTS, SHOW
 PARTITIONS, CLEAN FILES, UPDATE, DELETE, LOAD DATA, INSERT) get that table, with CarbonData's
-column names; those it answers with nothing (CREATE TABLE, COMPACT, ADD SEGMENT, DELETE
-SEGMENT) get an empty DataFrame without columns, what ``spark.sql`` returns for DDL.
+column names; those it answers with nothing (CREATE TABLE, ALTER TABLE, COMPACT, ADD SEGMENT,
+DELETE SEGMENT) get an empty DataFrame without columns, what ``spark.sql`` returns for DDL.
 """
 
 from __future__ import annotations

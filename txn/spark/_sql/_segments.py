@@ -10,6 +10,7 @@ from typing import Any
 
 from ... import InvalidOptionError, Segment, Table
 from .._compact import compact
+from ._alter import alter_table
 from ._catalog import Catalog
 from ._frames import (
     freed_size,
@@ -117,8 +118,8 @@ def _segments_query(spark: Any, catalog: Catalog, cursor: Cursor, table: str, sh
 # -- ALTER TABLE: COMPACT and ADD SEGMENT ----------------------------------------------------------
 
 def alter(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> Any | None:
-    """ALTER TABLE ... COMPACT / ADD SEGMENT; other ALTERs of a metatxn table are refused, of
-    Spark's tables handed on (None)."""
+    """ALTER TABLE ... COMPACT / ADD SEGMENT; other ALTERs of a metatxn table are its shape's and
+    properties' (:mod:`._alter`), of Spark's tables handed on (None)."""
     cursor = Cursor(statement, ALTER, tokens)
     cursor.expect("ALTER")
     cursor.expect("TABLE")
@@ -131,7 +132,7 @@ def alter(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> 
         cursor.at += 2
         return _add_segment(spark, catalog, cursor, name)
     if catalog.exists(name):
-        raise cursor.error(f"metatxn table {name} supports ALTER TABLE ... COMPACT and ... ADD SEGMENT only")
+        return alter_table(spark, catalog, statement, tokens)
     return None
 
 
