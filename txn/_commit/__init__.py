@@ -8,9 +8,9 @@ from ._protocol import Admission, Builder, Pending, Protocol
 from ._upkeep import maintain, protocol_of, wait_for_background_maintenance
 from ._writes import (
     AddSegment,
-    AlterTable,
     Allocation,
     AlreadyCommitted,
+    AlterTable,
     Append,
     Compaction,
     DataWrite,
@@ -38,8 +38,8 @@ from ._writes import (
     finish,
     generation_of,
     in_range,
-    producer_record,
     next_versions,
+    producer_record,
     run,
     to_commit,
 )
@@ -47,9 +47,9 @@ from ._writes import (
 __all__ = [
     "AddSegment",
     "Admission",
-    "AlterTable",
     "Allocation",
     "AlreadyCommitted",
+    "AlterTable",
     "Append",
     "Builder",
     "CompactedMeanwhileError",
@@ -81,9 +81,9 @@ __all__ = [
     "committed",
     "finish",
     "generation_of",
-    "next_versions",
     "in_range",
     "maintain",
+    "next_versions",
     "producer_record",
     "protocol_of",
     "run",

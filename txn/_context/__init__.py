@@ -16,9 +16,10 @@ from ._config import TABLE_CONFIG_PATH, TableConfig, decode_config, encode_confi
 from ._open import create_context, open_context
 from ._options import (
     CleanOptions,
-    check_schema,
     check_layout,
     check_properties,
+    check_property_change,
+    check_schema,
     clean_options,
     column_list,
     delete_compaction_threshold,

@@ -91,7 +91,8 @@ class TableContext:
         self._schemas: dict[int, pa.Schema] = {0: self.base_version.schema}
         options = timeline_options(config.properties)
         self.timeline = Timeline(storage, clock=clock, options=options)
-        self.metadata = MetadataTable(storage, self.base_version.schema, clock=clock, owner=self.timeline.owner,
+        self.metadata = MetadataTable(storage, self.base_version.schema, clock=clock,
+                                      owner=self.timeline.owner,
                                       options=metadata_options(config.properties),
                                       timeline_options=options,
                                       record_key=config.record_key_columns,

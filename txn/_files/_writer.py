@@ -293,8 +293,9 @@ class DataFileWriter:
         schema_id: int = 0,
     ) -> None:
         """``schema_id``: the table version ``schema`` is (recorded with each file, so readers
-        know which names its columns have). ``presorted``: the rows arrive sorted by ``sort_by`` already (a compaction sorted all
-        of them at once), so they are cut into files as they come, not sorted again.
+        know which names its columns have). ``presorted``: the rows arrive sorted by
+        ``sort_by`` already (a compaction sorted all of them at once), so they are cut into
+        files as they come, not sorted again.
         ``buffer_bytes`` bounds the memory of a load that is not sorted, ``sort_memory_bytes``
         that of one that is."""
         self._store = store

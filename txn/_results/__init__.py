@@ -6,8 +6,8 @@ from ._commits import Commit, CompactionKind, Operation
 from ._display import load_time_taken, segment_size
 from ._listings import DataFile, Segment
 from ._services import CleanReason, MaintenanceReport
-from ._versions import SchemaVersion
 from ._validation import Problem, ProblemKind, ValidationReport
+from ._versions import SchemaVersion
 
 __all__ = [
     "CleanReason",

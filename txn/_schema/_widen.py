@@ -47,9 +47,8 @@ def is_widening(source: pa.DataType, target: pa.DataType) -> bool:
 
 def widening_refusal(source: pa.DataType, target: pa.DataType) -> str:
     """Why ``source -> target`` is refused, for a message that also names the column."""
-    if _rank(_SIGNED, target) >= 0 and _rank(_SIGNED, source) > _rank(_SIGNED, target):
-        why = "narrows the type"
-    elif pa.types.is_floating(source) and pa.types.is_floating(target):
+    narrower_int = _rank(_SIGNED, target) >= 0 and _rank(_SIGNED, source) > _rank(_SIGNED, target)
+    if narrower_int or (pa.types.is_floating(source) and pa.types.is_floating(target)):
         why = "narrows the type"
     elif pa.types.is_decimal(source) and pa.types.is_decimal(target):
         why = ("changes the scale" if source.scale != target.scale else "narrows the precision")

@@ -37,7 +37,7 @@ def alter_table(context: TableContext, changes: Sequence[Change], *,
 def add_columns(fields: Iterable[pa.Field] | pa.Schema, after: str | None = None) -> list[Change]:
     """The changes adding ``fields`` in order: at the end, or the first after ``after`` and each
     next one after the one before."""
-    if isinstance(fields, pa.Field) or isinstance(fields, (str, bytes)) or not isinstance(fields, Iterable):
+    if isinstance(fields, (pa.Field, str, bytes)) or not isinstance(fields, Iterable):
         raise InvalidOptionError(
             f"add_columns takes a list of pyarrow.Field values (or a pyarrow.Schema), got {fields!r}")
     changes: list[Change] = []

@@ -31,8 +31,8 @@ BASE = assign_ids(pa.schema([("id", pa.int64()), ("name", pa.string()), ("amt", 
 
 
 def shape(**changes: object) -> Shape:
-    values: dict[str, object] = dict(schema=BASE, record_key="id", partition_by=("day",),
-                                     sort_by=("amt",), properties={"a": "1"}, last_column_id=7)
+    values: dict[str, object] = {"schema": BASE, "record_key": "id", "partition_by": ("day",),
+                                     "sort_by": ("amt",), "properties": {"a": "1"}, "last_column_id": 7}
     values.update(changes)
     return Shape(**values)  # type: ignore[arg-type]
 
@@ -128,9 +128,9 @@ def test_last_columns_cannot_be_dropped() -> None:
 def test_malformed_arguments() -> None:
     with pytest.raises(InvalidOptionError):
         apply_changes(shape(), [])
-    with pytest.raises(InvalidOptionError, match="pyarrow.Field"):
+    with pytest.raises(InvalidOptionError, match=r"pyarrow\.Field"):
         apply_changes(shape(), [AddColumn("x")])  # type: ignore[arg-type]
-    with pytest.raises(InvalidOptionError, match="type must be a pyarrow.DataType"):
+    with pytest.raises(InvalidOptionError, match=r"type must be a pyarrow\.DataType"):
         apply_changes(shape(), [AlterColumn("amt", type="int64")])  # type: ignore[arg-type]
     with pytest.raises(InvalidOptionError, match="give type=, nullable= or both"):
         apply_changes(shape(), [AlterColumn("amt")])

@@ -6,6 +6,7 @@ kind of write is a new :class:`Write` (usually :class:`DataWrite`) subclass; see
 design/protocol.md ("The write classes").
 """
 
+from ._alter import AlterTable, next_versions, stamped
 from ._base import (
     NEW_SEGMENT,
     NO_SEGMENT,
@@ -19,7 +20,6 @@ from ._base import (
     Written,
     to_commit,
 )
-from ._alter import AlterTable, next_versions, stamped
 from ._compaction import Compaction, Merge, StreamFilesMerge
 from ._driver import WrittenBy, begin, commit, finish, run
 from ._external import AddSegment, ExternalLoad
@@ -42,9 +42,9 @@ __all__ = [
     "SMALL_WRITE_BYTES",
     "SMALL_WRITE_DELETES",
     "AddSegment",
-    "AlterTable",
     "Allocation",
     "AlreadyCommitted",
+    "AlterTable",
     "Append",
     "Compaction",
     "DataWrite",
