@@ -52,6 +52,12 @@ class SchemaMismatchError(TxnError, ValueError):
     """Data or files do not have the schema the table expects."""
 
 
+class SchemaEvolutionError(TxnError, ValueError):
+    """A schema change metatxn refuses: it would narrow a type, drop or retype a record-key or
+    partition column, or otherwise make old files read wrong. The message names the column and
+    the rule."""
+
+
 class DuplicateKeyError(TxnError, ValueError):
     """A record key that must be unique was found more than once."""
 
@@ -61,6 +67,11 @@ class CommitConflictError(TxnError):
 
     It is safe to delete what the losing writer staged and to retry against the new state.
     """
+
+
+class SchemaChangedError(CommitConflictError):
+    """A write that would change the table's schema lost to a schema change committed since it
+    began: the ids its files carry could clash with the new version's. Safe to retry."""
 
 
 class CommitStateUnknownError(TxnError):

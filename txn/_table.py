@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 
 from timeline import Clock, Instant, InvalidOptionError, Storage, system_clock
 
-from . import _external, _read, _segments, _streams, _twophase, _write
+from . import _external, _read, _schema, _segments, _streams, _twophase, _write
 from ._commit import maintain, protocol_of
 from ._context import (
     IdFactory,
@@ -32,6 +32,7 @@ from ._results import (
     CommitProperties,
     CompactionKind,
     MaintenanceReport,
+    SchemaVersion,
     Segment,
     StreamProgress,
     ValidationReport,
@@ -444,6 +445,86 @@ class Table:
             StreamNotFoundError: no stream of that name (or it was dropped).
         """
         return _streams.drop_stream(self._context, name)
+
+    # -- schema evolution and table properties -------------------------------------------------
+
+    def add_columns(self, fields: Sequence[pa.Field] | pa.Schema, after: str | None = None) -> Commit:
+        """Add nullable columns, in one commit: at the end, or the first after ``after`` and
+        each next one after the one before. A dotted name (``"addr.country"``) adds a field to
+        a struct column. Old files read the new columns as nulls.
+
+        Raises:
+            SchemaEvolutionError: a name that exists, a NOT NULL field (no defaults), a parent
+                that is not a struct; nothing is written.
+        """
+        return _write.alter_table(self._context, _write.add_columns(fields, after))
+
+    def drop_columns(self, names: Sequence[str]) -> Commit:
+        """Drop columns (or struct fields), in one commit. Files are not rewritten: the values
+        stay in them, unread; a column added later under a dropped name reads as null in them.
+
+        Raises:
+            SchemaEvolutionError: a record-key or partition column, an unknown column, or the
+                last column; nothing is written.
+        """
+        names = _write.column_names(names, "drop_columns")
+        return _write.alter_table(self._context, [_schema.DropColumn(n) for n in names])
+
+    def rename_column(self, name: str, new_name: str) -> Commit:
+        """Rename a column (``"addr.city"``: a struct field), in one commit. Old files are read
+        by column id, so their values keep their column; record-key, partition and sort columns
+        may be renamed (partition folders keep the name they were written with).
+
+        Raises:
+            SchemaEvolutionError: an unknown column, or a name that exists.
+        """
+        return _write.alter_table(self._context, [_schema.RenameColumn(name, new_name)])
+
+    def alter_column(self, name: str, type: pa.DataType | None = None, *,
+                     nullable: bool | None = None) -> Commit:
+        """Widen a column's type (int8 -> int16 -> int32 -> int64, float32 -> float64, a
+        decimal's precision up at the same scale, date32 -> timestamp) and/or make it nullable
+        (``nullable=True``), in one commit. Old files are cast when read.
+
+        Raises:
+            SchemaEvolutionError: narrowing or any other type change, a record-key or partition
+                column's type, or NOT NULL added; the message lists the allowed widenings.
+        """
+        return _write.alter_table(self._context, [_schema.AlterColumn(name, type=type, nullable=nullable)])
+
+    def set_properties(self, values: Mapping[str, str]) -> Commit:
+        """Set table properties (the bounds of design/properties.md apply), in one commit.
+        Handles that have not refreshed keep the old values until their next read of the
+        latest state; ``record_index.shards`` is fixed at creation.
+
+        Raises:
+            InvalidOptionError: a value out of bounds, or a fixed property.
+        """
+        values = check_properties(values) if isinstance(values, dict) else values
+        return _write.alter_table(self._context, [_schema.SetProperties(values)])
+
+    def unset_properties(self, keys: Sequence[str], *, missing_ok: bool = False) -> Commit:
+        """Remove table properties (their defaults apply again), in one commit.
+
+        Raises:
+            InvalidOptionError: a key that is not set (unless ``missing_ok``).
+        """
+        return _write.alter_table(self._context, [_schema.UnsetProperties(keys, missing_ok=missing_ok)])
+
+    def update_schema(self) -> _write.SchemaUpdate:
+        """Several schema and property changes as one commit::
+
+            with t.update_schema() as u:
+                u.add_column("discount", pa.decimal128(15, 2)).rename_column("amt", "amount")
+
+        The changes apply in order when the block ends without an exception; ``u.commit`` is
+        the commit.
+        """
+        return _write.SchemaUpdate(self._context)
+
+    def schema_history(self) -> list[SchemaVersion]:
+        """Every version of the table's schema and properties, oldest first."""
+        return _write.schema_history(self._context)
 
     # -- segment maintenance -------------------------------------------------------------------
 

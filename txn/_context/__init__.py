@@ -18,6 +18,8 @@ from ._options import (
     CleanOptions,
     check_layout,
     check_properties,
+    check_property_change,
+    check_schema,
     clean_options,
     column_list,
     delete_compaction_threshold,
@@ -29,7 +31,14 @@ from ._options import (
 )
 from ._progress import Reporter, advanced, progress, watched
 from ._staged import StagedCreate
-from ._table_context import LATEST_PARTITIONS, IdFactory, TableContext, completion_map, random_id
+from ._table_context import (
+    LATEST_PARTITIONS,
+    IdFactory,
+    TableContext,
+    completion_map,
+    latest_version,
+    random_id,
+)
 from ._timeline_records import (
     ACTION_OF,
     DATA_ACTIONS,
@@ -69,6 +78,8 @@ __all__ = [
     "advanced",
     "check_layout",
     "check_properties",
+    "check_property_change",
+    "check_schema",
     "clean_options",
     "column_list",
     "compaction_options",
@@ -77,6 +88,7 @@ __all__ = [
     "decode_config",
     "delete_compaction_threshold",
     "encode_config",
+    "latest_version",
     "maintenance_mode",
     "open_context",
     "parse_level_threshold",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 
@@ -404,3 +404,31 @@ def timeline_options(properties: dict[str, str]) -> TimelineOptions:
         if key in properties
     }
     return TimelineOptions(**overrides)
+
+
+#: Properties fixed when a table is created: a change would misplace what is already stored.
+FIXED_PROPERTIES: Final = {
+    "record_index.shards": "a record key's shard must never change (the index would lose it)",
+}
+
+
+def check_property_change(before: dict[str, str], after: dict[str, str]) -> dict[str, str]:
+    """Check ``after``, a table's properties once a change commits, against the bounds and
+    against ``before``: a handle that has not refreshed still judges with the old values.
+
+    Raises:
+        InvalidOptionError: naming the property and the rule.
+    """
+    checked = check_properties(after)
+    for key, why in FIXED_PROPERTIES.items():
+        if before.get(key) != after.get(key):
+            raise InvalidOptionError(f"table property {key} is fixed when the table is created: {why}")
+    # A writer whose handle still has the old timeout rolls back an instant whose heartbeat is
+    # late by it: the new interval must be safe with the old timeout too.
+    old, new = timeline_options(before), timeline_options(after)
+    if old.heartbeat_timeout_ms < 2 * new.heartbeat_interval_ms:
+        raise InvalidOptionError(
+            f"table property heartbeat.interval_ms={new.heartbeat_interval_ms}: handles that "
+            f"have not refreshed still use heartbeat.timeout_ms={old.heartbeat_timeout_ms}, which "
+            "must be at least twice the interval; raise the timeout in an earlier change")
+    return checked

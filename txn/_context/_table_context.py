@@ -9,12 +9,24 @@ cache of the latest resolved metadata, shared by every operation on the table.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import pyarrow as pa
 
-from indexes import COLUMN_STATS, DELETES, FILES, SEGMENTS, STREAMS, MetadataSnapshot, MetadataTable
+from indexes import (
+    COLUMN_STATS,
+    DELETES,
+    FILES,
+    SCHEMAS,
+    SEGMENTS,
+    STREAMS,
+    MetadataSnapshot,
+    MetadataTable,
+    TableVersion,
+    assign_ids,
+    last_column_id,
+)
 from timeline import Clock, Storage, Timeline, TimelineView
 
 from .._files import DataStore, ExternalReader, external_options
@@ -25,12 +37,30 @@ from ._staged import StagedCreate
 #: A source of unique ids (table ids, file ids). Injected so tests are deterministic.
 IdFactory = Callable[[], str]
 
-#: The metadata partitions a write reads at the latest instant.
-LATEST_PARTITIONS: Final = (FILES, SEGMENTS, DELETES)
+#: The metadata partitions a write reads at the latest instant (``schemas``: the version it
+#: writes, which the latest resolution adopts).
+LATEST_PARTITIONS: Final = (SCHEMAS, FILES, SEGMENTS, DELETES)
 
 
 #: Every partition the latest state may hold, in the order they are resolved.
 _CACHED_PARTITIONS: Final = (*LATEST_PARTITIONS, COLUMN_STATS, STREAMS)
+
+
+def base_version(config: TableConfig) -> TableVersion:
+    """Version 0: ``table.json``'s schema and layout, with the column ids ``assign_ids`` gives
+    it (deterministic, so every process numbers a table created before ids alike)."""
+    schema = assign_ids(config.schema)
+    return TableVersion(version=0, schema_id=0, arrow_schema=schema.serialize().to_pybytes(),
+                        properties=dict(config.properties), partition_by=list(config.partition_by),
+                        record_key=config.record_key, sort_by=list(config.sort_by),
+                        last_column_id=last_column_id(schema), instant="", changes=["create table"])
+
+
+def latest_version(versions: Mapping[int, TableVersion] | None, base: TableVersion) -> TableVersion:
+    """The newest of ``versions`` (a resolution's ``schemas``), or ``base`` when it has none."""
+    if not versions:
+        return base
+    return versions[max(versions)]
 
 
 def random_id() -> str:
@@ -54,10 +84,15 @@ class TableContext:
         self.config = config
         self.clock = clock
         self.ids = ids
-        self.schema: pa.Schema = config.schema
+        #: Version 0, from ``table.json``; the current version is adopted from each resolution
+        #: of the latest state (a schema or property change is a commit: ``schemas``).
+        self.base_version = base_version(config)
+        self._version: TableVersion | None = None
+        self._schemas: dict[int, pa.Schema] = {0: self.base_version.schema}
         options = timeline_options(config.properties)
         self.timeline = Timeline(storage, clock=clock, options=options)
-        self.metadata = MetadataTable(storage, self.schema, clock=clock, owner=self.timeline.owner,
+        self.metadata = MetadataTable(storage, self.base_version.schema, clock=clock,
+                                      owner=self.timeline.owner,
                                       options=metadata_options(config.properties),
                                       timeline_options=options,
                                       record_key=config.record_key_columns,
@@ -65,33 +100,86 @@ class TableContext:
                                       record_index_shard_max_entries=shard_max_entries(
                                           config.properties))
         self.store = DataStore(storage, ExternalReader(
-            self.schema, config.partition_by, external_options(storage.uri, storage_options)))
+            self.base_version.schema, config.partition_by, external_options(storage.uri, storage_options)))
         self._latest: tuple[str, MetadataSnapshot] | None = None
         #: Set on a table created staged: its ``table.json`` goes with its first commit.
         self.staged: StagedCreate | None = None
 
-    # -- the layout ----------------------------------------------------------------------------
+    # -- the current version -------------------------------------------------------------------
+
+    @property
+    def version(self) -> TableVersion:
+        """The table's current version (schema, layout, properties): the newest this handle has
+        resolved, read from the latest state on first use."""
+        if self._version is None:
+            self.refresh()
+        assert self._version is not None
+        return self._version
+
+    def refresh(self) -> TableVersion:
+        """Resolve the latest state's ``schemas`` and adopt its newest version."""
+        self.metadata_at(self.timeline.load(), None, (SCHEMAS,))
+        if self._version is None:  # nothing completed yet: version 0
+            self._version = self.base_version
+        return self._version
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The current version's schema, with column ids (``PARQUET:field_id``)."""
+        return self.schema_of(self.version.schema_id)
+
+    @property
+    def schema_id(self) -> int:
+        """What files written now record as their schema (``files.schema_id``)."""
+        return self.version.schema_id
+
+    def schema_of(self, schema_id: int) -> pa.Schema:
+        """The schema files of ``schema_id`` were written with (decoded once per id)."""
+        found = self._schemas.get(schema_id)
+        if found is None:
+            raise KeyError(schema_id)
+        return found
+
+    def schemas_at(self, versions: Mapping[int, TableVersion] | None) -> dict[int, pa.Schema]:
+        """Every schema of ``versions`` (a resolution's), by schema id, version 0's included;
+        each decoded once per handle."""
+        for version in (versions or {}).values():
+            if version.schema_id == version.version and version.schema_id not in self._schemas:
+                self._schemas[version.schema_id] = version.schema
+        wanted = {0} | {v.schema_id for v in (versions or {}).values()}
+        return {i: self._schemas[i] for i in sorted(wanted)}
+
+    def adopt(self, versions: Mapping[int, TableVersion] | None) -> None:
+        """Make the newest of ``versions`` (resolved at the latest instant) current, and learn
+        every version's schema; an older resolution never moves the version back."""
+        self.schemas_at(versions)
+        newest = latest_version(versions, self.base_version)
+        if self._version is None or newest.version > self._version.version:
+            self._version = newest
 
     @property
     def partition_by(self) -> list[str]:
-        return list(self.config.partition_by)
+        return list(self.version.partition_by)
 
     @property
     def record_key(self) -> str | list[str] | None:
-        key = self.config.record_key
+        key = self.version.record_key
         return list(key) if isinstance(key, list) else key
 
     @property
     def record_key_columns(self) -> list[str]:
-        return self.config.record_key_columns
+        key = self.version.record_key
+        if key is None:
+            return []
+        return [key] if isinstance(key, str) else list(key)
 
     @property
     def sort_by(self) -> list[str]:
-        return list(self.config.sort_by)
+        return list(self.version.sort_by)
 
     @property
     def properties(self) -> dict[str, str]:
-        return dict(self.config.properties)
+        return dict(self.version.properties)
 
     # -- metadata resolution -------------------------------------------------------------------
 
@@ -110,12 +198,15 @@ class TableContext:
             return self.metadata.resolve({**(travel or {}), **completed}, bound,
                                          partitions=partitions)
         cached = self._latest
-        if cached is not None and cached[0] == latest and all(cached[1].has(p) for p in partitions):
+        if cached is not None and cached[0] == latest and all(cached[1].has(p) for p in
+                                                              (*partitions, SCHEMAS)):
             return cached[1]
         # Extend the cache only if its bound is still a completion on this timeline: a table
         # dropped and recreated at the same location shares nothing with the cached state.
         since = None
-        wanted = set(partitions)
+        # Every resolution of the latest state carries the version (one small partition,
+        # extended incrementally): the handle's schema follows the table's.
+        wanted = set(partitions) | {SCHEMAS}
         if cached is not None and cached[0] <= latest and any(
                 i.completed_at == cached[0] for i in view.completed()):
             since = cached
@@ -123,6 +214,8 @@ class TableContext:
         order = tuple(p for p in _CACHED_PARTITIONS if p in wanted)
         resolved = self.metadata.resolve(completed, latest, partitions=order, since=since)
         self._latest = (latest, resolved)
+        if resolved.has(SCHEMAS):
+            self.adopt(resolved.versions)
         return resolved
 
     def __repr__(self) -> str:

@@ -32,6 +32,8 @@ ACTION_OF: Final[dict[str, Action]] = {
     #: with an overwrite: its ``files_removed`` and ``segments_removed`` say what it replaced.
     Operation.TRANSACTION: Action.COMMIT,
     Operation.COMPACT: Action.COMPACTION,
+    #: A schema or property change: a commit with no file (``CommitMetadata.schema_version``).
+    Operation.ALTER_TABLE: Action.COMMIT,
 }
 
 
@@ -87,6 +89,9 @@ class CommitMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="commit", ta
     #: A transaction (``operation`` is ``transaction``): the operations it ran, in order (e.g.
     #: ``["delete", "append"]``). Empty for a single write, and in commits written before it.
     operations: list[str] = msgspec.field(default_factory=list)
+    #: The table version this commit created (a schema or property change, or a write with
+    #: ``schema_mode="merge"`` that changed the schema); None when it created none.
+    schema_version: int | None = None
 
 
 #: The reasons whose files go to the trash (CarbonData's stale segments: files of no segment);

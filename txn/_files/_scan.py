@@ -20,6 +20,7 @@ import pyarrow.dataset as ds
 
 from timeline import CorruptMetadataError, StorageError, TxnError
 
+from .._schema import same_columns, version_projection
 from ._deltas import Positions, reading_file
 from ._foreign import expected, is_external
 from ._storage_io import DataStore
@@ -47,22 +48,31 @@ def check_schema(path: str, found: pa.Schema, schema: pa.Schema) -> None:
 
 def read_data_file(store: DataStore, path: str, schema: pa.Schema, *,
                    filter: ds.Expression | None = None,
-                   columns: Sequence[str] | None = None, file_format: str = "parquet") -> pa.Table:
+                   columns: Sequence[str] | None = None, file_format: str = "parquet",
+                   written: pa.Schema | None = None) -> pa.Table:
     """Read data file ``path`` whole (every page of ``columns``, all by default), then keep the
     rows matching ``filter`` (already checked against ``schema``: any error is the file's).
+    ``written``: the schema the file was written with, when not ``schema`` (see :func:`scan_file`).
 
     Raises:
         ObjectNotFoundError: the data file is gone.
         CorruptMetadataError: it is not a Parquet file of ``schema`` or a page does not decode.
         StorageError: the system refused the read (the file may be fine); ``.path`` names it.
     """
+    wanted = list(schema.names if columns is None else columns)
     if is_external(path):
         return scan_file(store, path, schema, filter=filter, file_format=file_format,
-                         columns=list(schema.names if columns is None else columns))[0]
+                         columns=wanted, written=written)[0]
     with reading_file(path, DATA_FILE_EXPECTED):
         fragment = _fragment(store, path)
+        if written is not None and not same_columns(written, schema):
+            check_schema(path, fragment.physical_schema, written)
+            table = fragment.to_table(schema=written, columns=version_projection(written, schema),
+                                      use_threads=False).cast(schema)
+            if filter is not None:
+                table = table.filter(filter)
+            return table.select(wanted)
         check_schema(path, fragment.physical_schema, schema)
-        wanted = list(schema.names if columns is None else columns)
         return fragment.to_table(schema=schema, columns=wanted, filter=filter, use_threads=False)
 
 
@@ -71,11 +81,13 @@ def _fragment(store: DataStore, path: str) -> ds.ParquetFileFragment:
 
 
 def check_data_file(store: DataStore, path: str, schema: pa.Schema,
-                    file_format: str = "parquet") -> int:
+                    file_format: str = "parquet", written: pa.Schema | None = None) -> int:
     """Decode every page of data file ``path`` (one column at a time); return its row count.
+    ``written``: the schema the file was written with (checked against it), when not ``schema``.
 
     Raises as :func:`read_data_file` does.
     """
+    schema = schema if written is None else written
     if is_external(path):
         return int(read_data_file(store, path, schema, file_format=file_format).num_rows)
     with reading_file(path, DATA_FILE_EXPECTED):
@@ -93,9 +105,11 @@ def check_data_file(store: DataStore, path: str, schema: pa.Schema,
 def raise_for_files(store: DataStore, paths: Sequence[str], schema: pa.Schema,
                     error: BaseException, *, filter: ds.Expression | None = None,
                     columns: Sequence[str] | None = None,
-                    formats: Sequence[str] | None = None) -> NoReturn:
+                    formats: Sequence[str] | None = None,
+                    written: Sequence[pa.Schema | None] | None = None) -> NoReturn:
     """After a scan of ``paths`` with a filter already checked against ``schema`` failed with
-    ``error``: raise a ``TxnError`` naming the data file at fault.
+    ``error``: raise a ``TxnError`` naming the data file at fault. ``written``: per path, the
+    schema it was written with when not ``schema`` (see :func:`scan_file`).
 
     The filter is never blamed (it was bound to the schema up front), so each file is read again
     on its own (on the error path only); the first that fails raises its own error. If every
@@ -103,8 +117,10 @@ def raise_for_files(store: DataStore, paths: Sequence[str], schema: pa.Schema,
     """
     if isinstance(error, TxnError):
         raise error
-    for path, file_format in zip(paths, formats or ["parquet"] * len(paths), strict=True):
-        read_data_file(store, path, schema, filter=filter, columns=columns, file_format=file_format)
+    for path, file_format, version in zip(paths, formats or ["parquet"] * len(paths),
+                                          written or [None] * len(paths), strict=True):
+        read_data_file(store, path, schema, filter=filter, columns=columns, file_format=file_format,
+                       written=version)
     raise StorageError(f"reading data files failed, then each read on its own: "
                        f"{type(error).__name__}: {error}") from error
 
@@ -122,8 +138,13 @@ def check_external(store: DataStore, paths: Sequence[str], formats: Sequence[str
 
 def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expression | None,
               columns: Sequence[str], deleted: Positions | None = None,
-              file_format: str = "parquet") -> tuple[pa.Table, Positions]:
+              file_format: str = "parquet",
+              written: pa.Schema | None = None) -> tuple[pa.Table, Positions]:
     """The live rows of ``path`` matching ``filter``: ``columns`` of them and their positions.
+
+    ``written``: the schema (version) the file was written with, when it is not ``schema``:
+    its columns are then found by id (``txn._schema.version_projection``) and ``filter``, over
+    ``schema``'s names, is applied after the projection (no row group is skipped by it).
 
     ``filter`` must already be checked against ``schema`` (callers bind it to the schema first),
     so every error while scanning is the file's.
@@ -143,25 +164,39 @@ def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expr
     with reading_file(path, DATA_FILE_EXPECTED):
         fragment = _fragment(store, path)
         metadata = fragment.metadata
-        check_schema(path, fragment.physical_schema, schema)
+        check_schema(path, fragment.physical_schema, schema if written is None else written)
         starts = np.concatenate([[0], np.cumsum([metadata.row_group(i).num_rows
                                                  for i in range(metadata.num_row_groups)])])
+        if written is not None and not same_columns(written, schema):
+            return _scan_groups(fragment, starts, schema, filter, columns, deleted, written)
         return _scan_groups(fragment, starts, schema, filter, columns, deleted)
 
 
 def _scan_groups(fragment: ds.ParquetFileFragment, starts: np.ndarray, schema: pa.Schema,
                  filter: ds.Expression | None, columns: Sequence[str],
-                 deleted: Positions | None) -> tuple[pa.Table, Positions]:
-    groups = fragment.split_by_row_group(filter, schema=schema) if filter is not None \
-        else fragment.split_by_row_group(schema=schema)
-    projection = {name: pc.field(name) for name in columns}
-    if filter is not None:
-        projection[_MATCH] = filter
+                 deleted: Positions | None,
+                 written: pa.Schema | None = None) -> tuple[pa.Table, Positions]:
+    if written is None:
+        groups = fragment.split_by_row_group(filter, schema=schema) if filter is not None \
+            else fragment.split_by_row_group(schema=schema)
+        projection = {name: pc.field(name) for name in columns}
+        if filter is not None:
+            projection[_MATCH] = filter
+    else:  # an older version's file: every column projected by id, the filter applied after
+        groups = fragment.split_by_row_group(schema=written)
+        projection = version_projection(written, schema)
     tables: list[pa.Table] = []
     positions: list[Positions] = []
     for group in groups:
         index = group.row_groups[0].id
-        part = group.to_table(schema=schema, columns=projection, use_threads=False)
+        part = group.to_table(schema=schema if written is None else written, columns=projection,
+                              use_threads=False)
+        if written is not None:
+            part = part.cast(schema)
+            if filter is not None:
+                part = part.append_column(_MATCH, ds.dataset(part).to_table(
+                    columns={_MATCH: filter}, use_threads=False)[_MATCH])
+            part = part.select([*columns, *([_MATCH] if filter is not None else [])])
         first = int(starts[index])
         keep = np.ones(part.num_rows, dtype=bool)
         if deleted is not None and len(deleted):

@@ -290,14 +290,18 @@ class DataFileWriter:
         key_columns: Sequence[str] = (),
         presorted: bool = False,
         sort_memory_bytes: int = DEFAULT_SORT_MEMORY_BYTES,
+        schema_id: int = 0,
     ) -> None:
-        """``presorted``: the rows arrive sorted by ``sort_by`` already (a compaction sorted all
-        of them at once), so they are cut into files as they come, not sorted again.
+        """``schema_id``: the table version ``schema`` is (recorded with each file, so readers
+        know which names its columns have). ``presorted``: the rows arrive sorted by
+        ``sort_by`` already (a compaction sorted all of them at once), so they are cut into
+        files as they come, not sorted again.
         ``buffer_bytes`` bounds the memory of a load that is not sorted, ``sort_memory_bytes``
         that of one that is."""
         self._store = store
         self._presorted = presorted
         self._schema = schema
+        self._schema_id = schema_id
         self._instant_time = instant_time
         self._segment = segment
         self._partition_by = partition_by
@@ -460,5 +464,5 @@ class DataFileWriter:
         self._written.append(FileStatus(
             path=path, partition="" if not self._partition_by else buffer.partition,
             rows=table.num_rows, size=size, stats=stats,
-            partition_values=buffer.values,
+            partition_values=buffer.values, schema_id=self._schema_id,
         ))

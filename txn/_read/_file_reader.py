@@ -17,7 +17,7 @@ files, batches of bounded memory) is ``Snapshot``'s own business.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -90,12 +90,16 @@ class FileReader:
     POSITION_COLUMN: ClassVar[str] = "_position"
 
     def __init__(self, *, uri: str, storage_options: dict[str, Any] | None, schema: pa.Schema,
-                 partition_by: Sequence[str], store: DataStore, deltas: LiveDeltas) -> None:
+                 partition_by: Sequence[str], store: DataStore, deltas: LiveDeltas,
+                 schema_id: int = 0, versions: Mapping[int, pa.Schema] | None = None) -> None:
         """Internal: made by ``Snapshot.file_reader()`` (``store`` and ``deltas`` are the
-        snapshot's, shared with its own reads)."""
+        snapshot's, shared with its own reads). ``versions``: the schema of each version
+        among the snapshot's files; ``schema`` is version ``schema_id``'s."""
         self._uri = uri
         self._storage_options = storage_options
         self._schema = schema
+        self._schema_id = schema_id
+        self._versions = dict(versions or {})
         self._partition_by = list(partition_by)
         self._store = store
         self._deltas = deltas
@@ -107,6 +111,9 @@ class FileReader:
         external = self._store.external_reader()
         return {"uri": self._uri, "storage_options": self._storage_options,
                 "schema": self._schema.serialize().to_pybytes(), "partition_by": self._partition_by,
+                "schema_id": self._schema_id,
+                "versions": {i: v.serialize().to_pybytes() for i, v in self._versions.items()
+                             if i != self._schema_id},
                 "external_options": dict(external.options), "recorded": dict(external.recorded),
                 "deltas": self._deltas.by_file}
 
@@ -117,7 +124,9 @@ class FileReader:
                                          state["recorded"]))
         self.__init__(uri=state["uri"], storage_options=state["storage_options"],  # type: ignore[misc]
                       schema=schema, partition_by=state["partition_by"], store=store,
-                      deltas=LiveDeltas(store, state["deltas"]))
+                      deltas=LiveDeltas(store, state["deltas"]), schema_id=state["schema_id"],
+                      versions={i: pa.ipc.read_schema(pa.py_buffer(v))
+                                for i, v in state["versions"].items()})
 
     # -- the public reader --------------------------------------------------------------------
 
@@ -153,7 +162,7 @@ class FileReader:
         wanted = check_columns(self._schema, columns)
         expression = check_filter(self._schema, filter)
         rows, found = self._rows(self._key(file), file.format, expression,
-                                self._schema.names if wanted is None else wanted)
+                                 self._schema.names if wanted is None else wanted, file.schema_id)
         if positions is False:
             return rows
         name = self.POSITION_COLUMN if positions is True else positions
@@ -179,12 +188,20 @@ class FileReader:
     # -- shared with Snapshot's own reads -----------------------------------------------------
 
     def _rows(self, key: str, file_format: str, filter: ds.Expression | None,
-             columns: Sequence[str]) -> tuple[pa.Table, Positions]:
+              columns: Sequence[str], schema_id: int | None = None) -> tuple[pa.Table, Positions]:
         """Internal: the live rows of the file keyed ``key`` (table-relative path, or an
-        external file's URL) matching ``filter`` (already checked): ``columns`` of them and
-        their positions."""
+        external file's URL), written with version ``schema_id`` (None: the snapshot's),
+        matching ``filter`` (already checked): ``columns`` of them and their positions."""
+        written = None
+        if schema_id is not None and schema_id != self._schema_id:
+            written = self._versions.get(schema_id)
+            if written is None:
+                raise InvalidOptionError(
+                    f"{key}: written with table version {schema_id}, which this snapshot does not "
+                    "know; expected a DataFile of the snapshot the reader came from")
         return scan_file(self._store, key, self._schema, filter=filter, columns=columns,
-                         deleted=self._deltas.positions(key), file_format=file_format)
+                         deleted=self._deltas.positions(key), file_format=file_format,
+                         written=written)
 
     def _key(self, file: DataFile) -> str:
         """The metadata table's key of ``file``: its path within the table, or its URL."""

@@ -20,6 +20,9 @@ Columns, in this order (``stats`` only when asked for):
                    ``rows - deleted_rows`` rows are live
 ``delete_files``   list<string>: locations of the file's live delete deltas (Parquet files of
                    deleted row positions, disjoint), empty without any
+``schema_id``      int64: the table version whose schema the file was written with (0: the
+                   table's first, and every file written before versions existed); a file of
+                   another version than the snapshot's is read by column id
 ``stats``          struct with one field per column that has statistics (primitive columns),
                    each a struct ``min``, ``max`` (typed like the column; null where unknown),
                    ``nulls``, ``count`` (int64: null values and rows); the whole struct is null
@@ -40,7 +43,7 @@ from indexes import field_id, live
 
 #: The columns of a file table without statistics.
 FILE_COLUMNS = ("path", "location", "segment", "partition", "format", "rows", "size", "instant",
-                "deleted_rows", "delete_files")
+                "deleted_rows", "delete_files", "schema_id")
 
 
 def _located(paths: pa.Array | pa.ChunkedArray, prefix: str) -> pa.Array | pa.ChunkedArray:
@@ -85,6 +88,8 @@ def file_table(files: pa.Table, deletes: pa.Table | None, prefix: str, *,
         "instant": files["instant"],
         "deleted_rows": deleted_rows,
         "delete_files": delete_files,
+        "schema_id": (pc.fill_null(files["schema_id"], 0) if "schema_id" in files.column_names
+                      else pa.array(np.zeros(count, np.int64))),
     })
     return with_locations(table, prefix) if located else table
 

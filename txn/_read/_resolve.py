@@ -7,10 +7,10 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from indexes import COLUMN_STATS, DELETES, FILES, SnapshotExpiredError
+from indexes import COLUMN_STATS, DELETES, FILES, SCHEMAS, SnapshotExpiredError
 from timeline import Instant, InvalidOptionError, TimelineView, parse_time, time_of
 
-from .._context import DATA_ACTIONS, TableContext
+from .._context import DATA_ACTIONS, TableContext, latest_version
 from ._snapshot import Snapshot
 
 
@@ -87,7 +87,9 @@ def snapshot_at(context: TableContext, view: TimelineView, instant: str | None, 
                 travel: dict[str, str] | None = None) -> Snapshot:
     """The snapshot named ``instant`` that includes every instant completed at or before
     ``bound``; column statistics are resolved only when a filter needs them."""
-    metadata = context.metadata_at(view, bound, (FILES, DELETES), travel)
+    metadata = context.metadata_at(view, bound, (SCHEMAS, FILES, DELETES), travel)
+    # The version as of the bound: time travel reads the schema of its instant.
+    version = latest_version(metadata.versions, context.base_version)
 
     def column_stats() -> pa.Table:
         resolved = context.metadata_at(view, bound, (COLUMN_STATS,), travel).column_stats
@@ -99,7 +101,9 @@ def snapshot_at(context: TableContext, view: TimelineView, instant: str | None, 
             completed = sorted(view.completed(), key=lambda i: i.completed_at or "")
             check_retained(context, instant or bound, bound, completed)
 
-    return Snapshot(instant=instant, completed_at=bound, metadata=metadata, schema=context.schema,
+    schemas = context.schemas_at(metadata.versions)
+    return Snapshot(instant=instant, completed_at=bound, metadata=metadata,
+                    schema=schemas[version.schema_id], versions=schemas, schema_id=version.schema_id,
                     store=context.store, load_column_stats=column_stats, check_retained=still_retained,
                     uri=context.uri, storage_options=context.storage_options,
-                    partition_by=context.partition_by)
+                    partition_by=version.partition_by)

@@ -21,7 +21,7 @@ error names the one at fault (``CorruptMetadataError``, ``ObjectNotFoundError``)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from typing import Any
 
@@ -118,8 +118,12 @@ class Snapshot:
         uri: str = "",
         storage_options: dict[str, Any] | None = None,
         partition_by: Sequence[str] = (),
+        versions: Mapping[int, pa.Schema] | None = None,
+        schema_id: int = 0,
     ) -> None:
-        """``check_retained`` raises ``SnapshotExpiredError`` if a clean since expired this
+        """``versions``: the schema of each ``files.schema_id`` among its files (``schema``'s
+        own id included); files of another version than ``schema``'s are read by column id.
+        ``check_retained`` raises ``SnapshotExpiredError`` if a clean since expired this
         snapshot: a read that misses a file asks it before blaming the file. ``uri``,
         ``storage_options`` and ``partition_by``: what a :class:`FileReader` shipped to another
         process opens the table with."""
@@ -131,6 +135,8 @@ class Snapshot:
         self._instant = instant
         self._completed_at = completed_at
         self._schema = schema
+        self._versions: dict[int, pa.Schema] = dict(versions or {})
+        self._schema_id = schema_id
         self._store = store
         self._load_column_stats = load_column_stats
         assert metadata.files is not None
@@ -172,6 +178,7 @@ class Snapshot:
         This snapshot reads its own files with deletes, and external ones, through it."""
         if self._reader is None:
             self._reader = FileReader(uri=self._uri, storage_options=self._storage_options,
+                                      schema_id=self._schema_id, versions=self._versions,
                                       schema=self._schema, partition_by=self._partition_by,
                                       store=self._store, deltas=self._deltas)
         return self._reader
@@ -247,12 +254,14 @@ class Snapshot:
         parsed = {partition: parse(partition) for partition in set(table["partition"].to_pylist())}
         return [
             DataFile(location, segment, rows, size, fmt, deleted, dict(parsed[partition]),
-                     tuple(deltas), external)
-            for location, segment, rows, size, fmt, deleted, partition, deltas, external in zip(
+                     tuple(deltas), external, schema_id)
+            for location, segment, rows, size, fmt, deleted, partition, deltas, external, schema_id
+            in zip(
                 table["location"].to_pylist(), table["segment"].to_pylist(),
                 table["rows"].to_pylist(), table["size"].to_pylist(), table["format"].to_pylist(),
                 table["deleted_rows"].to_pylist(), table["partition"].to_pylist(),
-                table["delete_files"].to_pylist(), _external(table).to_pylist(), strict=True)
+                table["delete_files"].to_pylist(), _external(table).to_pylist(),
+                table["schema_id"].to_pylist(), strict=True)
         ]
 
     def _check_filter(self, filter: object) -> ds.Expression | None:
@@ -282,7 +291,8 @@ class Snapshot:
         except (pa.ArrowException, OSError) as exc:
             self._check_retained()  # a clean since this snapshot was taken: expired, not damaged
             raise_for_files(self._store, self._paths(table), self._schema, exc, filter=expression,
-                            columns=columns, formats=table["format"].to_pylist())
+                            columns=columns, formats=table["format"].to_pylist(),
+                            written=self._written(table))
 
     def _planned(self, expression: ds.Expression | None) -> pa.Table:
         """The file table of the files a read with ``expression`` opens."""
@@ -305,19 +315,31 @@ class Snapshot:
 
     def _read_parts(self, expression: ds.Expression | None, columns: list[str] | None,
                     table: pa.Table) -> list[pa.Table]:
-        # Files with deletes, and external segments' files, are read one by one.
-        one_by_one = pc.or_(pc.greater(table["deleted_rows"], 0), _external(table))
+        # Files with deletes, external segments' files and files of another version than the
+        # snapshot's (projected by column id) are read one by one.
+        one_by_one = self._one_by_one(table)
         clean = table.filter(pc.invert(one_by_one))
         parts = [self._scan(expression, clean, lambda d: d.to_table(filter=expression, columns=columns))] \
             if clean.num_rows else []
         wanted = columns if columns is not None else self._schema.names
         others = table.filter(one_by_one)
         reader = self.file_reader() if others.num_rows else None
-        for path, file_format in zip(self._paths(others), others["format"].to_pylist(), strict=True):
+        for path, file_format, schema_id in zip(self._paths(others), others["format"].to_pylist(),
+                                                others["schema_id"].to_pylist(), strict=True):
             assert reader is not None
-            rows, _ = reader._rows(path, file_format, expression, wanted)
+            rows, _ = reader._rows(path, file_format, expression, wanted, schema_id)
             parts.append(rows)
         return parts
+
+    def _written(self, table: pa.Table) -> list[pa.Schema | None]:
+        """Per file of ``table``: the schema it was written with, None when the snapshot's."""
+        return [None if i == self._schema_id else self._versions.get(i)
+                for i in table["schema_id"].to_pylist()]
+
+    def _one_by_one(self, table: pa.Table) -> pa.ChunkedArray:
+        """Which files of ``table`` a read opens one at a time (see ``_read_parts``)."""
+        return pc.or_(pc.or_(pc.greater(table["deleted_rows"], 0), _external(table)),
+                      pc.not_equal(table["schema_id"], self._schema_id))
 
     def _scan(self, expression: ds.Expression | None, table: pa.Table,
               scan: Callable[[ds.FileSystemDataset], Any]) -> Any:
@@ -350,13 +372,14 @@ class Snapshot:
         if table.num_rows == 0:
             return 0
         try:
-            if pc.any(pc.or_(pc.greater(table["deleted_rows"], 0), _external(table))).as_py():
+            if pc.any(self._one_by_one(table)).as_py():
                 return sum(part.num_rows for part in self._read_parts(expression, [], table))
             return int(self._scan(expression, table, lambda d: d.count_rows(filter=expression)))
         except (pa.ArrowException, OSError) as exc:
             self._check_retained()
             raise_for_files(self._store, self._paths(table), self._schema, exc, filter=expression,
-                            columns=[], formats=table["format"].to_pylist())
+                            columns=[], formats=table["format"].to_pylist(),
+                            written=self._written(table))
 
     def __repr__(self) -> str:
         return f"txn.Snapshot(instant={self._instant!r}, files={self._files.num_rows})"

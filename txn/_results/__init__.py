@@ -7,6 +7,7 @@ from ._display import load_time_taken, segment_size
 from ._listings import DataFile, Segment
 from ._services import CleanReason, MaintenanceReport
 from ._validation import Problem, ProblemKind, ValidationReport
+from ._versions import SchemaVersion
 
 __all__ = [
     "CleanReason",
@@ -18,6 +19,7 @@ __all__ = [
     "Operation",
     "Problem",
     "ProblemKind",
+    "SchemaVersion",
     "Segment",
     "StreamProgress",
     "ValidationReport",

@@ -25,6 +25,8 @@ class Operation(Vocabulary):
     DELETE_SEGMENTS = "delete_segments"
     #: Several writes in one instant (``Table.transaction``); ``operations`` lists them.
     TRANSACTION = "transaction"
+    #: A schema or table-property change (``add_columns``, ``set_properties``, ALTER TABLE).
+    ALTER_TABLE = "alter_table"
 
 
 class CompactionKind(Vocabulary):
@@ -66,3 +68,5 @@ class Commit:
     #: A transaction's operations, in order (``operation`` is ``"transaction"``); empty for a
     #: single write.
     operations: tuple[str, ...] = ()
+    #: The table version the commit created (a schema or property change); None otherwise.
+    schema_version: int | None = None

@@ -34,6 +34,9 @@ class DataFile(msgspec.Struct, frozen=True, gc=False):
     delete_files: tuple[str, ...] = ()
     #: Whether it is an external segment's file (ADD SEGMENT: read in place, ``path`` its URL).
     external: bool = False
+    #: The table version whose schema the file was written with (``Table.schema_history()``):
+    #: its columns have that version's names; ``FileReader.read`` maps them by column id.
+    schema_id: int = 0
 
 
 def _moment(epoch_ms: int) -> datetime | None:

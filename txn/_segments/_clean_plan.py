@@ -93,7 +93,7 @@ def plan_clean(context: TableContext, *, force: bool) -> Planned:
     """What a clean run now would remove (reads only)."""
     storage = context.storage
     now = context.clock()
-    options = clean_options(context.config.properties)
+    options = clean_options(context.properties)
     # 1. List first (see the module docstring for why the order matters).
     listing = storage.list("", recursive=True)
     on_storage = [key for key in listing

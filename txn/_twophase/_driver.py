@@ -175,10 +175,11 @@ def ticket_for(context: TableContext, operation: str, pending: Pending, state: S
     return WriteTicket(
         uri=context.uri, storage_options=context.storage_options, operation=operation,
         instant=pending.instant.time, segment=pending.segment,
-        schema=context.schema.serialize().to_pybytes(), partition_by=tuple(context.partition_by),
+        schema=context.schema.serialize().to_pybytes(), schema_id=context.schema_id,
+        partition_by=tuple(context.partition_by),
         sort_by=tuple(context.sort_by), key_columns=tuple(context.record_key_columns),
         shards=index.shards if index is not None else 0,
-        target_file_bytes=target_file_bytes(context.config.properties),
+        target_file_bytes=target_file_bytes(context.properties),
         read_instant=_named(state.view, state.read_at), read_at=state.read_at,
         root=context.store.location(""), **recorded)
 
@@ -326,7 +327,7 @@ class PendingWrite:
             if removed is not None and removed.num_rows:
                 _write_tombstones(context, begun.instant.time, removed, shards)
             deltas, replaced = stage_deletes(context.store, begun.instant.time, deleted, state.deltas,
-                                             delete_compaction_threshold(context.config.properties))
+                                             delete_compaction_threshold(context.properties))
             return Written(statuses=statuses, deltas=deltas, replaced=replaced, index_sizes=shards)
 
         self._status = _DONE

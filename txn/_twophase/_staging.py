@@ -62,7 +62,7 @@ def adopt_files(ticket: WriteTicket, paths: list[str] | None = None) -> WrittenF
             if footer.num_rows == 0:
                 continue  # Spark writes an empty file for an empty DataFrame; metatxn writes none
             statuses.append(_publish(store, info, footer, schema, ticket.instant, ticket.segment,
-                                     len(statuses)))
+                                     len(statuses), ticket.schema_id))
         return WrittenFiles(instant=ticket.instant, files=tuple(statuses))
     finally:
         _remove_folder(store, staging)
@@ -85,7 +85,7 @@ def _staged_files(store: DataStore, staging: str, paths: list[str] | None) -> li
 
 
 def _publish(store: DataStore, staged: pafs.FileInfo, footer: pq.FileMetaData, schema: pa.Schema,
-             instant_time: str, segment: str, number: int) -> FileStatus:
+             instant_time: str, segment: str, number: int, schema_id: int) -> FileStatus:
     """Move one staged file to its place in the segment, its marker stored first."""
     folder = f"segment_{segment}"
     name = f"part-{segment}-{number:05d}-n{secrets.token_hex(4)}_{instant_time}.parquet"
@@ -95,7 +95,7 @@ def _publish(store: DataStore, staged: pafs.FileInfo, footer: pq.FileMetaData, s
     store.filesystem.move(staged.path, store.full_path(path))
     assert staged.size is not None
     return FileStatus(path=path, partition="", rows=footer.num_rows, size=staged.size,
-                      stats=footer_stats(footer, schema))
+                      stats=footer_stats(footer, schema), schema_id=schema_id)
 
 
 def sweep_staging(store: DataStore, timeline: Timeline) -> None:

@@ -86,6 +86,8 @@ class WriteTicket:
     segment: str | None
     #: The table's schema, serialized.
     schema: bytes = field(repr=False)
+    #: Which table version ``schema`` is: every file written records it (``files.schema_id``).
+    schema_id: int = 0
     partition_by: tuple[str, ...] = ()
     sort_by: tuple[str, ...] = ()
     key_columns: tuple[str, ...] = ()

@@ -126,7 +126,7 @@ def write_files(ticket: WriteTicket, batches: Iterable[pa.RecordBatch] | pa.Tabl
     writer = DataFileWriter(
         DataStore(storage), schema, instant_time=ticket.instant, segment=ticket.segment,
         partition_by=list(ticket.partition_by), sort_by=list(ticket.sort_by),
-        target_file_bytes=ticket.target_file_bytes, key_columns=columns,
+        target_file_bytes=ticket.target_file_bytes, key_columns=columns, schema_id=ticket.schema_id,
         new_token=lambda: f"{task:05d}a{attempt}{secrets.token_hex(4)}")
     statuses = writer.write(checked(source))
     part: int | None = None

@@ -1,6 +1,7 @@
 """Writing: what each write changes (keys found, rows matched, new rows), read from the latest
 state and handed to the commit; transactions of several writes; the options of a commit."""
 
+from ._alter import SchemaUpdate, add_columns, alter_table, column_names, schema_history
 from ._mutations import append, delete, lookup, overwrite, refuse_existing_keys, update, upsert
 from ._options import WriteOptions, write_options
 from ._scope import layout_scope, overwrite_scope
@@ -19,12 +20,16 @@ from ._transaction import Transaction
 
 __all__ = [
     "REPLANS",
+    "SchemaUpdate",
     "State",
     "Transaction",
     "WriteOptions",
+    "add_columns",
     "already_committed",
+    "alter_table",
     "app_progress",
     "append",
+    "column_names",
     "commit_once",
     "commit_planned",
     "delete",
@@ -36,6 +41,7 @@ __all__ = [
     "overwrite_scope",
     "read_state",
     "refuse_existing_keys",
+    "schema_history",
     "update",
     "upsert",
     "write_options",

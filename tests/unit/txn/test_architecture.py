@@ -20,12 +20,13 @@ FIRST_PARTY = ("txn", "timeline", "indexes")
 #: Each room and the rooms it may import (``_table``: the private module behind the facade).
 ALLOWED = {
     "_results": set(),
-    "_files": set(),
+    "_schema": set(),
+    "_files": {"_schema"},
     "_rows": set(),
     "_context": {"_files", "_results"},
-    "_commit": {"_context", "_files", "_results", "_rows"},
+    "_commit": {"_context", "_files", "_results", "_rows", "_schema"},
     "_read": {"_context", "_files", "_results"},
-    "_write": {"_commit", "_context", "_files", "_read", "_results", "_rows"},
+    "_write": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_schema"},
     "_segments": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_write"},
     "_external": {"_commit", "_context", "_files", "_results", "_rows", "_write"},
     "_streams": {"_commit", "_context", "_results", "_rows", "_segments", "_write"},

@@ -6,6 +6,7 @@ kind of write is a new :class:`Write` (usually :class:`DataWrite`) subclass; see
 design/protocol.md ("The write classes").
 """
 
+from ._alter import AlterTable, next_versions, stamped
 from ._base import (
     NEW_SEGMENT,
     NO_SEGMENT,
@@ -43,6 +44,7 @@ __all__ = [
     "AddSegment",
     "Allocation",
     "AlreadyCommitted",
+    "AlterTable",
     "Append",
     "Compaction",
     "DataWrite",
@@ -70,7 +72,9 @@ __all__ = [
     "finish",
     "generation_of",
     "in_range",
+    "next_versions",
     "producer_record",
     "run",
+    "stamped",
     "to_commit",
 ]

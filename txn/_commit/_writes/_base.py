@@ -290,9 +290,9 @@ def write_rows(context: TableContext, pending: Pending, rows: Iterable[pa.Record
     writer = DataFileWriter(
         context.store, context.schema, instant_time=pending.instant.time, segment=pending.segment,
         partition_by=context.partition_by, sort_by=context.sort_by, new_token=context.ids,
-        target_file_bytes=target_file_bytes(context.config.properties),
+        target_file_bytes=target_file_bytes(context.properties),
         key_columns=context.record_key_columns, presorted=presorted,
-        sort_memory_bytes=sort_memory_bytes(context.config.properties),
+        sort_memory_bytes=sort_memory_bytes(context.properties), schema_id=context.schema_id,
     )
     statuses = writer.write(rows)
     located = writer.key_locations()
@@ -326,7 +326,7 @@ def finish_phase(context: TableContext, pending: Pending, written: Written, entr
     file, ``current`` the live deltas read), then the index log blocks of ``entries``."""
     written.deltas, written.replaced = stage_deletes(
         context.store, pending.instant.time, deleted, current,
-        delete_compaction_threshold(context.config.properties))
+        delete_compaction_threshold(context.properties))
     index = context.metadata.record_index
     if index is not None and entries:
         all_entries = pa.concat_tables(entries)
@@ -424,4 +424,5 @@ def to_commit(instant_time: str, completed_at: str, metadata: CommitMetadata) ->
         paths_added=tuple(f.path for f in metadata.files_added), extra=dict(metadata.extra),
         retries=metadata.retries, segments_removed=tuple(metadata.segments_removed),
         segments_merged=tuple(metadata.segments_merged), operations=tuple(metadata.operations),
+        schema_version=metadata.schema_version,
     )

@@ -160,5 +160,5 @@ def _partition_replacement(context: TableContext, pending: Pending, scope: set[s
                 emptied[path] = np.setdiff1d(np.arange(total, dtype=np.int64), deltas.positions(path))
     removed_deltas = [path for file in removed_files for path in deltas.paths(file)]
     written, replaced = stage_deletes(context.store, pending.instant.time, emptied, deltas,
-                                      delete_compaction_threshold(context.config.properties))
+                                      delete_compaction_threshold(context.properties))
     return removed_files, removed_deltas + replaced, marked, replaced_rows, written
