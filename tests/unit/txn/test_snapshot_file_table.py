@@ -33,7 +33,7 @@ FILE_TABLE_SCHEMA = pa.schema([
     ("path", pa.string()), ("location", pa.string()), ("segment", pa.string()),
     ("partition", pa.string()), ("format", pa.string()), ("rows", pa.int64()),
     ("size", pa.int64()), ("instant", pa.string()), ("deleted_rows", pa.int64()),
-    ("delete_files", pa.list_(pa.string())),
+    ("delete_files", pa.list_(pa.string())), ("schema_id", pa.int64()),
 ])
 
 

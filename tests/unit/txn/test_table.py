@@ -10,6 +10,7 @@ import pytest
 
 import timeline
 import txn
+from indexes import FIELD_ID, field_id
 from tests.conftest import FakeClock, make_ids
 
 ORDERS = pa.schema([
@@ -35,7 +36,13 @@ def test_create_then_open_round_trips_every_table_attribute(table_uri: str) -> N
     opened = txn.open_table(table_uri)
     for table in (created, opened):
         assert table.uri == table_uri
-        assert table.schema.equals(ORDERS, check_metadata=True)
+        # The schema carries each column's id (PARQUET:field_id), and otherwise what was given.
+        assert [field_id(f) for f in table.schema] == list(range(1, len(ORDERS) + 1))
+        assert [(f.name, f.type, f.nullable) for f in table.schema] == [
+            (f.name, f.type, f.nullable) for f in ORDERS]
+        assert table.schema.metadata == ORDERS.metadata
+        assert [{k: v for k, v in (f.metadata or {}).items() if k != FIELD_ID} for f in table.schema] \
+            == [dict(f.metadata or {}) for f in ORDERS]
         assert table.schema.field("o_orderkey").nullable is False
         assert table.partition_by == ["o_orderstatus"]
         assert table.record_key == "o_orderkey"
