@@ -13,7 +13,17 @@ from txn import InvalidOptionError, Table, open_table
 
 from . import _json
 from ._progress import working
-from ._render import moment, partitions_table, segments_table, show, streams_table, table, timeline_table
+from ._render import (
+    columns_table,
+    moment,
+    partitions_table,
+    segments_table,
+    show,
+    streams_table,
+    table,
+    timeline_table,
+    versions_table,
+)
 from ._shared import Commands, add_command
 
 
@@ -23,17 +33,28 @@ def _open(args: argparse.Namespace) -> Table:
 
 def describe(args: argparse.Namespace) -> int:
     t = _open(args)
-    if args.json:
-        _json.emit(_json.description(t))
+    history = t.schema_history()
+    if args.history:
+        if args.json:
+            _json.emit([_json.schema_version(v) for v in history])
+        else:
+            # A version that changed only properties keeps its predecessor's columns: not repeated.
+            changed = [v for i, v in enumerate(history)
+                       if i == 0 or not v.schema.equals(history[i - 1].schema, check_metadata=True)]
+            show(versions_table(history),
+                 *(part for v in changed
+                   for part in ("", columns_table(v.schema, title=f"Version {v.version} columns"))))
         return 0
-    show(_layout(t), "",
+    if args.json:
+        _json.emit(_json.description(t, history[-1].version))
+        return 0
+    show(_layout(t, history[-1].version), "",
          table(("Property", "Value"), sorted(t.properties.items()), title="Table properties"), "",
-         table(("Column", "Type", "Nullable"), ((f.name, f.type, f.nullable) for f in t.schema),
-               title="Columns"))
+         columns_table(t.schema, title="Columns"))
     return 0
 
 
-def _layout(t: Table) -> Grid:
+def _layout(t: Table, version: int) -> Grid:
     created = datetime.fromtimestamp(parse_time(t.created_at) / 1000, tz=timezone.utc)
     key = t.record_key if isinstance(t.record_key, str) or t.record_key is None else ", ".join(t.record_key)
     return table(("Table", t.uri), (
@@ -43,6 +64,7 @@ def _layout(t: Table) -> Grid:
         ("Record Key", key or "-"),
         ("Record Index Shards", t.record_index_shards or "-"),
         ("Sort Columns", ", ".join(t.sort_by) or "-"),
+        ("Schema Version", version),
     ))
 
 
@@ -105,7 +127,12 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def register(commands: Commands) -> None:
-    add_command(commands, "describe", describe, "show a table's schema, layout and properties")
+    parser = add_command(commands, "describe", describe, "show a table's schema, layout and properties",
+                         description="Show a table's layout, properties and columns (with their "
+                                     "ids), as of its current schema version.")
+    parser.add_argument("--history", action="store_true",
+                        help="every schema version instead, oldest first: the instant that "
+                             "created it, what changed, and its columns with their ids")
     parser = add_command(
         commands, "segments", segments, "SHOW SEGMENTS: each segment's status and sizes",
         description="SHOW SEGMENTS: every segment, newest first, with CarbonData's columns (ID, "

@@ -11,12 +11,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Iterable
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
+
+from indexes import field_id
 from timeline import Instant
-from txn import CleanResult, Commit, Segment, StreamInfo, Table, ValidationReport
+from txn import CleanResult, Commit, SchemaVersion, Segment, StreamInfo, Table, ValidationReport
+
+from ._render import nested_fields
 
 
 def emit(document: object) -> None:
@@ -64,8 +70,9 @@ def validation(report: ValidationReport) -> dict[str, Any]:
             "problems": [dataclasses.asdict(p) for p in report.problems]}
 
 
-def description(t: Table) -> dict[str, Any]:
-    """What ``metatxn describe`` shows: identity, layout, properties and columns."""
+def description(t: Table, version: int) -> dict[str, Any]:
+    """What ``metatxn describe`` shows: identity, layout, properties and columns (of schema
+    version ``version``, the current one)."""
     return {
         "uri": t.uri,
         "table_id": t.table_id,
@@ -75,5 +82,27 @@ def description(t: Table) -> dict[str, Any]:
         "sort_by": t.sort_by,
         "record_index_shards": t.record_index_shards,
         "properties": t.properties,
-        "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in t.schema],
+        "schema": columns(t.schema),
+        "version": version,
     }
+
+
+def columns(fields: Iterable[pa.Field]) -> list[dict[str, Any]]:
+    """Each column with its id (None for a column without one) and, for a struct, list or map,
+    its nested ``fields`` the same way."""
+    described = []
+    for f in fields:
+        column: dict[str, Any] = {"name": f.name, "type": str(f.type), "nullable": f.nullable,
+                                  "id": field_id(f)}
+        if children := nested_fields(f.type):
+            column["fields"] = columns(children)
+        described.append(column)
+    return described
+
+
+def schema_version(v: SchemaVersion) -> dict[str, Any]:
+    """One entry of ``metatxn describe --history``: ``instant`` is None for version 0 (the
+    table's creation, which ``table.json`` holds)."""
+    return {"version": v.version, "instant": v.instant or None, "changes": list(v.changes),
+            "schema": columns(v.schema), "properties": v.properties,
+            "partition_by": list(v.partition_by), "record_key": v.record_key, "sort_by": list(v.sort_by)}

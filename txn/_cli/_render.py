@@ -20,6 +20,7 @@ import sys
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 
+import pyarrow as pa
 from rich import get_console
 from rich.box import ROUNDED, Box
 from rich.console import Console, Group, RenderableType
@@ -27,8 +28,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from indexes import field_id
 from timeline import Instant
-from txn import Segment, SegmentStatus, StreamInfo
+from txn import SchemaVersion, Segment, SegmentStatus, StreamInfo
 
 from .._files import hive_value
 from .._results import load_time_taken, segment_size
@@ -223,3 +225,41 @@ def streams_table(streams: Iterable[StreamInfo]) -> Table:
                    NA if i.last_batch_id is None else i.last_batch_id, f"{i.rows:,}",
                    moment(i.started), moment(i.updated)) for i in streams),
                  numeric=("Last Batch Id", "Rows"))
+
+
+# -- schemas -------------------------------------------------------------------------------------
+
+def columns_table(schema: pa.Schema, *, title: str) -> Table:
+    """Every column with its type, nullability and id, then (right after it) each nested field
+    as a dotted path (``addr.city``, ``tags.element``, ``m.key``): the names ``rename_column``
+    and ``drop_columns`` take. A column without an id shows an empty Id."""
+    return table(("Column", "Type", "Nullable", "Id"),
+                 ((path, f.type, f.nullable, field_id(f)) for path, f in _fields(schema, "")),
+                 numeric=("Id",), title=title)
+
+
+def _fields(fields: Iterable[pa.Field], prefix: str) -> Iterable[tuple[str, pa.Field]]:
+    for f in fields:
+        path = prefix + f.name
+        yield path, f
+        yield from _fields(nested_fields(f.type), path + ".")
+
+
+def nested_fields(data_type: pa.DataType) -> list[pa.Field]:
+    """The fields nested in a struct, list or map type (none for any other)."""
+    if pa.types.is_struct(data_type):
+        return [data_type.field(i) for i in range(data_type.num_fields)]
+    if pa.types.is_map(data_type):
+        return [data_type.key_field, data_type.item_field]
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type) \
+            or pa.types.is_fixed_size_list(data_type):
+        return [data_type.value_field]
+    return []
+
+
+def versions_table(versions: Iterable[SchemaVersion]) -> Table:
+    """Every schema version, oldest first: the instant that created it (``NA`` for version 0,
+    the table's creation) and what it changed, one change after the other."""
+    return table(("Version", "Instant", "Changes"),
+                 ((v.version, v.instant or NA, "; ".join(v.changes)) for v in versions),
+                 numeric=("Version",))

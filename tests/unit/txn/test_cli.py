@@ -144,12 +144,58 @@ def test_describe_shows_layout_properties_and_columns(loaded: txn.Table) -> None
     assert re.search(r"^Partitioned By\s+region$", out, re.MULTILINE)
     assert re.search(r"^Record Key\s+id$", out, re.MULTILINE)
     assert re.search(r"^clean\.retain_commits\s+1$", out, re.MULTILINE)
-    assert re.search(r"^day\s+date32\[day\]\s+True$", out, re.MULTILINE), "brackets printed as they are"
+    # issue 24 adds each column's id (last) to the Columns table and to --json's schema entries
+    assert re.search(r"^day\s+date32\[day\]\s+True\s+\d+$", out, re.MULTILINE), "brackets printed as they are"
     described = ok_json("describe", loaded.uri)
     assert isinstance(described, dict)
     assert (described["partition_by"], described["record_key"], described["properties"]) == (
         ["region"], "id", SHORT_RETENTION)
-    assert described["schema"][0] == {"name": "id", "type": "int64", "nullable": False}
+    assert described["schema"][0] == {"name": "id", "type": "int64", "nullable": False, "id": 1}
+
+
+def test_describe_shows_the_current_version_and_history_shows_every_version(tmp_path: Path) -> None:
+    t = txn.create_table(str(tmp_path / "shapes"), pa.schema([
+        pa.field("id", pa.int64(), nullable=False), ("amt", pa.int32()),
+        ("addr", pa.struct([("city", pa.string())]))]), record_key="id")
+    t.append(pa.table({"id": [1], "amt": pa.array([5], pa.int32()), "addr": [{"city": "x"}]}))
+    added = t.add_columns([pa.field("note", pa.string())])
+    with t.update_schema() as u:
+        u.rename_column("amt", "amount").alter_column("amount", pa.int64()).add_column("addr.zip", pa.int32())
+    assert u.commit is not None
+    properties = t.set_properties({"clean.retain_hours": "24"})
+
+    out = ok("describe", t.uri)
+    assert re.search(r"^Schema Version\s+3$", out, re.MULTILINE)
+    columns = body(out.split("Columns\n", 1)[1])
+    assert columns == [["id", "int64", "False", "1"], ["amount", "int64", "True", "2"],
+                       ["addr", "struct<city: string, zip: int32>", "True", "3"],
+                       ["addr.city", "string", "True", "4"], ["addr.zip", "int32", "True", "6"],
+                       ["note", "string", "True", "5"]], "nested fields by their dotted path"
+    described = ok_json("describe", t.uri)
+    assert isinstance(described, dict) and described["version"] == 3
+    assert [(c["name"], c["id"]) for c in described["schema"][2]["fields"]] == [("city", 4), ("zip", 6)]
+
+    history = ok("describe", t.uri, "--history")
+    versions = history.split("\n\n")
+    assert [row[:1] + row[2:] for row in body(versions[0])] == [
+        ["0", "create table"], ["1", "add column note string"],
+        ["2", "rename column amt to amount; alter column amount type int64; add column addr.zip int32"],
+        ["3", "set properties clean.retain_hours=24"]]
+    instants = [row[1] for row in body(versions[0])]
+    assert instants[0] == "NA" and instants[1:] == [added.instant, u.commit.instant, properties.instant]
+    # version 3 changed only properties: its columns are version 2's, not shown twice
+    assert [v.splitlines()[0] for v in versions[1:]] == [
+        "Version 0 columns", "Version 1 columns", "Version 2 columns"]
+    assert ["amt", "int32", "True", "2"] in body(versions[1])
+    assert ["amount", "int64", "True", "2"] in body(versions[3])
+
+    listed = ok_json("describe", t.uri, "--history")
+    assert isinstance(listed, list) and [v["version"] for v in listed] == [0, 1, 2, 3]
+    assert listed[0]["instant"] is None and listed[1]["changes"] == ["add column note string"]
+    assert [(c["name"], c["type"], c["id"]) for c in listed[2]["schema"]] == [
+        ("id", "int64", 1), ("amount", "int64", 2), ("addr", "struct<city: string, zip: int32>", 3),
+        ("note", "string", 5)]
+    assert listed[3]["properties"] == {"clean.retain_hours": "24"} and listed[3]["record_key"] == "id"
 
 
 def test_partitions_lists_the_partition_values_that_hold_live_data(tmp_path: Path) -> None:
