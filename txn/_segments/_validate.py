@@ -127,7 +127,8 @@ def validate(context: TableContext) -> ValidationReport:
             continue
         if not row["deleted"]:
             try:
-                rows = check_data_file(context.store, path, context.schema)
+                rows = check_data_file(context.store, path, context.schema,
+                                       written=_written(context, row))
             except TxnError as exc:
                 problems.append(_damaged(exc, ProblemKind.UNREADABLE_FILE))
                 continue
@@ -376,6 +377,20 @@ def _check_deltas(context: TableContext, deltas: list[dict[str, object]],
     return problems
 
 
+def _written(context: TableContext, row: dict[str, Any]) -> pa.Schema | None:
+    """The schema file ``row`` (of ``files``) was written with, when not the current one: each
+    file is checked against its own version (a file of version 0 lacks a column added since)."""
+    schema_id = row.get("schema_id") or 0
+    if schema_id == context.schema_id:
+        return None
+    try:
+        return context.schema_of(schema_id)
+    except KeyError:
+        raise CorruptMetadataError(
+            str(row["path"]), "a data file of a table version the schemas partition records",
+            f"schema_id {schema_id}; the table's versions: {sorted(context.schemas_at(None))}") from None
+
+
 def _check_external(context: TableContext, row: dict[str, Any]) -> list[Problem]:
     """An external segment's live file must be as it was added: the table reads it in place,
     and row positions (delete deltas, the record index) mean nothing in a changed file. A
@@ -405,7 +420,8 @@ def _check_external(context: TableContext, row: dict[str, Any]) -> list[Problem]
                         f"ms (version {version}): the table reads it in place, so its rows changed "
                         "outside the table")]
     try:
-        rows = check_data_file(context.store, path, context.schema, row["format"])
+        rows = check_data_file(context.store, path, context.schema, row["format"],
+                               written=_written(context, row))
     except TxnError as exc:
         return [_damaged(exc, ProblemKind.UNREADABLE_FILE)]
     if rows != row["rows"]:
@@ -422,12 +438,14 @@ def _check_record_index(context: TableContext, completed: dict[str, str], bound:
     columns = context.record_key_columns
     rows = []
     unreadable = []
+    records = {row["path"]: row for row in live_files.to_pylist()}
     for path, file_format in zip(live_files["path"].to_pylist(), live_files["format"].to_pylist(),
                                  strict=True):
         try:
             keys, positions = scan_file(context.store, path, context.schema, filter=None,
                                         columns=columns, deleted=deltas.positions(path),
-                                        file_format=file_format)
+                                        file_format=file_format,
+                                        written=_written(context, records[path]))
         except TxnError:
             unreadable.append(path)  # reported by the file checks; its entries are not judged
             continue
