@@ -51,12 +51,11 @@ from .._context import (
     compaction_options,
     target_file_bytes,
 )
-from .._files import is_external, raise_for_files, scan_file
+from .._files import is_external, raise_for_files, read_files, scan_file
 from .._results import (
     Commit,
     CompactionKind,
 )
-from .._schema import version_projection
 from .._write import State, latest
 from ._running import held_segments, refuse_held
 from ._selection import check_custom, merged_name, select_major, select_minor
@@ -369,11 +368,7 @@ def _merged_rows(context: TableContext, state: State, files: list[str],
     for schema_id, whole in sorted(by_version.items()):
         written = None if schema_id == context.schema_id else context.schema_of(schema_id)
         try:
-            if written is None:
-                parts.append(context.store.dataset(whole, schema).to_table(use_threads=True))
-            else:
-                parts.append(context.store.dataset(whole, written).to_table(
-                    columns=version_projection(written, schema), use_threads=True).cast(schema))
+            parts.append(read_files(context.store, whole, schema, written=written))
         except (pa.ArrowException, OSError) as exc:  # name the damaged or missing file
             raise_for_files(context.store, whole, schema, exc, written=[written] * len(whole))
     for path in files:

@@ -64,12 +64,9 @@ def expected(ids: list[int]) -> list[dict[str, object]]:
 ALL = [0, 1, 2, 3, 10, 11, 20, 21, 30]
 
 
-def test_fixture_reads_by_id(evolved: txn.Table) -> None:
+def test_delete_by_renamed_column_touches_old_files(evolved: txn.Table) -> None:
     assert by_id(evolved.to_arrow()) == expected(ALL)
     assert {f.schema_id for f in evolved.snapshot().files()} == {0, 1, 4, 6}
-
-
-def test_delete_by_renamed_column_touches_old_files(evolved: txn.Table) -> None:
     evolved.delete(pc.field("full_name") == "n1")
     evolved.delete(pc.field("full_name").isin(["n10", "n20"]))
     assert by_id(evolved.to_arrow()) == expected([0, 2, 3, 11, 21, 30])
@@ -81,10 +78,17 @@ def test_delete_by_readded_column_matches_null_in_old_files(evolved: txn.Table) 
     assert by_id(evolved.to_arrow()) == expected([30])
 
 
-def test_update_rewrites_old_rows_in_the_current_version(evolved: txn.Table) -> None:
+def test_update_and_upsert_over_old_files(evolved: txn.Table) -> None:
+    evolved.upsert(pa.table({"id": [1, 10, 40], "full_name": ["a", "b", "c"], "amt": [7, 7, 7],
+                             "addr": [{"city": "z", "zip": 9}] * 3, "day": ["d1", "d1", "d1"],
+                             "extra": ["e", None, None]}))
+    got = {row["id"]: row for row in evolved.to_arrow().to_pylist()}
+    assert sorted(got) == sorted([*ALL, 40])
+    assert got[1]["full_name"] == "a" and got[1]["extra"] == "e" and got[10]["full_name"] == "b"
+    evolved.delete(pc.field("id").isin([1, 10, 40]))
     commit = evolved.update(pc.field("amt") < 6, {"full_name": "u"})
     got = by_id(evolved.to_arrow())
-    want = expected(ALL)
+    want = expected([i for i in ALL if i not in (1, 10)])
     for row in want:
         if row["amt"] < 6:  # type: ignore[operator]
             row["full_name"] = "u"
@@ -93,16 +97,6 @@ def test_update_rewrites_old_rows_in_the_current_version(evolved: txn.Table) -> 
     added = {f.schema_id for f in evolved.snapshot().files()
              if f.path.endswith(tuple(commit.paths_added))}
     assert added == {current} and commit.paths_added
-
-
-def test_upsert_over_old_files(evolved: txn.Table) -> None:
-    evolved.upsert(pa.table({"id": [1, 10, 40], "full_name": ["a", "b", "c"], "amt": [7, 7, 7],
-                             "addr": [{"city": "z", "zip": 9}] * 3, "day": ["d1", "d1", "d1"],
-                             "extra": ["e", None, None]}))
-    got = {row["id"]: row for row in evolved.to_arrow().to_pylist()}
-    assert sorted(got) == sorted([*ALL, 40])
-    assert got[1]["full_name"] == "a" and got[1]["extra"] == "e" and got[10]["full_name"] == "b"
-    assert got[0] == expected([0])[0]
 
 
 def test_transaction_over_old_files(evolved: txn.Table) -> None:
@@ -119,7 +113,18 @@ def test_transaction_over_old_files(evolved: txn.Table) -> None:
     assert evolved.lookup(pa.table({"id": [0, 1, 11]}))["id"].to_pylist() == [11]
 
 
-def test_compaction_across_versions(evolved: txn.Table) -> None:
+def test_compaction_across_versions_and_time_travel(evolved: txn.Table) -> None:
+    instants = {v.version: v.instant for v in evolved.schema_history()}
+
+    def at_rename() -> None:  # the rename's instant: its schema, old files read by projection
+        old = evolved.snapshot(as_of=instants[2])
+        assert old.schema.names == ["id", "full_name", "amt", "addr", "day", "extra"]
+        got = by_id(old.to_arrow())
+        assert [r["full_name"] for r in got] == ["n0", "n1", "n2", "n3", "n10", "n11"]
+        assert [r["extra"] for r in got] == [None] * 4 + [7, 8]
+        assert got[0]["amt"] == 1 and old.schema.field("amt").type == pa.int32()
+
+    at_rename()
     evolved.delete(pc.field("full_name") == "n2")
     before = by_id(evolved.to_arrow())
     assert evolved.compact("major") is not None
@@ -127,6 +132,7 @@ def test_compaction_across_versions(evolved: txn.Table) -> None:
     assert by_id(evolved.to_arrow()) == before
     assert {f.schema_id for f in evolved.snapshot().files()} == {current}
     assert evolved.validate().ok
+    at_rename()
 
 
 def test_validate_clean_then_reports_tampered_old_file(evolved: txn.Table) -> None:
@@ -138,16 +144,6 @@ def test_validate_clean_then_reports_tampered_old_file(evolved: txn.Table) -> No
     report = evolved.validate()
     assert not report.ok
     assert any(old.path.endswith(p.path) for p in report.problems), report
-
-
-def test_time_travel_rows_per_version(evolved: txn.Table) -> None:
-    instants = {v.version: v.instant for v in evolved.schema_history()}
-    at_rename = evolved.snapshot(as_of=instants[2])
-    assert at_rename.schema.names == ["id", "full_name", "amt", "addr", "day", "extra"]
-    got = by_id(at_rename.to_arrow())
-    assert [r["full_name"] for r in got] == ["n0", "n1", "n2", "n3", "n10", "n11"]
-    assert [r["extra"] for r in got] == [None] * 4 + [7, 8]
-    assert got[0]["amt"] == 1 and at_rename.schema.field("amt").type == pa.int32()
 
 
 def test_partition_column_rename(tmp_path: Path) -> None:
@@ -207,3 +203,40 @@ def test_external_segment_added_under_a_later_version(tmp_path: Path) -> None:
     assert [f.schema_id for f in t.snapshot().files()] == [1]
     t.add_columns([pa.field("score", pa.float64())])
     assert t.to_arrow().to_pylist() == [{"id": 1, "label": "a", "day": "d1", "score": None}]
+
+
+def test_validate_after_metadata_compaction_of_an_evolved_table(tmp_path: Path) -> None:
+    t = txn.create_table(str(tmp_path / "m"), SCHEMA, partition_by=["day"],
+                         properties={"metadata.compact_after": "2"})
+    t.append(rows(range(3), "d1"))
+    t.rename_column("name", "full_name")
+    for start in (10, 20, 30):
+        t.append(rows(range(start, start + 2), "d2").rename_columns(
+            ["id", "full_name", "amt", "addr", "day"]))
+    t.maintain()
+    t.add_columns([pa.field("extra", pa.int8())])
+    report = t.validate()
+    assert report.ok, str(report)
+    assert [r["full_name"] for r in by_id(t.to_arrow())][:3] == ["n0", "n1", "n2"]
+
+
+def test_validate_reports_broken_schema_versions() -> None:
+    from indexes import TableVersion, assign_ids
+    from txn._segments._validate import _check_versions
+
+    schema = assign_ids(pa.schema([("a", pa.int64()), ("s", pa.struct([("b", pa.int8())]))]))
+    blob = schema.serialize().to_pybytes()
+    good = {0: TableVersion(version=0, schema_id=0, arrow_schema=blob, last_column_id=3),
+            1: TableVersion(version=1, schema_id=0, arrow_schema=blob, last_column_id=3)}
+    assert _check_versions(good) == []
+    twice = pa.schema([schema.field("a"), schema.field("s").with_name("c")
+                       .with_type(pa.struct([schema.field("a").with_name("b")]))])
+    bad = {0: good[0],
+           2: TableVersion(version=2, schema_id=5, arrow_schema=twice.serialize().to_pybytes(),
+                           last_column_id=1)}
+    details = [p.detail for p in _check_versions(bad)]
+    assert all(p.kind == txn.ProblemKind.BAD_SCHEMA_VERSION for p in _check_versions(bad))
+    assert any("without a gap" in d for d in details)
+    assert any("column id(s) [1]" in d for d in details)
+    assert any("last_column_id 1" in d for d in details)
+    assert any("schema_id 5" in d for d in details)
