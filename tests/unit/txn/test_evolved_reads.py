@@ -240,3 +240,17 @@ def test_validate_reports_broken_schema_versions() -> None:
     assert any("column id(s) [1]" in d for d in details)
     assert any("last_column_id 1" in d for d in details)
     assert any("schema_id 5" in d for d in details)
+
+
+def test_stream_batches_across_a_rename(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    t = txn.create_table(str(tmp_path / "s"), schema, properties={"streaming": "true"})
+    s = t.stream("job")
+    s.write(0, pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema))
+    t.rename_column("v", "w")
+    t.add_columns([pa.field("n", pa.int32())])
+    s.write(1, pa.table({"id": [3], "w": ["c"], "n": pa.array([7], pa.int32())}))
+    t.delete(pc.field("w") == "a")
+    assert t.to_arrow().sort_by("id").to_pylist() == [
+        {"id": 2, "w": "b", "n": None}, {"id": 3, "w": "c", "n": 7}]
+    assert t.validate().ok
