@@ -254,3 +254,15 @@ def test_stream_batches_across_a_rename(tmp_path: Path) -> None:
     assert t.to_arrow().sort_by("id").to_pylist() == [
         {"id": 2, "w": "b", "n": None}, {"id": 3, "w": "c", "n": 7}]
     assert t.validate().ok
+
+
+def test_two_phase_delete_of_old_files_after_a_key_rename(evolved: txn.Table) -> None:
+    evolved.rename_column("id", "key")
+    snapshot = evolved.snapshot()
+    old = next(f for f in snapshot.files() if f.schema_id == 0)
+    with evolved.begin_write("delete", read_instant=snapshot) as pending:
+        commit = pending.commit(deletes={old.path: [0, 1]})
+    assert commit is not None and commit.rows_deleted == 2
+    assert sorted(evolved.to_arrow()["key"].to_pylist()) == [2, 3, 10, 11, 20, 21, 30]
+    assert evolved.lookup(pa.table({"key": [0, 1, 2]}))["key"].to_pylist() == [2]
+    assert evolved.validate().ok
