@@ -55,7 +55,9 @@ def add_segment(context: TableContext, path: Any, file_format: Any = "parquet", 
     targets = {file.url: reader.resolve(file.url) for file in listed}
     check_targets(context.uri, url, listed, targets)
     _refuse_taken(context, context.timeline.load(), url, targets)
-    inspected = Inspector(reader, request.format, context.record_key_columns).inspect(folders)
+    inspected = Inspector(reader, request.format, context.record_key_columns, schema=context.schema,
+                          partition_by=context.partition_by,
+                          schema_id=context.schema_id).inspect(folders)
     load = _load(context, request, inspected)
 
     def plan(state: State) -> AddSegment:

@@ -91,11 +91,17 @@ def check_columns(url: str, found: pa.Schema, stored: pa.Schema) -> None:
 class Inspector:
     """Inspects the files of one ADD SEGMENT."""
 
-    def __init__(self, reader: ExternalReader, file_format: str, key_columns: Sequence[str]) -> None:
+    def __init__(self, reader: ExternalReader, file_format: str, key_columns: Sequence[str], *,
+                 schema: pa.Schema | None = None, partition_by: Sequence[str] | None = None,
+                 schema_id: int = 0) -> None:
+        """``schema``, ``partition_by``: the table's current version (the reader's by default),
+        which the folder is checked against by name and its files recorded under
+        (``schema_id``)."""
         self.reader = reader
         self.format = file_format
-        self.schema = reader.schema
-        self.partition_by = reader.partition_by
+        self.schema = reader.schema if schema is None else schema
+        self.partition_by = reader.partition_by if partition_by is None else list(partition_by)
+        self.schema_id = schema_id
         self.stored = file_schema(self.schema, self.partition_by)
         self.key_columns = list(key_columns)
         self._reference: tuple[str, pa.Schema] | None = None
@@ -155,7 +161,8 @@ class Inspector:
         try:
             return orc_footer_stats(handle, listed.size, self.stored)
         except OrcFooterUnreadable:
-            table = self.reader.read(listed.url, "orc", self.stored.names)  # one scan instead
+            table = self.reader.read(listed.url, "orc", self.stored.names,  # one scan instead
+                                     schema=self.schema)
             return table.num_rows, column_stats(table)
 
     def _check(self, url: str, found: pa.Schema) -> None:
@@ -204,7 +211,8 @@ class Inspector:
                     "quoted field, Spark's default CSV writer); expected RFC 4180 CSV, where a quote "
                     "inside a quoted field is doubled (\"\"): write it with "
                     "option('escape', '\"'); nothing was added")
-            table = self.reader.read(listed.url, self.format, self.stored.names, data=data)
+            table = self.reader.read(listed.url, self.format, self.stored.names, data=data,
+                                     schema=self.schema)
         return self._finish(partition, listed, table.num_rows, column_stats(table),
                             keys=table.select(self.key_columns) if self.key_columns and not any(
                                 c in self.partition_by for c in self.key_columns) else None)
@@ -226,10 +234,12 @@ class Inspector:
                   for name, value in values.items()}
         if self.key_columns and keys is None:
             with self._reading(listed.url):
-                keys = self.reader.read(listed.url, self.format, self.key_columns)
+                keys = self.reader.read(listed.url, self.format, self.key_columns,
+                                        schema=self.schema)
         status = FileStatus(path=listed.url, partition=partition, rows=rows, size=listed.size,
                             stats=stats, partition_values=values, format=self.format,
-                            modified_ms=listed.modified_ms, version=listed.version)
+                            modified_ms=listed.modified_ms, version=listed.version,
+                            schema_id=self.schema_id)
         return Inspected(status, keys)
 
     def _check_nanoseconds(self, url: str, parquet: pq.ParquetFile) -> None:

@@ -30,7 +30,7 @@ import os
 import posixpath
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -45,8 +45,10 @@ import pyarrow.json as pjson
 import pyarrow.orc as porc
 import pyarrow.parquet as pq
 
+from indexes import field_id
 from timeline import CorruptMetadataError, SchemaMismatchError, TxnError
 
+from .._schema import same_columns, version_projection
 from ._hive import parse_hive_value, partition_folder, timestamp_value
 
 #: The formats ADD SEGMENT reads in place.
@@ -189,6 +191,32 @@ def partition_values(url: str, schema: pa.Schema, partition_by: Sequence[str]) -
                                        f"folder {folder!r}")
         values[name] = typed_value(parse_hive_value(text), schema.field(name).type)
     return values
+
+
+def partition_renames(versions: Iterable[pa.Schema], schema: pa.Schema,
+                      partition_by: Sequence[str]) -> dict[str, str]:
+    """Each other name a partition column of ``schema`` (a version) had in ``versions`` -> its
+    name in ``schema``, found by column id. Folders keep the names they were written with
+    (``day=d1/`` after ``day`` became ``date``); this reads them under the names of now. A
+    partition column is never dropped, so its id is in every version; two partition columns
+    that swapped names are read by the newest names (the files partition has no other record)."""
+    ids = {field_id(schema.field(name)): name for name in partition_by}
+    ids.pop(None, None)
+    renames: dict[str, str] = {}
+    for version in versions:
+        for field in version:
+            name = ids.get(field_id(field))
+            if name is not None and field.name != name and field.name not in partition_by:
+                renames[field.name] = name
+    return renames
+
+
+def renamed_partition(partition: str, renames: Mapping[str, str]) -> str:
+    """A Hive partition path with its folders' names through ``renames``."""
+    if not partition or not renames:
+        return partition
+    return "/".join(f"{renames.get(name, name)}={text}" for name, _, text in
+                    (folder.partition("=") for folder in partition.split("/")))
 
 
 def canonical_partition(partition: str, schema: pa.Schema) -> str:
@@ -336,18 +364,33 @@ class ExternalReader:
         if rows != record.rows:
             raise changed_file(url, record, f"{rows} rows")
 
+    def partition_names(self, schema: pa.Schema) -> list[str]:
+        """The partition columns' names in ``schema`` (a version of the table), found by column
+        id (a partition column may be renamed, never dropped)."""
+        if schema is self.schema or not self.partition_by:
+            return self.partition_by
+        ids = {field_id(self.schema.field(name)): name for name in self.partition_by}
+        names = {field_id(f): f.name for f in schema}
+        if None in ids or not all(i in names for i in ids):  # no ids to follow: names as they are
+            return self.partition_by
+        return [names[i] for i in ids]
+
     def read(self, url: str, file_format: str, columns: Sequence[str] | None = None, *,
-             data: bytes | None = None) -> pa.Table:
+             data: bytes | None = None, schema: pa.Schema | None = None) -> pa.Table:
         """``columns`` (all by default) of every row of external file ``url``, in file order,
         typed like the table; partition columns come from the file's folders. ``data``: the
-        file's bytes, when the caller read them already.
+        file's bytes, when the caller read them already. ``schema``: the table version to read
+        the file as (its names and types; the reader's own by default): the one it was added
+        under, whose names its columns and partition folders have.
 
         Raises ``OSError``/``pa.ArrowException``/``ValueError`` for the caller to turn into an
         error naming the file (``reading_file``).
         """
-        wanted = list(self.schema.names if columns is None else columns)
-        stored = file_schema(self.schema, self.partition_by)
-        from_file = [name for name in wanted if name not in self.partition_by]
+        schema = self.schema if schema is None else schema
+        partition_by = self.partition_names(schema)
+        wanted = list(schema.names if columns is None else columns)
+        stored = file_schema(schema, partition_by)
+        from_file = [name for name in wanted if name not in partition_by]
         if data is not None:
             table = read_format(io.BytesIO(data), file_format, stored, from_file)
         else:
@@ -355,16 +398,16 @@ class ExternalReader:
                 record = self.recorded.get(url)
                 table = read_format(handle, file_format, stored, from_file) if record is None \
                     else self._read_checked(url, record, handle, file_format, stored, from_file)
-        folders = partition_values(url, self.schema, self.partition_by) if \
-            any(name in self.partition_by for name in wanted) else {}
+        folders = partition_values(url, schema, partition_by) if \
+            any(name in partition_by for name in wanted) else {}
         for name, value in folders.items():
             if name in wanted:
-                field = self.schema.field(name)
+                field = schema.field(name)
                 table = table.append_column(field, pa.repeat(pa.scalar(value, field.type),
                                                              table.num_rows))
         if not wanted:
             return pa.table({"rows": pa.nulls(table.num_rows)}).drop_columns(["rows"])
-        fields = [self.schema.field(name) for name in wanted]
+        fields = [schema.field(name) for name in wanted]
         for field in fields:
             if not field.nullable and table[field.name].null_count:
                 raise SchemaMismatchError(
@@ -376,9 +419,23 @@ class ExternalReader:
         return table.cast(pa.schema(fields))
 
     def scan(self, url: str, file_format: str, *, filter: ds.Expression | None,
-             columns: Sequence[str], deleted: np.ndarray | None) -> tuple[pa.Table, np.ndarray]:
-        """The live rows of ``url`` matching ``filter``: ``columns`` of them and their positions."""
-        table = self.read(url, file_format, None if filter is not None else columns)
+             columns: Sequence[str], deleted: np.ndarray | None, schema: pa.Schema | None = None,
+             written: pa.Schema | None = None) -> tuple[pa.Table, np.ndarray]:
+        """The live rows of ``url`` matching ``filter``: ``columns`` of them and their positions.
+
+        ``schema``: the table version the rows are wanted in (the reader's by default), whose
+        names ``filter`` and ``columns`` use; ``written``: the version the file was added under,
+        when not ``schema``: it is read by that version's names (columns and partition folders),
+        then projected to ``schema`` by column id (``scan_file``'s rule for the table's own files).
+        """
+        schema = self.schema if schema is None else schema
+        if written is not None and not same_columns(written, schema):
+            table = self.read(url, file_format, schema=written)
+            table = ds.dataset(table).to_table(columns=version_projection(written, schema),
+                                               use_threads=False).cast(schema)
+        else:
+            table = self.read(url, file_format, None if filter is not None else columns,
+                              schema=schema)
         keep = np.ones(table.num_rows, dtype=bool)
         if deleted is not None and len(deleted):
             if int(deleted.max()) >= table.num_rows:

@@ -80,6 +80,18 @@ def _fragment(store: DataStore, path: str) -> ds.ParquetFileFragment:
     return _FORMAT.make_fragment(store.full_path(path), filesystem=store.filesystem)
 
 
+def read_files(store: DataStore, paths: Sequence[str], schema: pa.Schema, *,
+               written: pa.Schema | None = None) -> pa.Table:
+    """Every row of the table's own files ``paths`` (no delete deltas applied), decoded together
+    on every core, as ``schema``; ``written``: the version they were all written with, when not
+    ``schema`` (columns found by id, the projection pushed into the scan). Arrow's errors are the
+    caller's to name a file with (:func:`raise_for_files`)."""
+    if written is None or same_columns(written, schema):
+        return store.dataset(paths, schema).to_table(use_threads=True)
+    return store.dataset(paths, written).to_table(columns=version_projection(written, schema),
+                                                  use_threads=True).cast(schema)
+
+
 def check_data_file(store: DataStore, path: str, schema: pa.Schema,
                     file_format: str = "parquet", written: pa.Schema | None = None) -> int:
     """Decode every page of data file ``path`` (one column at a time); return its row count.
@@ -160,7 +172,7 @@ def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expr
     if is_external(path):
         with reading_file(path, expected(file_format)):
             return store.external_reader().scan(path, file_format, filter=filter, columns=columns,
-                                                deleted=deleted)
+                                                deleted=deleted, schema=schema, written=written)
     with reading_file(path, DATA_FILE_EXPECTED):
         fragment = _fragment(store, path)
         metadata = fragment.metadata

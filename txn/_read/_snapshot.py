@@ -39,6 +39,7 @@ from .._files import (
     LiveDeltas,
     check_schema,
     parse_hive_value,
+    partition_renames,
     raise_for_files,
     reading_file,
     timestamp_value,
@@ -61,8 +62,10 @@ def _converter(data_type: pa.DataType) -> Callable[[str], object]:
     return lambda raw: raw
 
 
-def _partition_parser(schema: pa.Schema) -> Callable[[str], dict[str, object]]:
-    """Parse Hive partition paths ("day=2026-01-01/region=eu") into typed values."""
+def _partition_parser(schema: pa.Schema, renames: Mapping[str, str] | None = None
+                      ) -> Callable[[str], dict[str, object]]:
+    """Parse Hive partition paths ("day=2026-01-01/region=eu") into typed values, keyed by the
+    names of ``schema`` (``renames``: a folder name of an older version -> the column's name)."""
     converters = {field.name: _converter(field.type) for field in schema}
 
     def parse(partition: str) -> dict[str, object]:
@@ -70,6 +73,7 @@ def _partition_parser(schema: pa.Schema) -> Callable[[str], dict[str, object]]:
         if partition:
             for part in partition.split("/"):
                 name, _, text = part.partition("=")
+                name = (renames or {}).get(name, name)
                 raw = parse_hive_value(text)
                 values[name] = None if raw is None else converters[name](raw)
         return values
@@ -250,7 +254,8 @@ class Snapshot:
 
     def _data_files(self, table: pa.Table) -> list[DataFile]:
         """``DataFile`` objects of the rows of ``table`` (a file table with ``location``)."""
-        parse = _partition_parser(self._schema)
+        parse = _partition_parser(self._schema, partition_renames(
+            self._versions.values(), self._schema, self._partition_by))
         parsed = {partition: parse(partition) for partition in set(table["partition"].to_pylist())}
         return [
             DataFile(location, segment, rows, size, fmt, deleted, dict(parsed[partition]),

@@ -33,6 +33,8 @@ class ProblemKind(Vocabulary):
     EXPIRED_INSTANT = "expired instant"
     PENDING_ROLLBACK = "pending rollback"
     ARCHIVAL_BLOCKED = "archival blocked"
+    #: A record of the ``schemas`` partition that breaks the versions' rules (numbering, ids).
+    BAD_SCHEMA_VERSION = "bad schema version"
 
 
 @dataclass(frozen=True)

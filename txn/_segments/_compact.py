@@ -51,7 +51,7 @@ from .._context import (
     compaction_options,
     target_file_bytes,
 )
-from .._files import is_external, raise_for_files, scan_file
+from .._files import is_external, raise_for_files, read_files, scan_file
 from .._results import (
     Commit,
     CompactionKind,
@@ -356,19 +356,26 @@ def _merged_rows(context: TableContext, state: State, files: list[str],
     """
     # Files without delete deltas are decoded together, on every core; the others row group by
     # row group with their deleted positions dropped.
-    whole = [path for path in files if not state.deltas.paths(path) and not is_external(path)]
+    # Files of an older schema version are read by column id, one dataset per version, the
+    # projection pushed into its scan; all are rewritten in the current version.
+    schema = context.schema
+    by_version: dict[int, list[str]] = {}
+    for path in files:
+        if not state.deltas.paths(path) and not is_external(path):
+            by_version.setdefault(state.schema_id(context, path), []).append(path)
     advanced("reading files", 0, len(files))
     parts = []
-    if whole:
+    for schema_id, whole in sorted(by_version.items()):
+        written = None if schema_id == context.schema_id else context.schema_of(schema_id)
         try:
-            parts.append(context.store.dataset(whole, context.schema).to_table(use_threads=True))
+            parts.append(read_files(context.store, whole, schema, written=written))
         except (pa.ArrowException, OSError) as exc:  # name the damaged or missing file
-            raise_for_files(context.store, whole, context.schema, exc)
+            raise_for_files(context.store, whole, schema, exc, written=[written] * len(whole))
     for path in files:
         if state.deltas.paths(path) or is_external(path):
-            rows, _ = scan_file(context.store, path, context.schema, filter=None,
-                                columns=context.schema.names, deleted=state.deltas.positions(path),
-                                file_format=formats[path])
+            rows, _ = scan_file(context.store, path, schema, filter=None,
+                                columns=schema.names, deleted=state.deltas.positions(path),
+                                file_format=formats[path], written=state.written(context, path))
             parts.append(rows)
     parts = [part for part in parts if part.num_rows]
     if not parts:

@@ -30,13 +30,24 @@ Validation is the one operation that lists data folders; reads never do.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import COLUMN_STATS, DELETES, FILES, METADATA_FOLDER, SEGMENTS, STREAMS, live
+from indexes import (
+    COLUMN_STATS,
+    DELETES,
+    FILES,
+    METADATA_FOLDER,
+    SCHEMAS,
+    SEGMENTS,
+    STREAMS,
+    TableVersion,
+    field_id,
+    live,
+)
 from indexes._layout import base_path, parse_listing, partition_folder
 from timeline import (
     TIMELINE_FOLDER,
@@ -99,10 +110,12 @@ def validate(context: TableContext) -> ValidationReport:
     problems += marker_problems
     try:
         metadata = context.metadata.resolve(completed, last.completed_at if last else None,
-                                           partitions=(FILES, SEGMENTS, COLUMN_STATS, DELETES))
+                                           partitions=(SCHEMAS, FILES, SEGMENTS, COLUMN_STATS, DELETES))
     except TxnError as exc:
         return ValidationReport(problems=_unique([*problems, _damaged(_in_metadata(exc))]))
     assert metadata.files is not None and metadata.segments is not None
+    problems += _check_versions(metadata.versions or {})
+    context.schemas_at(metadata.versions)  # every file's version known to check it against
     # Purged records (``deleted`` null) name files CLEAN FILES moved out: they must not exist.
     listed = [row for row in metadata.files.to_pylist() if row["deleted"] is not None]
     live_files = live(metadata.files)
@@ -127,7 +140,8 @@ def validate(context: TableContext) -> ValidationReport:
             continue
         if not row["deleted"]:
             try:
-                rows = check_data_file(context.store, path, context.schema)
+                rows = check_data_file(context.store, path, context.schema,
+                                       written=_written(context, row))
             except TxnError as exc:
                 problems.append(_damaged(exc, ProblemKind.UNREADABLE_FILE))
                 continue
@@ -255,13 +269,15 @@ def _check_metadata_timeline(context: TableContext, completed: dict[str, str]) -
     compactions = [i for i in view.completed() if i.action == Action.COMPACTION]
     if compactions:
         newest = compactions[-1]
-        for partition in (FILES, SEGMENTS, COLUMN_STATS, DELETES, STREAMS):
+        for partition in (FILES, SEGMENTS, COLUMN_STATS, DELETES, STREAMS, SCHEMAS):
             folder = partition_folder(partition)
             bases, logs = parse_listing(mdt.storage.list(folder))
             if any(b.compaction_time == newest.time for b in bases):
                 continue
-            if partition == STREAMS and not (bases or logs):
-                continue  # tables from before the streams partition: no base until the next one
+            if partition in (STREAMS, SCHEMAS) and not (bases or logs):
+                # Tables from before the partition (or that never changed shape): no base until
+                # the next metadata compaction after its first record.
+                continue
             if partition == COLUMN_STATS and not mdt.schemas[partition].field("columns").type.num_fields:
                 continue  # no column takes statistics: compactions write no base here
             horizon = (mdt.timeline.read_metadata(newest, dict) or {}).get("horizon", "<horizon>")
@@ -376,6 +392,69 @@ def _check_deltas(context: TableContext, deltas: list[dict[str, object]],
     return problems
 
 
+def _column_ids(fields: Iterable[pa.Field]) -> Iterator[int | None]:
+    """The id of every field of ``fields``, nested ones (struct, list, map children) too."""
+    for field in fields:
+        yield field_id(field)
+        kind = field.type
+        if pa.types.is_struct(kind):
+            yield from _column_ids(kind)
+        elif pa.types.is_map(kind):
+            yield from _column_ids([kind.key_field, kind.item_field])
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            yield from _column_ids([kind.value_field])
+
+
+def _check_versions(versions: Mapping[int, TableVersion]) -> list[Problem]:
+    """The ``schemas`` records (they decoded, or the resolution failed): versions numbered 0, 1,
+    2, ... without a gap, each schema's column ids present and unique, ``last_column_id`` at
+    least every id and never going back, each ``schema_id`` a version at or before its own."""
+    problems = []
+    subject = f"{METADATA_FOLDER}/{SCHEMAS}"
+    numbers = sorted(versions)
+    if numbers and numbers != list(range(len(numbers))):
+        problems.append(Problem(ProblemKind.BAD_SCHEMA_VERSION, subject,
+                                f"versions {numbers[:10]}; expected 0, 1, 2, ... without a gap"))
+    last = 0
+    for number in numbers:
+        version = versions[number]
+        name = f"{subject}: version {number}"
+        ids = list(_column_ids(version.schema))
+        known = [i for i in ids if i is not None]
+        if len(known) != len(ids):
+            problems.append(Problem(ProblemKind.BAD_SCHEMA_VERSION, name,
+                                    f"{len(ids) - len(known)} field(s) without a column id"))
+        repeated_ids = sorted({i for i in known if known.count(i) > 1})
+        if repeated_ids:
+            problems.append(Problem(ProblemKind.BAD_SCHEMA_VERSION, name,
+                                    f"column id(s) {repeated_ids[:10]} on more than one field"))
+        if version.last_column_id < max(known, default=0) or version.last_column_id < last:
+            problems.append(Problem(
+                ProblemKind.BAD_SCHEMA_VERSION, name,
+                f"last_column_id {version.last_column_id}; expected at least its largest id "
+                f"({max(known, default=0)}) and the previous version's ({last})"))
+        last = max(last, version.last_column_id)
+        if version.schema_id > number or version.schema_id not in versions:
+            problems.append(Problem(ProblemKind.BAD_SCHEMA_VERSION, name,
+                                    f"schema_id {version.schema_id}; expected a version at or "
+                                    f"before {number}"))
+    return problems
+
+
+def _written(context: TableContext, row: dict[str, Any]) -> pa.Schema | None:
+    """The schema file ``row`` (of ``files``) was written with, when not the current one: each
+    file is checked against its own version (a file of version 0 lacks a column added since)."""
+    schema_id = row.get("schema_id") or 0
+    if schema_id == context.schema_id:
+        return None
+    try:
+        return context.schema_of(schema_id)
+    except KeyError:
+        raise CorruptMetadataError(
+            str(row["path"]), "a data file of a table version the schemas partition records",
+            f"schema_id {schema_id}; the table's versions: {sorted(context.schemas_at(None))}") from None
+
+
 def _check_external(context: TableContext, row: dict[str, Any]) -> list[Problem]:
     """An external segment's live file must be as it was added: the table reads it in place,
     and row positions (delete deltas, the record index) mean nothing in a changed file. A
@@ -405,7 +484,8 @@ def _check_external(context: TableContext, row: dict[str, Any]) -> list[Problem]
                         f"ms (version {version}): the table reads it in place, so its rows changed "
                         "outside the table")]
     try:
-        rows = check_data_file(context.store, path, context.schema, row["format"])
+        rows = check_data_file(context.store, path, context.schema, row["format"],
+                               written=_written(context, row))
     except TxnError as exc:
         return [_damaged(exc, ProblemKind.UNREADABLE_FILE)]
     if rows != row["rows"]:
@@ -422,12 +502,14 @@ def _check_record_index(context: TableContext, completed: dict[str, str], bound:
     columns = context.record_key_columns
     rows = []
     unreadable = []
+    records = {row["path"]: row for row in live_files.to_pylist()}
     for path, file_format in zip(live_files["path"].to_pylist(), live_files["format"].to_pylist(),
                                  strict=True):
         try:
             keys, positions = scan_file(context.store, path, context.schema, filter=None,
                                         columns=columns, deleted=deltas.positions(path),
-                                        file_format=file_format)
+                                        file_format=file_format,
+                                        written=_written(context, records[path]))
         except TxnError:
             unreadable.append(path)  # reported by the file checks; its entries are not judged
             continue

@@ -443,7 +443,8 @@ def _keys_at(context: TableContext, state: State, deleted: Mapping[str, Position
     for path, wanted in deleted.items():
         rows, positions = scan_file(context.store, path, context.schema, filter=None,
                                     columns=context.record_key_columns, deleted=state.deltas.positions(path),
-                                    file_format=formats.get(path, "parquet"))
+                                    file_format=formats.get(path, "parquet"),
+                                    written=state.written(context, path))
         parts.append(rows.filter(pa.array(np.isin(positions, wanted))))
     return pa.concat_tables(parts)
 

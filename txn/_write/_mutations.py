@@ -186,7 +186,8 @@ def _matching_rows(context: TableContext, state: State, where: ds.Expression | N
         path = data_file.path.removeprefix(prefix)
         try:
             rows, found = scan_file(context.store, path, context.schema, filter=where, columns=columns,
-                                    deleted=state.deltas.positions(path), file_format=data_file.format)
+                                    deleted=state.deltas.positions(path), file_format=data_file.format,
+                                    written=state.written(context, path))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
             raise InvalidOptionError(f"where {where} does not apply to this table: {exc}") from None
         if len(found):

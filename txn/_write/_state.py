@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -46,6 +46,25 @@ class State:
     metadata: MetadataSnapshot
     live_files: pa.Table
     deltas: LiveDeltas
+    #: live path -> ``files.schema_id``, built on first use by :meth:`written`.
+    _schema_ids: dict[str, int] | None = field(default=None, compare=False, repr=False)
+
+    def schema_id(self, context: TableContext, path: str) -> int:
+        """The ``files.schema_id`` of live file ``path`` (the current one for a path not live)."""
+        schema_ids = self._schema_ids
+        if schema_ids is None:
+            ids = (self.live_files["schema_id"].to_pylist() if "schema_id" in
+                   self.live_files.column_names else [0] * self.live_files.num_rows)
+            schema_ids = dict(zip(self.live_files["path"].to_pylist(),
+                                  (i or 0 for i in ids), strict=True))
+            object.__setattr__(self, "_schema_ids", schema_ids)  # frozen: a cache, not state
+        return schema_ids.get(path, context.schema_id)
+
+    def written(self, context: TableContext, path: str) -> pa.Schema | None:
+        """The schema live file ``path`` was written with when it is not the current one (for
+        ``scan_file(..., written=)``), None when it is (or the path is not live)."""
+        schema_id = self.schema_id(context, path)
+        return None if schema_id == context.schema_id else context.schema_of(schema_id)
 
 
 def read_state(context: TableContext) -> State:

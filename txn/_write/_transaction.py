@@ -194,7 +194,8 @@ class _Apply:
                 gone = np.union1d(gone, staged.deleted[path])
             try:
                 rows, found = scan_file(self.context.store, path, self.context.schema, filter=where,
-                                        columns=columns, deleted=gone, file_format=data_file.format)
+                                        columns=columns, deleted=gone, file_format=data_file.format,
+                                        written=state.written(self.context, path))
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
                 raise InvalidOptionError(f"where {where} does not apply to this table: {exc}") from None
             if len(found):
@@ -301,7 +302,8 @@ class _Apply:
             found[path] = alive
             if self.columns:
                 read, at = scan_file(self.context.store, path, self.context.schema, filter=None,
-                                     columns=self.columns, deleted=gone, file_format=file_format)
+                                     columns=self.columns, deleted=gone, file_format=file_format,
+                                     written=state.written(self.context, path))
                 keys.append(index_keys(read.filter(pa.array(np.isin(at, alive))), self.columns))
         removed = pa.concat_tables(keys) if keys else None
         return replace(staged, **self._delete(staged, found, removed))

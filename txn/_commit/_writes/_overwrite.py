@@ -10,11 +10,20 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from indexes import SegmentEntry, SegmentStatus, live
+from indexes import SCHEMAS, SegmentEntry, SegmentStatus, TableVersion, live
 from timeline import CommitConflictError, TimelineView
 
 from ..._context import ACTION_OF, DATA_ACTIONS, LATEST_PARTITIONS, TableContext, delete_compaction_threshold
-from ..._files import DeltaStatus, FileStatus, LiveDeltas, Positions, canonical_partition, stage_deletes
+from ..._files import (
+    DeltaStatus,
+    FileStatus,
+    LiveDeltas,
+    Positions,
+    canonical_partition,
+    partition_renames,
+    renamed_partition,
+    stage_deletes,
+)
 from ..._results import Operation
 from .. import _conflicts
 from .._protocol import Pending
@@ -68,7 +77,7 @@ class Overwrite(DataWrite):
 
     def check(self, context: TableContext, view: TimelineView, pending: Pending, written: Written) -> None:
         if self.partitions is not None:
-            canonical = _canonical(context)
+            canonical = _canonical(context, context.metadata_at(view, None, (SCHEMAS,)).versions)
             _conflicts.check_partitions(context, view, instant_time=pending.instant.time,
                                         partitions=self._scope(written.statuses, canonical),
                                         canonical=canonical)
@@ -93,7 +102,7 @@ class Overwrite(DataWrite):
         previous = live(current.files)
         deltas = LiveDeltas.of(context.store, current.deletes)
         if self.partitions is not None:
-            canonical = _canonical(context)
+            canonical = _canonical(context, current.versions)
             removed_files, dropped, marked, rows, emptied = _partition_replacement(
                 context, pending, self._scope(written.statuses, canonical), canonical, previous,
                 deltas, current.segments)
@@ -111,8 +120,14 @@ class Overwrite(DataWrite):
         return done
 
 
-def _canonical(context: TableContext) -> Callable[[str], str]:
-    return functools.lru_cache(maxsize=None)(lambda p: canonical_partition(p, context.schema))
+def _canonical(context: TableContext, versions: Mapping[int, TableVersion] | None) -> Callable[[str], str]:
+    """Partition paths as the writer names them now: folders written under an older version
+    (``day=d1`` before ``day`` became ``date``) by the current names, so an overwrite of a
+    partition finds, and conflicts with, files of every version."""
+    renames = partition_renames(context.schemas_at(versions).values(), context.schema,
+                                context.partition_by)
+    return functools.lru_cache(maxsize=None)(
+        lambda p: canonical_partition(renamed_partition(p, renames), context.schema))
 
 
 def _concurrent_data_commits(view: TimelineView, began: str) -> list[str]:
