@@ -26,6 +26,7 @@ holder retires it (:meth:`MetadataTable.recover`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -386,6 +387,17 @@ class MetadataTable:
                         shard_max_entries=record_index_shard_max_entries or DEFAULT_SHARD_MAX_ENTRIES)
             if record_key else None
         )
+
+    def apply_options(self, options: MetadataOptions, timeline_options: TimelineOptions,
+                      shard_max_entries: int | None) -> None:
+        """Take a table's changed properties from now on: compaction and cleaning of the
+        metadata table, its timeline's lock and archival, and the record index's split size."""
+        self.options = options
+        self.timeline.apply_options(timeline_options)
+        if self.record_index is not None:
+            self.record_index.policy = dataclasses.replace(
+                self.record_index.policy,
+                shard_max_entries=shard_max_entries or DEFAULT_SHARD_MAX_ENTRIES)
 
     # -- writing -------------------------------------------------------------------------------
 

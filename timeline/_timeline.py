@@ -151,6 +151,17 @@ class Timeline:
             timeout_ms=self.options.lock_timeout_ms, poll_ms=self.options.lock_poll_ms, sleep=sleep,
         )
 
+    def apply_options(self, options: TimelineOptions) -> None:
+        """Take ``options`` from now on (a table property changed): the lock's lease, timeout
+        and polling, heartbeats and archival. A lease held now keeps the length it was taken
+        with until it renews."""
+        self.options = options
+        self._lock.lease_ms = options.lock_lease_ms
+        self._lock.timeout_ms = options.lock_timeout_ms
+        self._lock.poll_ms = options.lock_poll_ms
+        self._lock.max_poll_ms = max(options.lock_poll_ms, self._lock.max_poll_ms)
+        self._lock.renew_every_ms = max(1, options.lock_lease_ms // 3)
+
     # -- reading -------------------------------------------------------------------------------
 
     def load(self) -> TimelineView:

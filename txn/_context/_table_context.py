@@ -155,7 +155,17 @@ class TableContext:
         self.schemas_at(versions)
         newest = latest_version(versions, self.base_version)
         if self._version is None or newest.version > self._version.version:
+            if newest.properties != (self._version or self.base_version).properties:
+                self._apply_properties(newest.properties)
             self._version = newest
+
+    def _apply_properties(self, properties: dict[str, str]) -> None:
+        """The timeline's and metadata table's options as ``properties`` set them (they were
+        built from ``table.json``'s when the handle opened)."""
+        options = timeline_options(properties)
+        self.timeline.apply_options(options)
+        self.metadata.apply_options(metadata_options(properties), options,
+                                    shard_max_entries(properties))
 
     @property
     def partition_by(self) -> list[str]:

@@ -122,3 +122,27 @@ def test_another_handle_sees_the_change_at_its_next_read(table: txn.Table) -> No
     table.add_columns([pa.field("x", pa.int8())])
     assert other.snapshot().schema.names[-1] == "x"
     assert other.schema.names[-1] == "x"
+
+
+def test_an_overwrite_racing_a_schema_change_commits(table: txn.Table) -> None:
+    """An alter_table wrote no row: a whole-table overwrite that began before it still commits,
+    and its files (of the older version) read under the new schema."""
+    with table.begin_write("overwrite") as pending:
+        written = txn.write_files(pending.ticket, rows(2, start=10).to_batches())
+        table.add_columns([pa.field("x", pa.int8())])
+        pending.commit([written])
+    assert table.to_arrow().sort_by("id").to_pylist() == [
+        {"id": 10, "name": "n0", "amt": 0, "day": "d1", "x": None},
+        {"id": 11, "name": "n1", "amt": 1, "day": "d1", "x": None}]
+
+
+def test_changed_properties_steer_every_handle(table: txn.Table) -> None:
+    table.set_properties({"metadata.compact_after": "3", "heartbeat.timeout_ms": "90000"})
+    for handle in (table, txn.open_table(table.uri)):
+        handle.snapshot()
+        context = handle._context
+        assert context.metadata.options.compact_after == 3
+        assert context.timeline.options.heartbeat_timeout_ms == 90000
+    table.unset_properties(["metadata.compact_after"])
+    table.snapshot()
+    assert table._context.metadata.options.compact_after == 10

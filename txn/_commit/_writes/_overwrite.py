@@ -13,7 +13,14 @@ import pyarrow as pa
 from indexes import SCHEMAS, SegmentEntry, SegmentStatus, TableVersion, live
 from timeline import CommitConflictError, TimelineView
 
-from ..._context import ACTION_OF, DATA_ACTIONS, LATEST_PARTITIONS, TableContext, delete_compaction_threshold
+from ..._context import (
+    ACTION_OF,
+    DATA_ACTIONS,
+    LATEST_PARTITIONS,
+    CommitMetadata,
+    TableContext,
+    delete_compaction_threshold,
+)
 from ..._files import (
     DeltaStatus,
     FileStatus,
@@ -82,7 +89,7 @@ class Overwrite(DataWrite):
                                         partitions=self._scope(written.statuses, canonical),
                                         canonical=canonical)
             return
-        concurrent = _concurrent_data_commits(view, pending.instant.time)
+        concurrent = _concurrent_data_commits(context, view, pending.instant.time)
         if concurrent:
             raise CommitConflictError(
                 f"overwrite {pending.instant.time} conflicts with commit(s) {concurrent}, "
@@ -130,12 +137,14 @@ def _canonical(context: TableContext, versions: Mapping[int, TableVersion] | Non
         lambda p: canonical_partition(renamed_partition(p, renames), context.schema))
 
 
-def _concurrent_data_commits(view: TimelineView, began: str) -> list[str]:
+def _concurrent_data_commits(context: TableContext, view: TimelineView, began: str) -> list[str]:
     """Data commits an overwrite would silently replace. A compaction only moved rows that the
     overwrite replaces anyway (it reads the live files under the lock), so it does not count:
-    a table service never fails the user's overwrite."""
+    a table service never fails the user's overwrite. Nor does a schema or property change
+    (``alter_table``): it wrote no row, and the overwrite's files keep their version."""
     return [i.time for i in view.completed_after(began)
-            if i.action in DATA_ACTIONS and i.action != ACTION_OF[Operation.COMPACT]]
+            if i.action in DATA_ACTIONS and i.action != ACTION_OF[Operation.COMPACT]
+            and context.timeline.read_metadata(i, CommitMetadata).operation != Operation.ALTER_TABLE]
 
 
 def _partition_replacement(context: TableContext, pending: Pending, scope: set[str],
