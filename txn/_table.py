@@ -227,7 +227,8 @@ class Table:
 
     def append(self, data: WriteInput, *, extra: dict[str, str] | None = None,
                app_id: str | None = None, version: int | None = None,
-               commit_properties: CommitProperties | None = None) -> Commit | None:
+               commit_properties: CommitProperties | None = None,
+               schema_mode: str | None = None) -> Commit | None:
         """Load ``data`` as a new segment in one commit.
 
         Returns None, and commits nothing, when ``data`` holds no rows (as ``upsert`` and
@@ -240,11 +241,25 @@ class Table:
         app_id=..., version=...)``, or the same as the keywords ``extra``, ``app_id`` and
         ``version``; not both (``InvalidOptionError``).
 
+        ``schema_mode="merge"`` (also on :meth:`overwrite` and :meth:`upsert`): the table takes
+        the data's schema in the same instant as the rows: columns it lacks are added
+        (nullable, at the end; new struct fields too) and a column of a wider type widens the
+        table's (the widenings :meth:`alter_column` allows); ``Commit.schema_version`` is the
+        version it created (None: nothing to change, a plain write). An Arrow column's type
+        is the user's declaration (int64 widens an int32 column); a DataFrame's dtype is not
+        (int64 is pandas' default): it widens only when a value does not fit the table's type.
+        Not offered inside :meth:`transaction` (change the schema first with
+        :meth:`update_schema`) nor on streams. Default None: any difference is refused.
+
         Raises:
             SchemaMismatchError: the data's columns or types differ from the table's, or a
                 non-nullable column holds nulls; nothing is written. (A ``RecordBatchReader`` is
                 checked as it is read: a bad batch after the first rolls the write back, leaving
                 a ``rollback`` instant and the rows as they were.)
+            SchemaEvolutionError: (merge) the data would change a record-key or partition
+                column's type; nothing is written.
+            SchemaChangedError: (merge) another schema change completed while this write ran
+                (a keyed write merges again and retries first); nothing is written.
             DuplicateKeyError: (keyed tables) a key of ``data`` is already in the table, or
                 appears twice in ``data``; nothing is written.
         """
@@ -252,16 +267,18 @@ class Table:
                                        app_id=app_id, version=version)
         if options is None:
             return None
-        commit = _write.append(self._context, data, extra=options.extra, progress=options.progress)
+        commit = _write.append(self._context, data, extra=options.extra, progress=options.progress,
+                               schema_mode=schema_mode)
         _segments.after_load(self._context, commit)
         return commit
 
     def overwrite(self, data: WriteInput, *, extra: dict[str, str] | None = None,
                   app_id: str | None = None, version: int | None = None,
                   partitions: str | Mapping[str, Any] | None = None,
-                  commit_properties: CommitProperties | None = None) -> Commit | None:
+                  commit_properties: CommitProperties | None = None,
+                  schema_mode: str | None = None) -> Commit | None:
         """Replace the whole content with ``data`` in one commit (None: ``app_id`` committed
-        ``version`` already, see :meth:`append`).
+        ``version`` already, see :meth:`append`; ``schema_mode="merge"``: as there).
 
         ``partitions`` (partitioned tables without a record key) narrows what is replaced:
         ``"dynamic"`` replaces only the partitions ``data``'s rows go to and keeps the others
@@ -285,16 +302,19 @@ class Table:
         if options is None:
             return None
         return _write.overwrite(self._context, data, extra=options.extra, progress=options.progress,
-                                partitions=partitions)
+                                partitions=partitions, schema_mode=schema_mode)
 
     def upsert(self, data: WriteInput, *, extra: dict[str, str] | None = None,
                app_id: str | None = None, version: int | None = None,
-               commit_properties: CommitProperties | None = None) -> Commit | None:
+               commit_properties: CommitProperties | None = None,
+               schema_mode: str | None = None) -> Commit | None:
         """Keyed tables: replace the rows whose key exists, insert the others, in one commit.
 
         Replaced rows are deleted by delete deltas (their files are not rewritten); every row of
         ``data`` is written as a new segment. When a key appears more than once in ``data``, its
         last row wins. Returns None (and commits nothing) when ``data`` is empty.
+        ``schema_mode="merge"``: the table takes the data's new columns and widenings in the
+        same commit, as :meth:`append` describes.
 
         Raises:
             CommitConflictError: a commit that completed after this upsert read the table changed
@@ -304,7 +324,8 @@ class Table:
                                        app_id=app_id, version=version)
         if options is None:
             return None
-        return _write.upsert(self._context, data, extra=options.extra, progress=options.progress)
+        return _write.upsert(self._context, data, extra=options.extra, progress=options.progress,
+                             schema_mode=schema_mode)
 
     def delete(self, where: ds.Expression | None = None, *, keys: Any = None,
                extra: dict[str, str] | None = None, app_id: str | None = None,
@@ -621,7 +642,8 @@ class Table:
     def begin_write(self, operation: str = "append", *, read_instant: str | Snapshot | None = None,
                     partitions: str | Mapping[str, Any] | None = None,
                     commit_properties: CommitProperties | None = None,
-                    stream_progress: StreamProgress | None = None) -> _twophase.PendingWrite:
+                    stream_progress: StreamProgress | None = None, schema_mode: str | None = None,
+                    data_schema: pa.Schema | None = None) -> _twophase.PendingWrite:
         """Begin a write whose data files are written elsewhere (Spark executors, Ray or Dask
         workers, other processes), committed once by the returned :class:`txn.PendingWrite`.
 
@@ -635,6 +657,13 @@ class Table:
         (:class:`txn.StreamProgress`), committed exactly once in the same way; the commit moves
         the stream's record to it.
 
+        ``schema_mode="merge"`` (append, overwrite, upsert; not a stream's batch) with
+        ``data_schema`` (the data's ``pyarrow.Schema``): the table takes its new columns and
+        widenings in the write's own instant, as :meth:`append` describes. The new version is
+        worked out under the lock at begin; ``pending.ticket`` carries its schema and
+        ``schema_id``, which the workers write, and the commit creates it
+        (``SchemaChangedError`` if another schema change completed meanwhile: begin again).
+
         Begins the instant now (its segment allocated, its heartbeat beating). Hand
         ``pending.ticket`` to the workers (:func:`txn.write_files`), then
         ``pending.commit(reports, deletes={path: positions})``; leaving the ``with`` block
@@ -642,7 +671,8 @@ class Table:
         """
         return _twophase.begin_write(self._context, operation, read_instant=read_instant,
                                      partitions=partitions, commit_properties=commit_properties,
-                                     progress=_twophase.stream_progress(stream_progress))
+                                     progress=_twophase.stream_progress(stream_progress),
+                                     schema_mode=schema_mode, data_schema=data_schema)
 
     def already_committed(self, commit_properties: CommitProperties | None = None, *,
                           stream_progress: StreamProgress | None = None) -> bool:

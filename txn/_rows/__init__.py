@@ -1,5 +1,6 @@
 """Rows a user hands in: conforming them to the table schema, and their record keys."""
 
+from ._conform import conforms
 from ._data import batches, first_and_rest
 from ._keys import (
     SHOWN,
@@ -18,6 +19,7 @@ __all__ = [
     "batches",
     "check_not_null",
     "check_unique",
+    "conforms",
     "describe",
     "first_and_rest",
     "index_keys",

@@ -113,6 +113,15 @@ def conform_column(values: Any, field: pa.Field) -> Any:
         raise _not_held(values, field, found, exc) from None
 
 
+def conforms(values: Any, field: pa.Field) -> bool:
+    """Whether :func:`conform_column` takes ``values`` as ``field``'s type (no value lost)."""
+    try:
+        conform_column(values, field)
+    except SchemaMismatchError:
+        return False
+    return True
+
+
 def _refuse_lost(values: Any, back: Any, field: pa.Field, found: pa.DataType) -> None:
     index = _first_difference(values, back)
     if index is not None:

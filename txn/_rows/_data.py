@@ -22,12 +22,12 @@ from timeline import InvalidOptionError, SchemaMismatchError
 from ._conform import check_type, conform_column
 
 
-def _check_schema(found: pa.Schema, expected: pa.Schema) -> None:
+def _check_schema(found: pa.Schema, expected: pa.Schema, fill: bool = False) -> None:
     names = found.names
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise SchemaMismatchError(f"the data has columns {duplicates} more than once")
-    missing = [f for f in expected if f.name not in names]
+    missing = [f for f in expected if f.name not in names and not (fill and f.nullable)]
     if missing:
         described = ", ".join(f"{f.name!r} ({f.type})" for f in missing)
         raise SchemaMismatchError(f"the data lacks table column(s) {described}")
@@ -38,11 +38,14 @@ def _check_schema(found: pa.Schema, expected: pa.Schema) -> None:
             f"{expected.names}"
         )
     for field in expected:
-        check_type(field.name, found.field(field.name).type, field.type)
+        if field.name in names:
+            check_type(field.name, found.field(field.name).type, field.type)
 
 
 def _conform(batch: pa.RecordBatch, expected: pa.Schema) -> pa.RecordBatch:
-    columns = [conform_column(batch.column(field.name), field) for field in expected]
+    names = batch.schema.names
+    columns = [conform_column(batch.column(field.name), field) if field.name in names
+               else pa.nulls(batch.num_rows, field.type) for field in expected]
     for field, column in zip(expected, columns, strict=True):
         if not field.nullable and column.null_count:
             raise SchemaMismatchError(
@@ -52,12 +55,12 @@ def _conform(batch: pa.RecordBatch, expected: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=expected)
 
 
-def _from_pandas(frame: Any, expected: pa.Schema) -> pa.Table:
+def _from_pandas(frame: Any, expected: pa.Schema, fill: bool = False) -> pa.Table:
     """The DataFrame as Arrow of its own dtypes (int64 stays int64), for the rule Arrow input
     meets: converting against the table's schema instead would let pandas decide what fits
     (it parses strings into ints and takes naive times into zoned columns)."""
     columns = [str(c) for c in frame.columns]
-    _check_names_only(columns, expected)
+    _check_names_only(columns, expected, fill)
     arrays = []
     for name, (_, column) in zip(columns, frame.items(), strict=True):
         try:
@@ -70,8 +73,8 @@ def _from_pandas(frame: Any, expected: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=columns)
 
 
-def _check_names_only(names: list[str], expected: pa.Schema) -> None:
-    missing = [n for n in expected.names if n not in names]
+def _check_names_only(names: list[str], expected: pa.Schema, fill: bool = False) -> None:
+    missing = [f.name for f in expected if f.name not in names and not (fill and f.nullable)]
     extra = [n for n in names if n not in expected.names]
     if missing or extra:
         raise SchemaMismatchError(
@@ -79,8 +82,10 @@ def _check_names_only(names: list[str], expected: pa.Schema) -> None:
         )
 
 
-def batches(data: object, expected: pa.Schema) -> Iterator[pa.RecordBatch]:
+def batches(data: object, expected: pa.Schema, *, fill_missing: bool = False) -> Iterator[pa.RecordBatch]:
     """Yield the non-empty batches of the input with schema ``expected`` (the table's).
+    ``fill_missing`` (``schema_mode="merge"``): a nullable column the data lacks is null in
+    every row rather than refused, as Delta Lake's schema merge fills it.
 
     The schema is checked eagerly, before the first batch is produced, so a mismatch raises
     before the caller starts writing. In-memory input (``pa.Table``, ``DataFrame``) is conformed
@@ -88,14 +93,14 @@ def batches(data: object, expected: pa.Schema) -> Iterator[pa.RecordBatch]:
     a ``RecordBatchReader`` is conformed batch by batch as it is read.
     """
     if isinstance(data, pa.Table):
-        _check_schema(data.schema, expected)
+        _check_schema(data.schema, expected, fill_missing)
         return iter([_conform(b, expected) for b in data.to_batches() if b.num_rows])
     if isinstance(data, pa.RecordBatchReader):
-        _check_schema(data.schema, expected)
+        _check_schema(data.schema, expected, fill_missing)
         return (_conform(batch, expected) for batch in data if batch.num_rows)
     if type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame":
-        table = _from_pandas(data, expected)
-        _check_schema(table.schema, expected)
+        table = _from_pandas(data, expected, fill_missing)
+        _check_schema(table.schema, expected, fill_missing)
         return iter([_conform(b, expected) for b in table.to_batches() if b.num_rows])
     raise InvalidOptionError(
         f"cannot write a {type(data).__name__}; expected a pyarrow.Table, a "

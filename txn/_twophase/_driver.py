@@ -21,8 +21,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from indexes import DELETES, FILES, FILES_SCHEMA, ProducerKind, SnapshotExpiredError, live
-from timeline import Action, DuplicateKeyError, InvalidOptionError, ObjectNotFoundError, TimelineView
+from indexes import DELETES, FILES, FILES_SCHEMA, ProducerKind, SnapshotExpiredError, TableVersion, live
+from timeline import (
+    Action,
+    DuplicateKeyError,
+    InvalidOptionError,
+    ObjectNotFoundError,
+    SchemaChangedError,
+    TimelineView,
+)
 
 from .._commit import (
     AlreadyCommitted,
@@ -31,9 +38,12 @@ from .._commit import (
     Pending,
     Progress,
     RowChanges,
+    WriteSchema,
     Written,
+    admit_versions,
     check_generation,
     committed,
+    current_schema,
     finish,
     producer_record,
     protocol_of,
@@ -44,7 +54,7 @@ from .._read import Snapshot
 from .._results import Commit, CommitProperties, Operation, StreamProgress
 from .._rows import describe, index_keys, repeated
 from .._segments import after_load
-from .._write import State, already_committed, app_progress, overwrite_scope
+from .._write import State, already_committed, app_progress, merging, overwrite_scope, write_schema
 from .._write._state import check_external_deletes
 from ._staging import remove_staging, sweep_staging
 from ._ticket import KeyProbe, WriteTicket
@@ -136,10 +146,12 @@ def already_done(context: TableContext, properties: CommitProperties | None,
 
 def begin_write(context: TableContext, operation: str = "append", *, read_instant: object = None,
                 partitions: object = None, commit_properties: CommitProperties | None = None,
-                progress: Progress | None = None) -> PendingWrite:
+                progress: Progress | None = None, schema_mode: object = None,
+                data_schema: object = None) -> PendingWrite:
     """See :meth:`txn.Table.begin_write`. ``progress``: a stream's batch (txn.spark's streams)."""
     if operation not in OPERATIONS:
         raise InvalidOptionError(f"begin_write: operation {operation!r}; expected one of {list(OPERATIONS)}")
+    schema = _merge_target(context, operation, progress, schema_mode, data_schema)
     properties = CommitProperties.of(commit_properties)  # refuses anything but a CommitProperties
     columns = context.record_key_columns
     if operation == "upsert" and not columns:
@@ -152,30 +164,57 @@ def begin_write(context: TableContext, operation: str = "append", *, read_instan
         return PendingWrite(context, operation, None, None, _skipped=True)
     state = read_state(context, read_instant)
     read_at = state.read_at if operation != "overwrite" else None
+    versions: list[TableVersion] = []
     try:
         pending = protocol_of(context).begin(
             operation, ACTION_OF[operation], new_segment=operation != "delete", read_at=read_at,
-            extra=dict(properties.extra), admit=_admission(context, progress))
+            extra=dict(properties.extra), admit=_admission(context, progress, schema, versions))
     except AlreadyCommitted as exc:
         log.info("%s: skipped, already committed", exc)
         return PendingWrite(context, operation, None, None, _skipped=True)
     probe = (key_probe(context, state=state)
              if columns and operation in ("append", "upsert") and state.read_at is not None else None)
+    if versions:  # the workers write the version this write creates
+        schema = WriteSchema(versions[-1].schema, versions[-1].schema_id)
     ticket = ticket_for(context, operation, pending, state, probe=probe,
                         scope=tuple(sorted(scope)) if scope is not None else None,
-                        extra=dict(properties.extra), progress=progress)
+                        extra=dict(properties.extra), progress=progress, schema=schema,
+                        versions=tuple(versions), merge=schema_mode is not None)
     return PendingWrite(context, operation, pending, ticket, state=state)
 
 
-def ticket_for(context: TableContext, operation: str, pending: Pending, state: State,
-               **recorded: Any) -> WriteTicket:
-    """The ticket of ``pending`` (begun from ``state``) for its workers; ``recorded``: the
-    fields a commit records (``probe``, ``scope``, ``extra``, ``progress``)."""
+def _merge_target(context: TableContext, operation: str, progress: Progress | None,
+                  schema_mode: object, data_schema: object) -> WriteSchema:
+    """The schema the write's workers conform to: the current one, or with
+    ``schema_mode="merge"`` the latest merged with ``data_schema`` (its new version is worked
+    out again under the lock at begin)."""
+    if not merging(schema_mode, "begin_write"):
+        if data_schema is not None:
+            raise InvalidOptionError("begin_write: data_schema is for schema_mode='merge'")
+        return write_schema(context)
+    if operation not in ("append", "overwrite", "upsert"):
+        raise InvalidOptionError(f"begin_write: schema_mode='merge' is for an append, overwrite or "
+                                 f"upsert, not an {operation}")
+    if progress is not None and progress.kind == ProducerKind.STREAM:
+        raise InvalidOptionError("begin_write: schema_mode='merge' is not offered on a stream's "
+                                 "batches\nHelp: change the schema first (Table.add_columns)")
+    if not isinstance(data_schema, pa.Schema):
+        raise InvalidOptionError(f"begin_write: schema_mode='merge' needs data_schema=, the "
+                                 f"pyarrow.Schema of the data; got {data_schema!r}")
+    return write_schema(context, data_schema)
+
+
+def ticket_for(context: TableContext, operation: str, pending: Pending, state: State, *,
+               schema: WriteSchema | None = None, **recorded: Any) -> WriteTicket:
+    """The ticket of ``pending`` (begun from ``state``) for its workers; ``schema``: what they
+    write (None: the current schema); ``recorded``: the fields a commit records (``probe``,
+    ``scope``, ``extra``, ``progress``, ``versions``)."""
     index = context.metadata.record_index
+    schema = schema or current_schema(context)
     return WriteTicket(
         uri=context.uri, storage_options=context.storage_options, operation=operation,
         instant=pending.instant.time, segment=pending.segment,
-        schema=context.schema.serialize().to_pybytes(), schema_id=context.schema_id,
+        schema=schema.schema.serialize().to_pybytes(), schema_id=schema.schema_id,
         partition_by=tuple(context.partition_by),
         sort_by=tuple(context.sort_by), key_columns=tuple(context.record_key_columns),
         shards=index.shards if index is not None else 0,
@@ -184,16 +223,20 @@ def ticket_for(context: TableContext, operation: str, pending: Pending, state: S
         root=context.store.location(""), **recorded)
 
 
-def _admission(context: TableContext, progress: Progress | None) -> Any:
-    """Under the lock at begin: nothing begins for a producer's batch already committed."""
-    if progress is None:
+def _admission(context: TableContext, progress: Progress | None, schema: WriteSchema,
+               versions: list[TableVersion]) -> Any:
+    """Under the lock at begin: nothing begins for a producer's batch already committed; a
+    merge write works out the version(s) it creates (into ``versions``)."""
+    if progress is None and not schema.changes:
         return None
 
     def admit(view: TimelineView) -> None:
-        record = producer_record(context, view, progress.kind, progress.name)
-        check_generation(record, progress)
-        if committed(record, progress):
-            raise AlreadyCommitted(f"{progress.kind} {progress.name!r} committed batch {progress.batch}")
+        if progress is not None:
+            record = producer_record(context, view, progress.kind, progress.name)
+            check_generation(record, progress)
+            if committed(record, progress):
+                raise AlreadyCommitted(f"{progress.kind} {progress.name!r} committed batch {progress.batch}")
+        versions[:] = admit_versions(context, view, schema)
 
     return admit
 
@@ -306,13 +349,16 @@ class PendingWrite:
                    if self._operation == "delete" and columns and deleted else None)
         statuses, parts, shards = gathered(reports)
         planned: Overwrite | RowChanges
+        written_with = WriteSchema(ticket.table_schema, ticket.schema_id)
         if self._operation == "overwrite":
             planned = Overwrite(partitions=frozenset(ticket.scope) if ticket.scope is not None else None,
-                                progress=ticket.progress)
+                                progress=ticket.progress, schema=written_with,
+                                versions=list(ticket.versions))
         else:
             planned = RowChanges(operation=Operation(self._operation), read_at=state.read_at,
                                  current=state.deltas, deleted=deleted, removed_keys=removed,
-                                 progress=ticket.progress)
+                                 progress=ticket.progress, schema=written_with,
+                                 versions=list(ticket.versions))
             if deleted:
                 check_external_deletes(context, state, planned)
 
@@ -338,6 +384,8 @@ class PendingWrite:
             return None
         finally:
             quietly(remove_staging, context.store, ticket.instant)
+        if planned.versions:  # the handle takes the version the write created
+            context.adopt({v.version: v for v in planned.versions})
         if self._operation == "append":
             after_load(context, commit)
         return commit
@@ -391,8 +439,8 @@ class PendingWrite:
         """Whether a commit that raised ``error`` may be planned again on the new state and
         retried: a table service overtook it (a compaction moved rows it read, or a clean
         removed files of the snapshot it read), as local writes retry themselves."""
-        if isinstance(error, CompactedMeanwhileError):
-            return True
+        if isinstance(error, (CompactedMeanwhileError, SchemaChangedError)):
+            return True  # a merge write begun again merges into the new version
         if not isinstance(error, (ObjectNotFoundError, SnapshotExpiredError)):
             return False
         read_at = self._ticket.read_at if self._ticket is not None else None

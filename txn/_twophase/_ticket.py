@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import DoneCompactions, RecordIndex
+from indexes import DoneCompactions, RecordIndex, TableVersion
 from timeline import InvalidOptionError, open_storage
 
 from .._rows import index_keys
@@ -109,6 +109,11 @@ class WriteTicket:
     scope: tuple[str, ...] | None = field(default=None, repr=False)
     extra: dict[str, str] = field(default_factory=dict, repr=False)
     progress: Any = field(default=None, repr=False)
+    #: ``schema_mode="merge"``: the table version(s) the write creates (worked out under the
+    #: lock at begin; ``schema`` and ``schema_id`` are the new one's), recorded by its commit.
+    versions: tuple[TableVersion, ...] = field(default=(), repr=False)
+    #: ``schema_mode="merge"``: workers fill a nullable column their data lacks with nulls.
+    merge: bool = False
 
     @property
     def table_schema(self) -> pa.Schema:

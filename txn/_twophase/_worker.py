@@ -59,11 +59,12 @@ def _identity(task_id: int | tuple[int, int] | None) -> tuple[int, int]:
     raise InvalidOptionError(f"task_id must be a non-negative int or (task, attempt), got {task_id!r}")
 
 
-def _conformed(data: object, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def _conformed(data: object, schema: pa.Schema, merge: bool = False) -> Iterator[pa.RecordBatch]:
     """The input's non-empty batches with the table's schema (checked as ``Table.append``
-    checks its input: column names and types, nulls in non-nullable columns)."""
+    checks its input: column names and types, nulls in non-nullable columns; a merge write's
+    fills a nullable column the data lacks with nulls)."""
     if isinstance(data, (pa.Table, pa.RecordBatchReader)) or type(data).__name__ == "DataFrame":
-        yield from rows_of(data, schema)
+        yield from rows_of(data, schema, fill_missing=merge)
         return
     if not isinstance(data, Iterable):
         raise InvalidOptionError(f"write_files needs record batches, a pyarrow.Table or a "
@@ -72,7 +73,7 @@ def _conformed(data: object, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         if not isinstance(batch, pa.RecordBatch):
             raise InvalidOptionError(f"write_files: expected pyarrow.RecordBatch items, got "
                                      f"{type(batch).__name__}")
-        yield from rows_of(pa.Table.from_batches([batch]), schema)
+        yield from rows_of(pa.Table.from_batches([batch]), schema, fill_missing=merge)
 
 
 def _missing(instant_time: str) -> InvalidOptionError:
@@ -122,7 +123,7 @@ def write_files(ticket: WriteTicket, batches: Iterable[pa.RecordBatch] | pa.Tabl
                                  else existing.select(["file", "position"]))
             yield batch
 
-    source = _conformed(batches, schema)
+    source = _conformed(batches, schema, ticket.merge)
     writer = DataFileWriter(
         DataStore(storage), schema, instant_time=ticket.instant, segment=ticket.segment,
         partition_by=list(ticket.partition_by), sort_by=list(ticket.sort_by),

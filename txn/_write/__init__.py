@@ -2,6 +2,7 @@
 state and handed to the commit; transactions of several writes; the options of a commit."""
 
 from ._alter import SchemaUpdate, add_columns, alter_table, column_names, schema_history
+from ._merge import SCHEMA_MODES, merging, write_schema
 from ._mutations import append, delete, lookup, overwrite, refuse_existing_keys, update, upsert
 from ._options import WriteOptions, write_options
 from ._scope import layout_scope, overwrite_scope
@@ -20,6 +21,7 @@ from ._transaction import Transaction
 
 __all__ = [
     "REPLANS",
+    "SCHEMA_MODES",
     "SchemaUpdate",
     "State",
     "Transaction",
@@ -37,6 +39,7 @@ __all__ = [
     "latest",
     "layout_scope",
     "lookup",
+    "merging",
     "overwrite",
     "overwrite_scope",
     "read_state",
@@ -45,4 +48,5 @@ __all__ = [
     "update",
     "upsert",
     "write_options",
+    "write_schema",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 from indexes import key_names
 from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
 
-from .._commit import Append, Delete, Overwrite, Progress, Update, Upsert
+from .._commit import Append, Delete, Overwrite, Progress, Update, Upsert, WriteSchema, current_schema
 from .._context import TableContext
 from .._files import LiveDeltas, Positions, scan_file
 from .._read import snapshot_at
@@ -38,6 +38,7 @@ from .._rows import (
     last_wins,
     user_keys,
 )
+from ._merge import arrow_input, is_pandas, merging, write_schema
 from ._scope import check_in_partition, overwrite_scope
 from ._state import State, commit_once, commit_planned, find_keys, latest
 
@@ -72,78 +73,128 @@ def _require_key(context: TableContext, operation: str) -> list[str]:
     return columns
 
 
-def _materialize(context: TableContext, data: Any) -> pa.Table:
-    return pa.Table.from_batches(list(batches(data, context.schema)), schema=context.schema)
+def _materialize(context: TableContext, data: Any, schema: WriteSchema | None = None, *,
+                 merge: bool = False) -> pa.Table:
+    target = (schema or current_schema(context)).schema
+    return pa.Table.from_batches(list(batches(data, target, fill_missing=merge)), schema=target)
+
+
+def _planned(context: TableContext, data: Any, merge: bool) -> tuple[Any, WriteSchema]:
+    """The input as the write conforms it, and the schema it conforms to (see ``_merge``)."""
+    if not merge:
+        return data, write_schema(context)
+    declared = not is_pandas(data)
+    data = arrow_input(data)
+    return data, write_schema(context, data, declared=declared)
+
+
+class _Conformed:
+    """A keyed write's rows, conformed to the schema it plans with: conformed again to the
+    latest version when a schema change that committed meanwhile made a merge plan again."""
+
+    def __init__(self, context: TableContext, data: Any, merge: bool,
+                 prepare: Callable[[pa.Table], pa.Table]) -> None:
+        self._context, self._prepare, self._declared = context, prepare, not is_pandas(data)
+        source, self.schema = _planned(context, data, merge)
+        if merge and isinstance(source, pa.RecordBatchReader):
+            source = source.read_all()  # a reader is read once
+        self._source, self._merge = source, merge
+        self.rows = prepare(_materialize(context, source, self.schema, merge=merge))
+
+    def current(self) -> tuple[pa.Table, WriteSchema]:
+        """The rows and their schema, for a plan on the latest state."""
+        if self.schema.changes and self._context.version.version != self.schema.base:
+            self.schema = write_schema(self._context, self._source, declared=self._declared)
+            self.rows = self._prepare(_materialize(self._context, self._source, self.schema, merge=True))
+        return self.rows, self.schema
 
 
 # -- loads -----------------------------------------------------------------------------------------
 
 def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = None,
-           progress: Progress | None = None) -> Commit | None:
+           progress: Progress | None = None, schema_mode: object = None) -> Commit | None:
+    merge = merging(schema_mode, "append")
     columns = context.record_key_columns
     if not columns:  # reads nothing and conflicts with nothing
+        source, schema = _planned(context, data, merge)
         # The first batch is read (and checked) before the instant begins: no rows, no commit.
-        source = first_and_rest(batches(data, context.schema))
-        if source is None:
+        first = first_and_rest(batches(source, schema.schema, fill_missing=merge))
+        if first is None:
             log.info("append of no rows: nothing to commit")
             return None
-        write = Append(rows=source, current=LiveDeltas(context.store, {}), progress=progress,
-                       rows_bytes=data.nbytes if isinstance(data, pa.Table) else None)
+        write = Append(rows=first, current=LiveDeltas(context.store, {}), progress=progress,
+                       rows_bytes=source.nbytes if isinstance(source, pa.Table) else None,
+                       schema=schema)
         return commit_once(context, write, extra)
-    rows = _materialize(context, data)
-    if rows.num_rows == 0:
+
+    def prepare(rows: pa.Table) -> pa.Table:
+        check_not_null(rows, columns)
+        check_unique(rows, columns)
+        return rows
+
+    conformed = _Conformed(context, data, merge, prepare)
+    if conformed.rows.num_rows == 0:
         log.info("append of no rows: nothing to commit")
         return None
-    check_not_null(rows, columns)
-    check_unique(rows, columns)
+
     def plan(state: State) -> Append:
+        rows, schema = conformed.current()
         refuse_existing_keys(find_keys(context, state, index_keys(rows, columns)), columns)
         return Append(rows=rows.to_batches(), read_at=state.read_at, current=state.deltas,
-                      rows_bytes=rows.nbytes)
+                      rows_bytes=rows.nbytes, schema=schema)
 
     return commit_planned(context, plan, extra, progress=progress)
 
 
 def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None = None,
-              progress: Progress | None = None, partitions: object = None) -> Commit | None:
+              progress: Progress | None = None, partitions: object = None,
+              schema_mode: object = None) -> Commit | None:
+    merge = merging(schema_mode, "overwrite")
     scope, values = overwrite_scope(context, partitions)
     columns = context.record_key_columns
+    source, schema = _planned(context, data, merge)
     rows: Any
     if columns:
-        keyed = _materialize(context, data)
+        keyed = _materialize(context, source, schema, merge=merge)
         check_not_null(keyed, columns)
         check_unique(keyed, columns)
         rows = keyed.to_batches()
     elif values:  # a named partition: every row is checked to belong to it before anything begins
-        named = _materialize(context, data)
-        check_in_partition(named, values, context.schema)
+        named = _materialize(context, source, schema, merge=merge)
+        check_in_partition(named, values, schema.schema)
         rows = named.to_batches()
     else:  # the first batch is read (and checked) before the instant begins
-        first = first_and_rest(batches(data, context.schema))
+        first = first_and_rest(batches(source, schema.schema, fill_missing=merge))
         if first is None and scope is not None:
             log.info("overwrite of the partitions of no rows: nothing to commit")
             return None
         rows = first or iter(())  # no rows: empties the table
     # An overwrite conflicts with every concurrent data commit (of a partition it replaces, when
     # partition-scoped); it reads its state under the lock.
-    return commit_once(context, Overwrite(rows=rows, progress=progress, partitions=scope), extra)
+    write = Overwrite(rows=rows, progress=progress, partitions=scope, schema=schema)
+    return commit_once(context, write, extra)
 
 
 # -- keyed writes ----------------------------------------------------------------------------------
 
 def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = None,
-           progress: Progress | None = None) -> Commit | None:
+           progress: Progress | None = None, schema_mode: object = None) -> Commit | None:
+    merge = merging(schema_mode, "upsert")
     columns = _require_key(context, "upsert")
-    rows = _materialize(context, data)
-    check_not_null(rows, columns)
-    rows = last_wins(rows, columns)  # the last row of a key in the batch wins
-    if rows.num_rows == 0:
+
+    def prepare(rows: pa.Table) -> pa.Table:
+        check_not_null(rows, columns)
+        return last_wins(rows, columns)  # the last row of a key in the batch wins
+
+    conformed = _Conformed(context, data, merge, prepare)
+    if conformed.rows.num_rows == 0:
         log.info("upsert of no rows: nothing to commit")
         return None
     def plan(state: State) -> Upsert:
+        rows, schema = conformed.current()
         existing = find_keys(context, state, index_keys(rows, columns))
         return Upsert(rows=rows.to_batches(), read_at=state.read_at, current=state.deltas,
-                      deleted=_by_file(existing), rows_bytes=rows.nbytes)
+                      deleted=_by_file(existing), rows_bytes=rows.nbytes, schema=schema)
 
     return commit_planned(context, plan, extra, progress=progress)
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexes import DELETES, FILES, MAX_BATCH, MetadataSnapshot, ProducerKind, SnapshotExpiredError, live
-from timeline import Action, InvalidOptionError, ObjectNotFoundError, TimelineView
+from timeline import Action, InvalidOptionError, ObjectNotFoundError, SchemaChangedError, TimelineView
 
 from .._commit import (
     AlreadyCommitted,
@@ -121,8 +121,10 @@ def commit_planned(context: TableContext, plan: Callable[[State], W | None],
     while it ran (the rows it read were moved to the compacted segment), or a clean that
     completed since it read the table removed a file it needs (a delete delta the compaction
     replaced), it is planned again on the new state and retried, up to :data:`REPLANS` times;
-    the returned commit says how often (``Commit.retries``). A conflict with any other writer is
-    the caller's to resolve, as before. ``progress``: the producer's batch this write
+    the returned commit says how often (``Commit.retries``). A merge write
+    (``schema_mode="merge"``) that lost to a schema change (``SchemaChangedError``) is planned
+    again in the same way: ``plan`` conforms its rows to the new version. A conflict with any
+    other writer is the caller's to resolve, as before. ``progress``: the producer's batch this write
     is (set on the planned write); None is
     returned, and nothing written, if it committed already (see :func:`commit_once`).
     """
@@ -148,6 +150,11 @@ def commit_planned(context: TableContext, plan: Callable[[State], W | None],
             if retries == REPLANS:
                 raise
             reason = "a compaction completed while it ran"
+        except SchemaChangedError:
+            # A merge write lost to a schema change: merged again into the new version.
+            if retries == REPLANS:
+                raise
+            reason = "a schema change completed while it ran"
         except ObjectNotFoundError:
             if retries == REPLANS or not _cleaned_since(context, read_at[-1] if read_at else None):
                 raise
@@ -203,10 +210,13 @@ def commit_once(context: TableContext, write: DataWrite, extra: dict[str, str] |
     """``_commit.commit``, but None (nothing written) when ``write.progress`` is a batch its
     producer committed already, found under the lock at begin or at commit."""
     try:
-        return commit(context, write, extra, **options)
+        done = commit(context, write, extra, **options)
     except AlreadyCommitted as exc:
         log.info("%s: skipped, already committed", exc)
         return None
+    if write.versions:  # a merge write: the handle takes the version it created
+        context.adopt({v.version: v for v in write.versions})
+    return done
 
 
 def _cleaned_since(context: TableContext, read_at: str | None) -> bool:

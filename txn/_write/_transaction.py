@@ -73,6 +73,7 @@ from .._rows import (
     keys_argument,
     last_wins,
 )
+from ._merge import merging
 from ._mutations import _by_file, _check_where, _materialize, _new_values, _require_key
 from ._options import WriteOptions
 from ._scope import check_in_partition, overwrite_scope
@@ -406,14 +407,18 @@ class Transaction:
 
     # -- the operations -------------------------------------------------------------------------
 
-    def append(self, data: Any) -> None:
+    def append(self, data: Any, *, schema_mode: str | None = None) -> None:
         """Stage ``data`` as new rows. Keyed tables: a key in the snapshot (not deleted by this
-        transaction) or staged earlier raises ``DuplicateKeyError``, and nothing is staged."""
+        transaction) or staged earlier raises ``DuplicateKeyError``, and nothing is staged.
+        ``schema_mode="merge"`` is refused here (``InvalidOptionError``): a transaction commits
+        no schema change; change it first with ``Table.update_schema()``."""
+        _no_merge("append", schema_mode)
         self._run("append", _materialize(self._context, data))
 
-    def upsert(self, data: Any) -> None:
+    def upsert(self, data: Any, *, schema_mode: str | None = None) -> None:
         """Keyed tables: stage ``data``, replacing the rows of its keys, staged or in the
-        snapshot (the last row of a key in ``data`` wins)."""
+        snapshot (the last row of a key in ``data`` wins). ``schema_mode``: as ``append``."""
+        _no_merge("upsert", schema_mode)
         _require_key(self._context, "upsert")
         self._run("upsert", _materialize(self._context, data))
 
@@ -469,12 +474,14 @@ class Transaction:
             checked[relative] = np.union1d(checked.get(relative, array), array)
         self._run("delete_rows", checked)
 
-    def overwrite(self, data: Any, partitions: Any = None) -> None:
-        """Replace the table's content with ``data`` (``partitions`` as ``Table.overwrite``).
+    def overwrite(self, data: Any, partitions: Any = None, *, schema_mode: str | None = None) -> None:
+        """Replace the table's content with ``data`` (``partitions`` as ``Table.overwrite``;
+        ``schema_mode``: as ``append``).
 
         Raises:
             InvalidOptionError: not the transaction's first operation.
         """
+        _no_merge("overwrite", schema_mode)
         if self._operations:
             raise InvalidOptionError(
                 "tx.overwrite must be the first operation of a transaction (it replaces what the "
@@ -563,3 +570,13 @@ def reduce(context: TableContext, staged: _Staged) -> DataWrite | None:
         deleted=dict(staged.deleted), removed_keys=removed, read_keys=read, rows_bytes=rows.nbytes,
         operations=staged.operations)
 
+
+def _no_merge(operation: str, schema_mode: object) -> None:
+    """A transaction's operations take ``schema_mode=None`` only: an ``alter_table`` is a commit
+    of its own, so a transaction never changes the schema (nothing is staged)."""
+    if merging(schema_mode, f"tx.{operation}"):
+        raise InvalidOptionError(
+            f"tx.{operation}: schema_mode='merge' is not offered inside a transaction, which "
+            "commits no schema change; nothing was staged\n"
+            "Help: change the schema first (t.update_schema() or t.add_columns), then run the "
+            "transaction")

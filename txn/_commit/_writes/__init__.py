@@ -6,7 +6,7 @@ kind of write is a new :class:`Write` (usually :class:`DataWrite`) subclass; see
 design/protocol.md ("The write classes").
 """
 
-from ._alter import AlterTable, next_versions, stamped
+from ._alter import AlterTable
 from ._base import (
     NEW_SEGMENT,
     NO_SEGMENT,
@@ -35,6 +35,7 @@ from ._progress import (
 )
 from ._rows import Append, Delete, RowChanges, Update, Upsert
 from ._streams import DropStream, StreamBatch, StreamStep
+from ._versions import WriteSchema, admit_versions, current_schema, evolved_schema, next_versions, stamped
 
 __all__ = [
     "NEW_SEGMENT",
@@ -63,12 +64,16 @@ __all__ = [
     "Update",
     "Upsert",
     "Write",
+    "WriteSchema",
     "Written",
     "WrittenBy",
+    "admit_versions",
     "begin",
     "check_generation",
     "commit",
     "committed",
+    "current_schema",
+    "evolved_schema",
     "finish",
     "generation_of",
     "in_range",

@@ -35,6 +35,7 @@ from indexes import (
     SegmentEntry,
     SegmentStatus,
     StreamRecord,
+    TableVersion,
     assign_ids,
     column_stats_schema,
     field_id,
@@ -65,6 +66,7 @@ from ..._rows import index_keys
 from .. import _conflicts
 from .._protocol import Admission, Pending
 from ._progress import Progress, admit_progress, progressed
+from ._versions import WriteSchema, admit_versions, check_versions, current_schema, with_versions
 
 
 class LockPolicy(enum.Enum):
@@ -217,11 +219,32 @@ class DataWrite(Write):
     read_keys: pa.Table | None = None
     #: A transaction: the operations it ran, in order (recorded in its commit).
     operations: tuple[str, ...] = ()
+    #: The schema its rows were conformed to when planned (None: the handle's current one);
+    #: with ``schema_mode="merge"``, the changes making the version it creates.
+    schema: WriteSchema | None = None
+    #: The table versions it creates (``alter_table``, a merge write), worked out under the
+    #: lock at begin and recorded in its instant.
+    versions: list[TableVersion] = field(default_factory=list)
 
     def admit(self, context: TableContext, view: TimelineView) -> None:
         if self.admission is not None:
             self.admission(view)
         admit_progress(context, self.progress, view)
+        if self.schema is not None and self.schema.changes:
+            self.versions = admit_versions(context, view, self.schema)
+
+    def written_schema(self, context: TableContext) -> WriteSchema:
+        """The schema its files are written with: the version it creates, or the one it planned
+        with (the handle's current one when it captured none)."""
+        if self.versions:
+            return WriteSchema(self.versions[-1].schema, self.versions[-1].schema_id)
+        if self.schema is not None:
+            return self.schema
+        return current_schema(context)
+
+    def check_version(self, context: TableContext, view: TimelineView, pending: Pending) -> None:
+        """A write creating a version loses to any version completed since it began."""
+        check_versions(context, view, self.versions, pending.instant.time)
 
     def write(self, context: TableContext, pending: Pending) -> Written:
         return write_phase(context, pending, self)
@@ -235,6 +258,7 @@ class DataWrite(Write):
         return set()
 
     def check(self, context: TableContext, view: TimelineView, pending: Pending, written: Written) -> None:
+        self.check_version(context, view, pending)
         _conflicts.check(context, view, operation=self.operation, instant_time=pending.instant.time,
                          read_at=self.read_at,
                          keys=checked_keys(context, view, self.read_at, self.read_keys, pending, written),
@@ -276,23 +300,26 @@ class DataWrite(Write):
             files=files, column_stats=stats, segments=done.segments, deletes=deletes,
             record_index=written.index_sizes,
             streams=self.streams(context, view, pending, metadata.rows_added))
-        return changes, metadata
+        return with_versions(changes, metadata, self.versions, pending.instant.time)
 
 
 # -- building blocks -------------------------------------------------------------------------------
 
 
 def write_rows(context: TableContext, pending: Pending, rows: Iterable[pa.RecordBatch], *,
-               presorted: bool = False) -> tuple[list[FileStatus], pa.Table | None]:
+               presorted: bool = False,
+               schema: WriteSchema | None = None) -> tuple[list[FileStatus], pa.Table | None]:
     """Write ``rows`` as data files of the pending segment; return their statuses and the index
-    entries of their keys (None: the table has no record index, or no row)."""
+    entries of their keys (None: the table has no record index, or no row). ``schema``: the
+    one the rows were conformed to (None: the handle's current one)."""
     assert pending.segment is not None
+    schema = schema or current_schema(context)
     writer = DataFileWriter(
-        context.store, context.schema, instant_time=pending.instant.time, segment=pending.segment,
+        context.store, schema.schema, instant_time=pending.instant.time, segment=pending.segment,
         partition_by=context.partition_by, sort_by=context.sort_by, new_token=context.ids,
         target_file_bytes=target_file_bytes(context.properties),
         key_columns=context.record_key_columns, presorted=presorted,
-        sort_memory_bytes=sort_memory_bytes(context.properties), schema_id=context.schema_id,
+        sort_memory_bytes=sort_memory_bytes(context.properties), schema_id=schema.schema_id,
     )
     statuses = writer.write(rows)
     located = writer.key_locations()
@@ -378,11 +405,13 @@ def new_segment(context: TableContext, pending: Pending, statuses: Sequence[File
     )
 
 
-def added(context: TableContext, pending: Pending, written: Written) -> Recorded:
-    """The record of a write that adds ``written``'s files as a new segment (if it has one) and
-    its delete deltas; the kind adds removals and rows deleted."""
+def added(context: TableContext, pending: Pending, written: Written,
+          schema: pa.Schema | None = None) -> Recorded:
+    """The record of a write that adds ``written``'s files (written with ``schema``; None: the
+    handle's current one) as a new segment (if it has one) and its delete deltas; the kind adds
+    removals and rows deleted."""
     statuses = written.statuses
-    stats = stats_rows(statuses, context.schema)
+    stats = stats_rows(statuses, context.schema if schema is None else schema)
     return Recorded(
         statuses=statuses, files=file_rows(statuses, pending.segment or "", pending.instant.time),
         stats=stats,

@@ -61,7 +61,9 @@ class Overwrite(DataWrite):
     never fails it (it only moved rows the overwrite replaces). Records: its files and
     segment; the replaced files (and their deltas) tombstoned, the segments left without live
     rows ``Marked for Delete``, and the replaced rows of segments that keep rows elsewhere
-    deleted by delete deltas written under the lock.
+    deleted by delete deltas written under the lock. An ``alter_table`` meanwhile is no
+    conflict (its files keep their version); a merge overwrite that creates a version loses to
+    any version completed since it began (``SchemaChangedError``).
     """
 
     operation: Operation = Operation.OVERWRITE
@@ -78,11 +80,12 @@ class Overwrite(DataWrite):
     def write_files(self, context: TableContext, pending: Pending) -> Written:
         assert self.rows is not None
         written = Written()
-        written.statuses, new = write_rows(context, pending, self.rows)
+        written.statuses, new = write_rows(context, pending, self.rows, schema=self.written_schema(context))
         return finish_phase(context, pending, written, [new] if new is not None else [], {},
                             LiveDeltas(context.store, {}))
 
     def check(self, context: TableContext, view: TimelineView, pending: Pending, written: Written) -> None:
+        self.check_version(context, view, pending)
         if self.partitions is not None:
             canonical = _canonical(context, context.metadata_at(view, None, (SCHEMAS,)).versions)
             _conflicts.check_partitions(context, view, instant_time=pending.instant.time,
@@ -103,7 +106,7 @@ class Overwrite(DataWrite):
 
     def changes(self, context: TableContext, view: TimelineView, pending: Pending,
                 written: Written) -> Recorded:
-        done = added(context, pending, written)
+        done = added(context, pending, written, self.written_schema(context).schema)
         current = context.metadata_at(view, None, LATEST_PARTITIONS)
         assert current.files is not None and current.segments is not None
         previous = live(current.files)
@@ -140,8 +143,9 @@ def _canonical(context: TableContext, versions: Mapping[int, TableVersion] | Non
 def _concurrent_data_commits(context: TableContext, view: TimelineView, began: str) -> list[str]:
     """Data commits an overwrite would silently replace. A compaction only moved rows that the
     overwrite replaces anyway (it reads the live files under the lock), so it does not count:
-    a table service never fails the user's overwrite. Nor does a schema or property change
-    (``alter_table``): it wrote no row, and the overwrite's files keep their version."""
+    a table service never fails the user's overwrite. Nor does an ``alter_table``: it changed
+    no row, and the overwrite's files keep the version they were written with (its commit
+    metadata is read only when such a commit completed meanwhile)."""
     return [i.time for i in view.completed_after(began)
             if i.action in DATA_ACTIONS and i.action != ACTION_OF[Operation.COMPACT]
             and context.timeline.read_metadata(i, CommitMetadata).operation != Operation.ALTER_TABLE]

@@ -72,7 +72,9 @@ class RowChanges(DataWrite):
     against an overwrite, DELETE SEGMENT or another row write: ``CommitConflictError`` (for an
     insert, ``DuplicateKeyError``). Records: the new segment's files, statistics and entry,
     the delete deltas (replaced older ones tombstoned), index entries of new rows and
-    tombstones of removed keys.
+    tombstones of removed keys. A merge write (``schema`` with changes, ``schema_mode="merge"``)
+    also creates a table version: worked out at admission, recorded in the same instant, and it
+    loses to any version completed since it began (``SchemaChangedError``).
     """
 
     operation: Operation
@@ -99,7 +101,8 @@ class RowChanges(DataWrite):
         written = Written()
         entries: list[pa.Table] = []
         if self.rows is not None:
-            written.statuses, new = write_rows(context, pending, self.rows)
+            written.statuses, new = write_rows(context, pending, self.rows,
+                                               schema=self.written_schema(context))
             if new is not None:
                 entries.append(new)
         index = context.metadata.record_index
@@ -109,7 +112,7 @@ class RowChanges(DataWrite):
 
     def changes(self, context: TableContext, view: TimelineView, pending: Pending,
                 written: Written) -> Recorded:
-        done = added(context, pending, written)
+        done = added(context, pending, written, self.written_schema(context).schema)
         done.rows_deleted = self.rows_deleted
         return done
 
