@@ -6,7 +6,7 @@ table of its own under ``_metadata/``, updated under the table lock in the same 
 data write, and read by trusting only instants completed on the data timeline.
 """
 
-from ._column_ids import FIELD_ID, assign_ids, field_id, ids_by_name, last_column_id
+from ._column_ids import FIELD_ID, assign_ids, field_id, ids_by_name, last_column_id, nested_fields
 from ._compactions import DoneCompactions
 from ._keys import key_hash, shard_of
 from ._layout import (
@@ -110,6 +110,7 @@ __all__ = [
     "merge_entries",
     "merge_segment",
     "merge_two_phase",
+    "nested_fields",
     "purges",
     "removed",
     "segment_sort_key",

@@ -24,7 +24,9 @@ def field_id(field: pa.Field) -> int | None:
     return None
 
 
-def _children(data_type: pa.DataType) -> list[pa.Field]:
+def nested_fields(data_type: pa.DataType) -> list[pa.Field]:
+    """The fields nested in a struct, list or map type (none for any other): the ones that
+    get ids of their own."""
     if pa.types.is_struct(data_type):
         return [data_type.field(i) for i in range(data_type.num_fields)]
     if pa.types.is_map(data_type):
@@ -54,7 +56,7 @@ def _walk(fields: list[pa.Field]) -> Iterator[pa.Field]:
     level = list(fields)
     while level:
         yield from level
-        level = [child for field in level for child in _children(field.type)]
+        level = [child for field in level for child in nested_fields(field.type)]
 
 
 def last_column_id(schema: pa.Schema) -> int:
@@ -85,12 +87,12 @@ def assign_ids(schema: pa.Schema, *, start: int | None = None) -> pa.Schema:
                 assigned[path] = next_id
                 next_id += 1
         level = [((*path, j), child) for path, field in level
-                 for j, child in enumerate(_children(field.type))]
+                 for j, child in enumerate(nested_fields(field.type))]
     if not assigned:
         return schema
 
     def rebuild(field: pa.Field, path: tuple[int, ...]) -> pa.Field:
-        children = _children(field.type)
+        children = nested_fields(field.type)
         if children:
             field = field.with_type(_with_children(
                 field.type, [rebuild(c, (*path, j)) for j, c in enumerate(children)]))

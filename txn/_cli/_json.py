@@ -18,11 +18,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from indexes import field_id
+from indexes import field_id, nested_fields
 from timeline import Instant
 from txn import CleanResult, Commit, SchemaVersion, Segment, StreamInfo, Table, ValidationReport
-
-from ._render import nested_fields
 
 
 def emit(document: object) -> None:

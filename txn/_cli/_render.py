@@ -28,7 +28,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from indexes import field_id
+from indexes import field_id, nested_fields
 from timeline import Instant
 from txn import SchemaVersion, Segment, SegmentStatus, StreamInfo
 
@@ -243,18 +243,6 @@ def _fields(fields: Iterable[pa.Field], prefix: str) -> Iterable[tuple[str, pa.F
         path = prefix + f.name
         yield path, f
         yield from _fields(nested_fields(f.type), path + ".")
-
-
-def nested_fields(data_type: pa.DataType) -> list[pa.Field]:
-    """The fields nested in a struct, list or map type (none for any other)."""
-    if pa.types.is_struct(data_type):
-        return [data_type.field(i) for i in range(data_type.num_fields)]
-    if pa.types.is_map(data_type):
-        return [data_type.key_field, data_type.item_field]
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type) \
-            or pa.types.is_fixed_size_list(data_type):
-        return [data_type.value_field]
-    return []
 
 
 def versions_table(versions: Iterable[SchemaVersion]) -> Table:
