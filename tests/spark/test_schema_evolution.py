@@ -133,6 +133,21 @@ def test_external_segment_reads_later_columns_as_null(spark: Any, tmp_path: Path
     assert rows(txn.spark.read(spark, uri, "label = 'h'")) == [(8, "h", None)]
 
 
+def test_struct_children_are_read_by_id(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    txn.spark.write(spark.createDataFrame([(1, ("p", 75)), (2, None)], "id bigint, addr struct<city: "
+                                          "string, zip: int>"), uri)
+    table = txn.open_table(uri)
+    table.add_columns([pa.field("addr.country", pa.string())])
+    table.rename_column("addr.city", "town")
+    table.alter_column("addr.zip", type=pa.int64())
+    frame = txn.spark.read(spark, uri)
+    assert frame.schema["addr"].dataType.simpleString() == "struct<town:string,zip:bigint,country:string>"
+    assert sorted((r["id"], r["addr"] and r["addr"].asDict()) for r in frame.collect()) == [
+        (1, {"town": "p", "zip": 75, "country": None}), (2, None)]
+    assert rows(txn.spark.read(spark, uri, "addr.town = 'p'", columns=["id"])) == [(1,)]
+
+
 def test_without_merge_a_different_dataframe_is_refused_as_before(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     txn.spark.write(spark.createDataFrame([(1, "a")], "id bigint, name string"), uri)

@@ -156,42 +156,68 @@ def _widens(narrow: pa.DataType, wide: pa.DataType) -> bool:
         pa.types.is_date32(narrow) and pa.types.is_timestamp(wide))
 
 
+def _mergeable(data_type: pa.DataType, table_type: pa.DataType) -> bool:
+    """Whether a DataFrame column of ``data_type`` may go to a table column of ``table_type``
+    with ``schema_mode="merge"``: the same type, a widening either way, or structs whose
+    common children are so (children the table lacks are added)."""
+    if data_type.equals(table_type) or _widens(data_type, table_type) or _widens(table_type, data_type):
+        return True
+    if pa.types.is_struct(data_type) and pa.types.is_struct(table_type):
+        children = {c.name: c.type for c in data_type}
+        return all(_mergeable(children[c.name], c.type) for c in table_type if c.name in children)
+    return False
+
+
 def check_mergeable(found: Any, schema: pa.Schema) -> None:
     """Raise SchemaMismatchError unless a DataFrame schema can be written to the table with
-    ``schema_mode="merge"``: its columns the table lacks are added, a column whose type is a
-    widening of the table's widens it, one narrower than the table's is cast up, and a
-    non-nullable table column cannot be missing. Anything else is refused before anything
-    begins, as without merge."""
+    ``schema_mode="merge"``: its columns (and struct fields) the table lacks are added, a column
+    whose type is a widening of the table's widens it, one narrower than the table's is cast
+    up, and a non-nullable table column cannot be missing. Anything else is refused before
+    anything begins, as without merge."""
     from pyspark.sql.pandas.types import to_arrow_type
 
-    have = {f.name: f.dataType for f in found.fields}
+    have = {f.name: _nullable(f.dataType) for f in found.fields}
     missing = [f.name for f in schema if f.name not in have and not f.nullable]
     wrong = []
     for field in schema:
         if field.name not in have:
             continue
-        data_type = to_arrow_type(_nullable(have[field.name]), timezone="UTC")
-        if not (data_type.equals(field.type) or _widens(data_type, field.type)
-                or _widens(field.type, data_type)
-                or _nullable(have[field.name]) == _nullable(from_arrow_schema_of(field))):
+        table_type = _nullable(from_arrow_schema_of(field))
+        if have[field.name] != table_type and not _mergeable(
+                to_arrow_type(have[field.name], timezone="UTC"), field.type):
             wrong.append(f"{field.name}: {have[field.name].simpleString()} (the table has "
-                         f"{from_arrow_schema_of(field).simpleString()}, which it neither widens to "
-                         "nor holds exactly)")
+                         f"{table_type.simpleString()}, which it neither widens to nor holds "
+                         "exactly)")
     if missing or wrong:
         parts = ([f"lacks non-nullable column(s) {missing}"] if missing else []) + (
             ["has types a merge cannot take: " + "; ".join(wrong)] if wrong else [])
         raise SchemaMismatchError(f"the DataFrame {' and '.join(parts)}; nothing was written")
 
 
+def _aligned(ref: Any, data_type: Any, field: pa.Field) -> Any:
+    """``ref`` (of Spark type ``data_type``) as ``field``'s type; struct fields by name (a
+    struct cast would match them by position), those the DataFrame lacks as nulls."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types
+
+    if isinstance(data_type, types.StructType) and pa.types.is_struct(field.type):
+        children = {c.name: c.dataType for c in data_type.fields}
+        built = F.struct(*[
+            (_aligned(ref.getField(c.name), children[c.name], c) if c.name in children
+             else F.lit(None).cast(from_arrow_schema_of(c))).alias(c.name) for c in field.type])
+        return F.when(ref.isNull(), F.lit(None).cast(from_arrow_schema_of(field))).otherwise(built)
+    return ref.cast(from_arrow_schema_of(field))
+
+
 def aligned(df: Any, schema: pa.Schema) -> Any:
     """``df`` as exactly the columns of ``schema`` (after a merge): in its order, each cast to
-    its Spark type, a column the DataFrame lacks as nulls."""
+    its Spark type (struct fields matched by name), a column the DataFrame lacks as nulls."""
     from pyspark.sql import functions as F
 
-    have = set(df.columns)
+    have = {f.name: f.dataType for f in df.schema.fields}
     return df.select(*[
-        (F.col(quoted(f.name)) if f.name in have else F.lit(None)).cast(
-            from_arrow_schema_of(f)).alias(f.name) for f in schema])
+        (_aligned(F.col(quoted(f.name)), have[f.name], f) if f.name in have
+         else F.lit(None).cast(from_arrow_schema_of(f))).alias(f.name) for f in schema])
 
 
 def with_field_ids(schema: pa.Schema) -> Any:
