@@ -133,6 +133,22 @@ def test_external_segment_reads_later_columns_as_null(spark: Any, tmp_path: Path
     assert rows(txn.spark.read(spark, uri, "label = 'h'")) == [(8, "h", None)]
 
 
+def test_partitioned_external_segment_reads_its_folders_by_version(spark: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "outside"
+    (folder / "day=3").mkdir(parents=True)
+    pq.write_table(pa.table({"id": [7, 8], "name": ["g", "h"]}), folder / "day=3" / "part.parquet")
+    uri = str(tmp_path / "t")
+    table = txn.create_table(uri, pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.int32())]),
+                             partition_by=["day"])
+    table.add_segment(str(folder), partition="day:int")
+    table.rename_column("name", "label")
+    table.add_columns([pa.field("score", pa.float64())])
+    frame = txn.spark.read(spark, uri)
+    assert frame.columns == ["id", "label", "day", "score"]
+    assert rows(frame) == [(7, "g", 3, None), (8, "h", 3, None)]
+    assert rows(txn.spark.read(spark, uri, "day = 3 AND label = 'g'", columns=["id"])) == [(7,)]
+
+
 def test_struct_children_are_read_by_id(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     txn.spark.write(spark.createDataFrame([(1, ("p", 75)), (2, None)], "id bigint, addr struct<city: "
