@@ -166,6 +166,13 @@ class Snapshot:
         return self._schema
 
     @property
+    def schema_id(self) -> int:
+        """The table version whose schema :attr:`schema` is: files whose ``DataFile.schema_id``
+        differs were written with another version's (``Table.schema_history()``) and are read
+        by column id."""
+        return self._schema_id
+
+    @property
     def metadata(self) -> MetadataSnapshot:
         return self._metadata
 

@@ -19,8 +19,9 @@ from typing import Any
 
 from .. import Commit, CompactionKind, PendingCompaction, Table, open_table
 from ._external import external_frames
-from ._read import native_scan, without_deleted
+from ._read import native_frames
 from ._types import spark_schema
+from ._versions import versions_of
 from ._workers import ensure_workers_run_metatxn
 from ._write import run_job
 
@@ -46,15 +47,15 @@ def compact(spark: Any, uri: str, kind: str = "minor", *,
 
 def _rows(spark: Any, table: Table, pending: PendingCompaction) -> Any:
     """The sources' live rows as one DataFrame, partitioned (and sorted) for the write job."""
-    schema = spark_schema(table.schema)
     files = pending.files()
     reader = pending.file_reader()
-    native = [f for f in files if not f.external]
-    frames = [without_deleted(native_scan(spark, schema, [f.path for f in native]),
-                              [(f.path, reader.deleted_positions(f)) for f in native if f.delete_files])
-              ] if native else []
+    # Rewritten to the current schema: files of older versions are read by column id.
+    target, target_id = reader.schema, pending.ticket.schema_id
+    versions = versions_of(table)
+    frames = native_frames(spark, target, target_id, versions, reader, [f for f in files if not f.external])
     # CUSTOM compaction of external segments: their rows become a native segment.
-    frames += external_frames(spark, schema, reader, [f for f in files if f.external])
+    frames += external_frames(spark, spark_schema(target), reader, [f for f in files if f.external],
+                              target_id, versions)
     frame = functools.reduce(lambda a, b: a.unionByName(b), frames)
     # Parquet is several times smaller than the Arrow memory a file's target counts.
     tasks = max(1, math.ceil(3 * pending.size / pending.ticket.target_file_bytes))

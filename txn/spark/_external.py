@@ -28,6 +28,9 @@ from typing import Any
 import pyarrow as pa
 
 from .. import DataFile, FileReader
+from ._types import quoted
+from ._types import spark_schema as to_spark
+from ._versions import Versions, projected, written_schema
 
 #: Formats whose files Spark scans itself. CSV and JSON are read by metatxn's reader: Spark's
 #: text dialects (CSV escapes, null and header rules; JSON timestamp and number parsing) could
@@ -64,19 +67,22 @@ def _read_by_metatxn(reader: FileReader, target: bytes,
             yield from reader.read(pickle.loads(pickled)).cast(wanted).to_batches()
 
 
-def external_frames(spark: Any, spark_schema: Any, reader: FileReader,
-                    files: Sequence[DataFile]) -> list[Any]:
-    """DataFrames of the live rows of external ``files`` (of ``reader``'s snapshot), columns in
-    the table's order and Spark's types of ``spark_schema``."""
+def external_frames(spark: Any, spark_schema: Any, reader: FileReader, files: Sequence[DataFile],
+                    target_id: int, versions: Versions) -> list[Any]:
+    """DataFrames of the live rows of external ``files`` (of ``reader``'s snapshot, whose schema
+    is version ``target_id``), columns in the table's order and Spark's types of
+    ``spark_schema``. Spark scans one group per format, folder and schema version, by that
+    version's names, projected to the table's by column id (:mod:`._versions`); the reader
+    projects the files it reads itself."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    names = reader.schema.names
+    target_schema = reader.schema
     levels = len(reader.partition_by)
     # Spark's scans neither know nor check what ADD SEGMENT recorded: the driver does, once per
     # file, when it plans the job (a file changed after that is Spark's to read as it is).
     for data_file in files:
         reader.check(data_file)
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str, str, int], list[str]] = {}
     by_reader: list[tuple[bytes]] = []
     for data_file in files:
         location, file_format = data_file.path, data_file.format
@@ -85,14 +91,18 @@ def external_frames(spark: Any, spark_schema: Any, reader: FileReader,
             by_reader.append((pickle.dumps(data_file),))
             continue
         base = _folder_of(location, levels) if levels else ""
-        groups.setdefault((file_format, base), []).append(location)
+        groups.setdefault((file_format, base, data_file.schema_id), []).append(location)
     frames = []
-    for (file_format, base), locations in sorted(groups.items()):
-        scan = spark.read.schema(spark_schema).format(file_format)
+    for (file_format, base, schema_id), locations in sorted(groups.items()):
+        written = written_schema(schema_id, target_schema, target_id, versions)
+        scan = spark.read.schema(spark_schema if written is target_schema else to_spark(written))
+        scan = scan.format(file_format)
         # basePath is a path, not a pattern: unlike the files, it is not glob-escaped.
         scan = scan.option("basePath", _spark_location(base)) if levels else \
             scan.option("recursiveFileLookup", "true")
-        frames.append(scan.load([_spark_path(location) for location in locations]).select(*names))
+        frame = scan.load([_spark_path(location) for location in locations]).select(
+            *[quoted(name) for name in written.names])
+        frames.append(frame if written is target_schema else projected(frame, written, target_schema))
     if by_reader:
         target = to_arrow_schema(spark_schema, timezone="UTC").serialize().to_pybytes()
         listing = spark.createDataFrame(by_reader, "file binary").repartition(

@@ -3,7 +3,10 @@
 Spark writes the DataFrame with ``df.write.parquet`` into the pending write's staging folder
 ``_staging/<T>/`` (``PendingWrite.staging()``): its JVM writer, its commit protocol for task
 attempts (a failed, retried or speculative attempt's files never leave Spark's ``_temporary``
-folder, which Spark's job commit or abort removes). The driver then hands the staged files to the
+folder, which Spark's job commit or abort removes). Each column is given its id as
+``parquet.field.id`` metadata, so Spark writes the ids into the files
+as pyarrow does (``spark.sql.parquet.fieldId.write.enabled``, on by default); the files record
+the ticket's schema version. The driver then hands the staged files to the
 pending write with :func:`txn.adopt_files`, which reads their footers for row counts and
 statistics and publishes each into the segment folder under metatxn's own name, its marker first
 (see ``txn/_twophase/_staging.py``, which also says how staging folders of dead writers go).
@@ -23,7 +26,7 @@ import pyarrow as pa
 
 import txn
 
-from ._types import quoted
+from ._types import quoted, with_field_ids
 
 #: Spark writes timestamps as INT96 by default, which has no statistics and reads back as
 #: nanoseconds; as a write option it applies to this write only, not to the session.
@@ -55,6 +58,11 @@ def write_files(df: Any, ticket: txn.WriteTicket, staging: str) -> txn.WrittenFi
         # As many files as the DataFrame has partitions, as without sort_by.
         order = [F.col(quoted(c)).asc_nulls_last() for c in ticket.sort_by]
         df = df.repartitionByRange(df.rdd.getNumPartitions(), *order).sortWithinPartitions(*order)
-    (df.select(*[F.col(quoted(name)) for name in schema.names]).write.mode("overwrite")
+    # Each column aliased with its id as metadata: the files carry Parquet field ids, as
+    # pyarrow's. (``df.to(<schema with ids>)`` would not: Spark keeps a column whose type already
+    # matches as it is, metadata dropped; the native path writes no structs.)
+    (df.select(*[F.col(quoted(f.name)).alias(f.name, metadata=f.metadata)
+                 for f in with_field_ids(schema).fields])
+       .write.mode("overwrite")
        .option("compression", "snappy").option(*_TIMESTAMP_OPTION).parquet(staging))
     return txn.adopt_files(ticket)

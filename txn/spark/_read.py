@@ -18,11 +18,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from .. import InvalidOptionError, open_table
+from .. import DataFile, FileReader, InvalidOptionError, open_table
 from ._deleted import kept_rows
 from ._external import external_frames
 from ._filters import to_expression
 from ._types import conform, spark_schema
+from ._versions import Versions, by_version, projected, versions_of, written_schema
 from ._workers import ensure_workers_run_metatxn
 
 #: Spark lists explicitly given paths with a distributed job above this many (default 32);
@@ -57,32 +58,33 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     """
     ensure_workers_run_metatxn(spark)
     table = open_table(uri, storage_options=storage_options)
-    schema = spark_schema(table.schema)
-    if columns is not None:
-        unknown = [c for c in columns if table.schema.get_field_index(c) < 0]
-        if unknown or isinstance(columns, str):
-            raise InvalidOptionError(f"columns must be a list of table columns; unknown "
-                                     f"{unknown or [columns]}, table columns: {table.schema.names}")
     if filter is not None and not isinstance(filter, (str, ds.Expression)):
         raise InvalidOptionError(f"filter must be a SQL predicate string or a "
                                  f"pyarrow.compute.Expression, got {type(filter).__name__}")
     snapshot = table.snapshot(as_of)
-    pruning = to_expression(filter, table.schema) if isinstance(filter, str) else filter
+    # The snapshot's schema, not the latest: time travel reads the columns of its instant.
+    target = snapshot.schema
+    schema = spark_schema(target)
+    if columns is not None:
+        unknown = [c for c in columns if target.get_field_index(c) < 0]
+        if unknown or isinstance(columns, str):
+            raise InvalidOptionError(f"columns must be a list of table columns; unknown "
+                                     f"{unknown or [columns]}, table columns: {target.names}")
+    pruning = to_expression(filter, target) if isinstance(filter, str) else filter
     files = snapshot.files(pruning)
     reader = snapshot.file_reader()
-    native = [f for f in files if not f.external]
-    frames = []
-    if native:
-        frames.append(without_deleted(native_scan(spark, schema, [f.path for f in native]), [
-            (f.path, reader.deleted_positions(f)) for f in native if f.delete_files]))
-    frames += external_frames(spark, schema, reader, [f for f in files if f.external])
+    versions = versions_of(table)
+    frames = native_frames(spark, target, snapshot.schema_id, versions, reader,
+                           [f for f in files if not f.external])
+    frames += external_frames(spark, schema, reader, [f for f in files if f.external],
+                              snapshot.schema_id, versions)
     frame = functools.reduce(lambda a, b: a.unionByName(b), frames) if frames \
         else spark.createDataFrame([], schema)
     if isinstance(filter, str):
         frame = frame.where(filter)
     elif filter is not None:
         frame = frame.mapInArrow(functools.partial(
-            _filter_batches, filter, table.schema.serialize().to_pybytes()), schema)
+            _filter_batches, filter, target.serialize().to_pybytes()), schema)
     return frame.select(*columns) if columns is not None else frame
 
 
@@ -97,6 +99,19 @@ def count(spark: Any, uri: str, filter: str | ds.Expression | None = None,
     if filter is not None:
         return int(read(spark, uri, filter, as_of=as_of, storage_options=storage_options).count())
     return open_table(uri, storage_options=storage_options).snapshot(as_of).count()
+
+
+def native_frames(spark: Any, target: pa.Schema, target_id: int, versions: Versions,
+                  reader: FileReader, files: Sequence[DataFile]) -> list[Any]:
+    """The live rows of the table's own ``files`` as ``target``'s columns: one native scan per
+    schema version among them (files of ``target_id`` unprojected), deleted rows removed."""
+    frames = []
+    for schema_id, group in by_version(files).items():
+        written = written_schema(schema_id, target, target_id, versions)
+        frame = without_deleted(native_scan(spark, spark_schema(written), [f.path for f in group]), [
+            (f.path, reader.deleted_positions(f)) for f in group if f.delete_files])
+        frames.append(frame if schema_id == target_id else projected(frame, written, target))
+    return frames
 
 
 def without_deleted(frame: Any, deleted: Sequence[tuple[str, Any]]) -> Any:

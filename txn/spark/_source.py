@@ -13,7 +13,8 @@ process (see design/spark.md):
   data file; tasks read their file with pyarrow and drop deleted positions.
 
 Writes create the table where none exists, from the DataFrame's schema and the options
-``partitionBy``, ``recordKey``, ``sortBy`` and ``properties.<key>`` (Spark refuses
+``partitionBy``, ``recordKey``, ``sortBy`` and ``properties.<key>``; ``mergeSchema=true`` (or
+``schema_mode=merge``) writes as ``txn.spark.write(..., schema_mode="merge")`` (Spark refuses
 ``DataFrameWriter.partitionBy`` for every Python data source, so partition columns are an
 option). On keyed tables each task refuses keys the table holds already, and ``commit()`` checks
 that no key repeats among the tasks' (read back from their index log files: it cannot run
@@ -44,8 +45,8 @@ import txn
 
 from .. import DataFile, FileReader, InvalidOptionError, open_table
 from ._sql._catalog import set_warehouse
-from ._tables import Layout, layout_of_options, resolve
-from ._types import conform, spark_schema
+from ._tables import Layout, layout_of_options, resolve, schema_mode_of_options
+from ._types import conform, spark_schema, table_schema
 from ._workers import ensure_workers_run_metatxn
 from ._write import _task_identity
 
@@ -67,13 +68,15 @@ class MetatxnDataSource(DataSource):
         return "metatxn"
 
     def schema(self) -> Any:
-        return spark_schema(open_table(_path(self.options)).schema)
+        # The snapshot's schema: a read as of an older instant has that instant's columns.
+        return spark_schema(open_table(_path(self.options)).snapshot(self.options.get("asof")).schema)
 
     def reader(self, schema: Any) -> DataSourceReader:
         return _Reader(_path(self.options), self.options.get("asof"), schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
-        return _Writer(_path(self.options), overwrite, layout_of_options(self.options), schema)
+        return _Writer(_path(self.options), overwrite, layout_of_options(self.options), schema,
+                       schema_mode_of_options(self.options))
 
 
 class _File(InputPartition):
@@ -122,14 +125,19 @@ class _Writer(DataSourceArrowWriter):
     """A pending write (``Table.begin_write``) begun on the planning worker: the tasks write with
     its ticket, and another worker commits or aborts it (``PendingWrite.resume``)."""
 
-    def __init__(self, uri: str, overwrite: bool, layout: Layout, schema: Any) -> None:
+    def __init__(self, uri: str, overwrite: bool, layout: Layout, schema: Any,
+                 schema_mode: str | None = None) -> None:
         mode = "overwrite" if overwrite else "append"
         # Created at once, not staged: commit() runs as a separate step that opens the table by
         # its location (a job that fails leaves the empty table, as before).
-        found = resolve(uri, schema, mode, layout, None, staged=False)
+        found = resolve(uri, schema, mode, layout, None, staged=False, schema_mode=schema_mode)
         assert found is not None  # append and overwrite never ignore an existing table
+        # A merge's schema change is made by the commit, with the rows; the ticket carries the
+        # schema after it, which the tasks conform their rows to (missing columns as nulls).
+        merge = {"schema_mode": "merge", "data_schema": table_schema(schema)} \
+            if schema_mode == "merge" else {}
         # The heartbeat thread cannot follow this writer into the tasks: they beat instead.
-        self._ticket = txn.open_table(uri).begin_write(mode).detach()
+        self._ticket = txn.open_table(uri).begin_write(mode, **merge).detach()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Reports:
         schema = self._ticket.table_schema

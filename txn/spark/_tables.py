@@ -21,7 +21,7 @@ from typing import Any
 
 import txn
 
-from ._types import check_dataframe, table_schema
+from ._types import check_dataframe, check_mergeable, table_schema
 
 #: Spark's save modes (``errorifexists`` and ``default`` are spellings of ``error``) and upsert.
 MODES = ("append", "overwrite", "upsert", "error", "ignore")
@@ -88,7 +88,8 @@ def _for_existing(table: txn.Table, mode: str, layout: Layout) -> txn.Table | No
 
 
 def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
-            storage_options: dict[str, Any] | None, *, staged: bool = True) -> txn.Table | None:
+            storage_options: dict[str, Any] | None, *, staged: bool = True,
+            schema_mode: str | None = None) -> txn.Table | None:
     """The table a write of a DataFrame with ``dataframe_schema`` goes to, created if missing.
 
     Returns None when the mode says to do nothing (``ignore`` on an existing table). Where no
@@ -102,7 +103,9 @@ def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
         TableExistsError: ``error`` mode and a table exists.
         InvalidOptionError: a layout option differs from the table's, a column cannot be stored,
             or an upsert has no record key.
-        SchemaMismatchError: the DataFrame does not have the existing table's columns and types.
+        SchemaMismatchError: the DataFrame does not have the existing table's columns and types
+            (with ``schema_mode="merge"``: has types a merge cannot take, or lacks a
+            non-nullable column).
     """
     table = _existing(uri, storage_options)
     if table is None:
@@ -116,7 +119,10 @@ def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
     found = _for_existing(table, mode, layout)
     if found is None:
         return None
-    check_dataframe(dataframe_schema, found.schema)
+    if schema_mode == "merge":
+        check_mergeable(dataframe_schema, found.schema)
+    else:
+        check_dataframe(dataframe_schema, found.schema)
     if mode == "upsert" and not found.record_key_columns:
         raise txn.InvalidOptionError(f"upsert needs a table with a record_key; {uri} has none")
     return found
@@ -124,12 +130,12 @@ def resolve(uri: str, dataframe_schema: Any, mode: str, layout: Layout,
 
 def layout_of_options(options: Mapping[str, str]) -> Layout:
     """The layout options of ``format("metatxn")`` (Spark lowercases option names)."""
-    known = {"path", "recordkey", "sortby", "partitionby"}
+    known = {"path", "recordkey", "sortby", "partitionby", "mergeschema", "schema_mode"}
     unknown = sorted(k for k in options if k not in known and not k.startswith("properties."))
     if unknown:
         raise txn.InvalidOptionError(
-            f"format('metatxn') writes take the options recordKey, partitionBy, sortBy and "
-            f"properties.<key>; got unknown option(s) {unknown}")
+            f"format('metatxn') writes take the options recordKey, partitionBy, sortBy, "
+            f"properties.<key>, mergeSchema and schema_mode; got unknown option(s) {unknown}")
 
     def columns(name: str) -> list[str] | None:
         value = options.get(name)
@@ -145,3 +151,15 @@ def layout_of_options(options: Mapping[str, str]) -> Layout:
         properties={k.removeprefix("properties."): v for k, v in options.items()
                     if k.startswith("properties.")} or None,
     )
+
+
+def schema_mode_of_options(options: Mapping[str, str]) -> str | None:
+    """``"merge"`` when a ``format("metatxn")`` write asks for it (``mergeSchema=true``, as
+    Delta's writer, or ``schema_mode=merge``, as ``txn.spark.write``), else None."""
+    merge = options.get("mergeschema", "false").strip().lower()
+    mode = options.get("schema_mode")
+    if merge not in ("true", "false") or (mode is not None and mode.strip().lower() != "merge"):
+        raise txn.InvalidOptionError(
+            f"format('metatxn') takes mergeSchema 'true' or 'false' and schema_mode 'merge'; got "
+            f"mergeSchema={options.get('mergeschema')!r}, schema_mode={mode!r}")
+    return "merge" if merge == "true" or mode is not None else None

@@ -144,12 +144,118 @@ def check_dataframe(found: Any, schema: pa.Schema) -> None:
         raise SchemaMismatchError(f"the DataFrame {' and '.join(parts)}; the table has {described}")
 
 
-def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """An Arrow batch from Spark, as the table's exact schema (column order, types, nullability)."""
+def _widens(narrow: pa.DataType, wide: pa.DataType) -> bool:
+    """Whether ``narrow`` -> ``wide`` is a widening a merge write may apply or cast (the table's
+    widening table: signed integers up, float32 -> float64, decimal precision up with the same
+    scale, date -> timestamp)."""
+    if pa.types.is_signed_integer(narrow) and pa.types.is_signed_integer(wide):
+        return narrow.bit_width <= wide.bit_width
+    if pa.types.is_decimal(narrow) and pa.types.is_decimal(wide):
+        return narrow.scale == wide.scale and narrow.precision <= wide.precision
+    return (narrow, wide) in ((pa.float32(), pa.float64()),) or (
+        pa.types.is_date32(narrow) and pa.types.is_timestamp(wide))
+
+
+def _mergeable(data_type: pa.DataType, table_type: pa.DataType) -> bool:
+    """Whether a DataFrame column of ``data_type`` may go to a table column of ``table_type``
+    with ``schema_mode="merge"``: the same type, a widening either way, or structs whose
+    common children are so (children the table lacks are added)."""
+    if data_type.equals(table_type) or _widens(data_type, table_type) or _widens(table_type, data_type):
+        return True
+    if pa.types.is_struct(data_type) and pa.types.is_struct(table_type):
+        children = {c.name: c.type for c in data_type}
+        return all(_mergeable(children[c.name], c.type) for c in table_type if c.name in children)
+    return False
+
+
+def check_mergeable(found: Any, schema: pa.Schema) -> None:
+    """Raise SchemaMismatchError unless a DataFrame schema can be written to the table with
+    ``schema_mode="merge"``: its columns (and struct fields) the table lacks are added, a column
+    whose type is a widening of the table's widens it, one narrower than the table's is cast
+    up, and a non-nullable table column cannot be missing. Anything else is refused before
+    anything begins, as without merge."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    have = {f.name: _nullable(f.dataType) for f in found.fields}
+    missing = [f.name for f in schema if f.name not in have and not f.nullable]
+    wrong = []
     for field in schema:
-        if not field.nullable and batch.column(field.name).null_count:
+        if field.name not in have:
+            continue
+        table_type = _nullable(from_arrow_schema_of(field))
+        if have[field.name] != table_type and not _mergeable(
+                to_arrow_type(have[field.name], timezone="UTC"), field.type):
+            wrong.append(f"{field.name}: {have[field.name].simpleString()} (the table has "
+                         f"{table_type.simpleString()}, which it neither widens to nor holds "
+                         "exactly)")
+    if missing or wrong:
+        parts = ([f"lacks non-nullable column(s) {missing}"] if missing else []) + (
+            ["has types a merge cannot take: " + "; ".join(wrong)] if wrong else [])
+        raise SchemaMismatchError(f"the DataFrame {' and '.join(parts)}; nothing was written")
+
+
+def _aligned(ref: Any, data_type: Any, field: pa.Field) -> Any:
+    """``ref`` (of Spark type ``data_type``) as ``field``'s type; struct fields by name (a
+    struct cast would match them by position), those the DataFrame lacks as nulls."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types
+
+    if isinstance(data_type, types.StructType) and pa.types.is_struct(field.type):
+        children = {c.name: c.dataType for c in data_type.fields}
+        built = F.struct(*[
+            (_aligned(ref.getField(c.name), children[c.name], c) if c.name in children
+             else F.lit(None).cast(from_arrow_schema_of(c))).alias(c.name) for c in field.type])
+        return F.when(ref.isNull(), F.lit(None).cast(from_arrow_schema_of(field))).otherwise(built)
+    return ref.cast(from_arrow_schema_of(field))
+
+
+def aligned(df: Any, schema: pa.Schema) -> Any:
+    """``df`` as exactly the columns of ``schema`` (after a merge): in its order, each cast to
+    its Spark type (struct fields matched by name), a column the DataFrame lacks as nulls."""
+    from pyspark.sql import functions as F
+
+    have = {f.name: f.dataType for f in df.schema.fields}
+    return df.select(*[
+        (_aligned(F.col(quoted(f.name)), have[f.name], f) if f.name in have
+         else F.lit(None).cast(from_arrow_schema_of(f))).alias(f.name) for f in schema])
+
+
+def with_field_ids(schema: pa.Schema) -> Any:
+    """The Spark schema of ``schema`` with each column's id (``PARQUET:field_id``, struct
+    children too) as ``parquet.field.id`` metadata: Spark's Parquet writer then writes the
+    ids into the files, as pyarrow does (``spark.sql.parquet.fieldId.write.enabled``, on by
+    default)."""
+    from pyspark.sql import types
+
+    def identified(field: pa.Field, spark_type: Any) -> Any:
+        if pa.types.is_struct(field.type) and isinstance(spark_type, types.StructType):
+            spark_type = types.StructType([_field(child, c) for child, c in
+                                           zip(field.type, spark_type.fields, strict=True)])
+        return spark_type
+
+    def _field(field: pa.Field, spark_field: Any) -> Any:
+        value = (field.metadata or {}).get(b"PARQUET:field_id")
+        metadata = dict(spark_field.metadata or {})
+        if value is not None:
+            metadata["parquet.field.id"] = int(value)
+        return types.StructField(spark_field.name, identified(field, spark_field.dataType),
+                                 spark_field.nullable, metadata)
+
+    return types.StructType([_field(f, s) for f, s in
+                             zip(schema, spark_schema(schema).fields, strict=True)])
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """An Arrow batch from Spark, as the table's exact schema (column order, types, nullability).
+    A nullable column the batch lacks (a merge write's DataFrame need not have every column)
+    is nulls."""
+    present = set(batch.schema.names)
+    for field in schema:
+        if not field.nullable and (field.name not in present or batch.column(field.name).null_count):
             raise SchemaMismatchError(f"column {field.name!r} is not nullable, but a row holds null")
     try:
-        return pa.RecordBatch.from_arrays([batch.column(f.name).cast(f.type) for f in schema], schema=schema)
+        return pa.RecordBatch.from_arrays(
+            [batch.column(f.name).cast(f.type) if f.name in present else pa.nulls(batch.num_rows, f.type)
+             for f in schema], schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise SchemaMismatchError(f"a row does not fit the table schema: {exc}") from None

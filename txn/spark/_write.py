@@ -30,7 +30,7 @@ import txn
 
 from ._native import write_files, writes_natively
 from ._tables import Layout, resolve, save_mode
-from ._types import conform, quoted
+from ._types import aligned, conform, quoted, table_schema
 from ._workers import ensure_workers_run_metatxn
 
 #: A task's report: one row per task. The payload is a pickled ``txn.WrittenFiles`` (same code on
@@ -108,7 +108,8 @@ def run_job(table: txn.Table, df: Any,
     """The Spark job that writes ``df`` as the data files of ``pending`` (a write, an SQL
     UPDATE's new rows, or a compaction's rewrite): its reports."""
     ticket = dataclasses.replace(pending.ticket, probe=None)  # the keys were found beforehand
-    if writes_natively(table.schema, table.partition_by, table.record_key_columns):
+    # The ticket's schema: a merge write's is the table's after its change.
+    if writes_natively(ticket.table_schema, table.partition_by, table.record_key_columns):
         return [write_files(df, ticket, pending.staging())]
     results = df.mapInArrow(functools.partial(_write_task, ticket), "payload binary").toArrow()
     return [pickle.loads(payload) for payload in results["payload"].to_pylist()]
@@ -120,7 +121,8 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
           extra: dict[str, str] | None = None, app_id: str | None = None,
           version: int | None = None, progress: txn.StreamProgress | None = None,
           partitions: str | Mapping[str, Any] | None = None,
-          commit_properties: txn.CommitProperties | None = None) -> txn.Commit | None:
+          commit_properties: txn.CommitProperties | None = None,
+          schema_mode: str | None = None) -> txn.Commit | None:
     """Write a Spark DataFrame into the table at ``uri`` in one commit, creating the table if
     there is none.
 
@@ -142,9 +144,14 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
     ``partition_by``, ``record_key``, ``sort_by`` and ``properties``. Given for an existing
     table, they must agree with it (InvalidOptionError naming the difference). Otherwise the
     DataFrame's columns and Spark types must be the table's (checked before any task runs).
-    A keyed write refuses a key that repeats within the DataFrame (``DuplicateKeyError``); a
-    keyed append also refuses keys already in the table. Returns the commit (None for an
-    upsert of no rows, or ``"ignore"`` on an existing table).
+    ``schema_mode="merge"`` lets the DataFrame's schema differ as :meth:`txn.Table.append`'s
+    merge does, in the same commit as the rows: columns the table lacks are added (nullable, in
+    the DataFrame's order), a column whose type widens the table's widens it, a narrower one is
+    cast up, a nullable column the DataFrame lacks is written as nulls; any other difference is
+    refused (SchemaMismatchError, nothing begun). A keyed write refuses a key that repeats
+    within the DataFrame (``DuplicateKeyError``); a keyed append also refuses keys already in
+    the table. Returns the commit (None for an upsert of no rows, or ``"ignore"`` on an
+    existing table).
 
     A table this write creates appears with its commit: if the write fails, there is no table
     at ``uri``. If another writer creates the table meanwhile, this write's instant rolls back
@@ -154,7 +161,7 @@ def write(df: Any, uri: str, mode: str = "append", *, partition_by: list[str] | 
         "partition_by": partition_by, "record_key": record_key, "sort_by": sort_by,
         "properties": properties, "storage_options": storage_options, "extra": extra,
         "app_id": app_id, "version": version, "progress": progress, "partitions": partitions,
-        "commit_properties": commit_properties}
+        "commit_properties": commit_properties, "schema_mode": schema_mode}
     created: list[txn.Table] = []  # a new table, staged: published if nothing committed
     try:
         commit = _write_once(df, uri, mode, created, **arguments)
@@ -174,8 +181,11 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
                 properties: dict[str, str] | None, storage_options: dict[str, Any] | None,
                 extra: dict[str, str] | None, app_id: str | None, version: int | None,
                 progress: txn.StreamProgress | None, partitions: str | Mapping[str, Any] | None,
-                commit_properties: txn.CommitProperties | None) -> txn.Commit | None:
+                commit_properties: txn.CommitProperties | None,
+                schema_mode: str | None) -> txn.Commit | None:
     mode = save_mode(mode)
+    if schema_mode not in (None, "merge"):
+        raise txn.InvalidOptionError(f"schema_mode must be None or 'merge', got {schema_mode!r}")
     operation = "append" if mode in ("error", "ignore") else mode
     if partitions is not None and operation != "overwrite":
         raise txn.InvalidOptionError(f"partitions={partitions!r} is for mode='overwrite', not {mode!r}")
@@ -184,7 +194,7 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
     # A new table is staged: it appears with the commit, so a DataFrame or ``partitions`` the
     # checks below refuse leaves no table.
     table = resolve(uri, df.schema, mode, Layout(partition_by, record_key, sort_by, properties),
-                    storage_options)
+                    storage_options, schema_mode=schema_mode)
     if table is None:
         return None
     if table.staged:
@@ -205,11 +215,17 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
         deletes = None
         if columns and operation in ("append", "upsert"):
             read, deletes = _find_existing_rows(table, df, operation)
+        merge = {"schema_mode": "merge", "data_schema": table_schema(df.schema)} \
+            if schema_mode == "merge" else {}
         with table.begin_write(operation, read_instant=read, partitions=partitions,
-                               commit_properties=options, stream_progress=progress) as pending:
+                               commit_properties=options, stream_progress=progress,
+                               **merge) as pending:
             if pending.skipped:
                 return None
-            reports = run_job(table, df, pending)
+            # A merge write's ticket has the table's schema after its change: the rows are
+            # given exactly its columns (a column the DataFrame lacks as nulls).
+            reports = run_job(table, aligned(df, pending.ticket.table_schema) if merge else df,
+                              pending)
             try:
                 return pending.commit(reports, deletes=deletes, retries=attempt)
             except txn.TxnError as exc:
@@ -225,7 +241,8 @@ def _checked(df: Any, schema: pa.Schema, columns: list[str]) -> Any:
     if columns:
         df = df.localCheckpoint(eager=True)
         _check_keys(df, columns)
-    _check_not_null(df, [f.name for f in schema if not f.nullable and f.name not in columns])
+    _check_not_null(df, [f.name for f in schema
+                         if not f.nullable and f.name not in columns and f.name in df.columns])
     return df
 
 
