@@ -46,7 +46,7 @@ def _kind(data_type: pa.DataType) -> str | None:
 
 
 def _is_list(data_type: pa.DataType) -> bool:
-    return _T.is_list(data_type) or _T.is_large_list(data_type)
+    return bool(_T.is_list(data_type) or _T.is_large_list(data_type))
 
 
 def convertible(found: pa.DataType, wanted: pa.DataType) -> bool:
@@ -77,8 +77,9 @@ def _checked_by_round_trip(found: pa.DataType, wanted: pa.DataType) -> bool:
     """Conversions Arrow's safe cast makes without checking exactness (a float narrowed, a
     timestamp to a date) or refuses when exact (an integer beyond 2**53 into float64)."""
     if _T.is_floating(wanted):
-        return _T.is_integer(found) or (_T.is_floating(found) and found.bit_width > wanted.bit_width)
-    return _T.is_timestamp(found) and _T.is_date(wanted)
+        return bool(_T.is_integer(found)
+                    or (_T.is_floating(found) and found.bit_width > wanted.bit_width))
+    return bool(_T.is_timestamp(found) and _T.is_date(wanted))
 
 
 def _mismatch(name: str, wanted: pa.DataType, found: pa.DataType) -> SchemaMismatchError:

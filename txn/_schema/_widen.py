@@ -36,9 +36,9 @@ def is_widening(source: pa.DataType, target: pa.DataType) -> bool:
     if _rank(_UNSIGNED, source) >= 0 and _rank(_SIGNED, target) > _rank(_UNSIGNED, source):
         return True
     if pa.types.is_floating(source) and pa.types.is_floating(target):
-        return source.bit_width < target.bit_width
+        return bool(source.bit_width < target.bit_width)
     if pa.types.is_decimal128(source) and pa.types.is_decimal128(target):
-        return target.scale == source.scale and target.precision > source.precision
+        return bool(target.scale == source.scale and target.precision > source.precision)
     if pa.types.is_date32(source) and pa.types.is_timestamp(target):
         # A date at midnight in nanoseconds overflows int64 outside 1677-2262: not exact.
         return target.unit in ("s", "ms", "us")

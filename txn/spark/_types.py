@@ -149,9 +149,9 @@ def _widens(narrow: pa.DataType, wide: pa.DataType) -> bool:
     widening table: signed integers up, float32 -> float64, decimal precision up with the same
     scale, date -> timestamp)."""
     if pa.types.is_signed_integer(narrow) and pa.types.is_signed_integer(wide):
-        return narrow.bit_width <= wide.bit_width
+        return bool(narrow.bit_width <= wide.bit_width)
     if pa.types.is_decimal(narrow) and pa.types.is_decimal(wide):
-        return narrow.scale == wide.scale and narrow.precision <= wide.precision
+        return bool(narrow.scale == wide.scale and narrow.precision <= wide.precision)
     return (narrow, wide) in ((pa.float32(), pa.float64()),) or (
         pa.types.is_date32(narrow) and pa.types.is_timestamp(wide))
 

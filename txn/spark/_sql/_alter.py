@@ -147,7 +147,7 @@ def _same_type(current: pa.Field, wanted: pa.DataType) -> bool:
         return True
     try:
         spark_type = from_arrow_schema_of(current)
-        return table_schema(_struct_of(current.name, spark_type)).field(0).type == wanted
+        return bool(table_schema(_struct_of(current.name, spark_type)).field(0).type == wanted)
     except Exception:  # a type Spark cannot hold: never the one a statement names
         return False
 
@@ -192,7 +192,7 @@ def _resolve(schema: pa.Schema, path: str) -> str:
     has the exact name (a name matching none, or several, stays as written: the table's
     error names it)."""
     fields = list(schema)
-    resolved = []
+    resolved: list[str] = []
     parts = path.split(".")
     for at, part in enumerate(parts):
         found = [f for f in fields if f.name == part] or [f for f in fields if f.name.lower() == part.lower()]
