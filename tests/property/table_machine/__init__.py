@@ -14,7 +14,9 @@ Where things are:
   ``transactions.Transactions`` (``t.transaction()``: several writes, one instant),
   ``external.ExternalSegments`` (ADD SEGMENT, with two rules of its own), ``streams.Streams``,
   ``segments.Segments`` (compaction and DELETE SEGMENT), ``services.Services`` (CLEAN FILES,
-  maintenance and archival), ``reads.Reads`` (reads, lookups, time travel);
+  maintenance and archival), ``reads.Reads`` (reads, lookups, time travel),
+  ``schema.SchemaChanges`` (add, drop, rename and widen columns, set and unset a property: the
+  model's ``Shape``, by which every write builds its data and every read is checked);
 * ``invariants.Invariants``: every ``@invariant``.
 
 The mixins call each other through ``self``: only the assembled ``TableMachine`` has them all.
@@ -49,6 +51,7 @@ from tests.property.table_machine.crashes import Crashes
 from tests.property.table_machine.external import ExternalSegments
 from tests.property.table_machine.invariants import Invariants
 from tests.property.table_machine.reads import Reads
+from tests.property.table_machine.schema import SchemaChanges
 from tests.property.table_machine.segments import Segments
 from tests.property.table_machine.services import Services
 from tests.property.table_machine.streams import Streams
@@ -61,6 +64,7 @@ __all__ = [
     "ExternalSegments",
     "Invariants",
     "Reads",
+    "SchemaChanges",
     "Segments",
     "Services",
     "Streams",

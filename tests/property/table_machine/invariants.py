@@ -66,7 +66,7 @@ import txn
 from indexes import METADATA_FOLDER, SegmentStatus, segment_sort_key
 from tests.property.table_machine.config import BASE_NAME, DATA_ACTIONS, STREAM_NAMES
 from tests.property.table_machine.core import MachineCore
-from tests.property.table_machine.model import Row, _arrow, _row_key, memory_path, sorted_rows
+from tests.property.table_machine.model import Row, _row_key, memory_path
 
 
 class Invariants(MachineCore):
@@ -79,7 +79,9 @@ class Invariants(MachineCore):
         # step); the writer and the faulty reader are checked by the read actions.
         for table in (self._open(self.inner), self.reader):
             snapshot = table.snapshot()
-            rows = sorted_rows(snapshot.to_arrow())
+            self.shape.check_ids(snapshot.schema, f"{table}: the latest snapshot")
+            self.shape.check_ids(table.schema, f"{table}: the table's schema")
+            rows = self.shape.rows_of(snapshot.to_arrow(), f"{table}: the latest snapshot")
             assert rows == self.expected, (f"{table}: {len(rows)} rows, model {len(self.expected)}"
                                            f"{self._batch_report(rows)}")
             assert snapshot.count() == len(self.expected)
@@ -153,7 +155,7 @@ class Invariants(MachineCore):
                 return
             before = len(self.reader.timeline())
             with pytest.raises(txn.StreamDroppedError, match=name):
-                producer.write(0 if model.last is None else model.last + 1, _arrow([]))
+                producer.write(0 if model.last is None else model.last + 1, self.shape.table([]))
             assert len(self.reader.timeline()) == before, "a dropped stream's producer wrote"
             event("a dropped stream's producer elsewhere: refused")
         producer = self.reader.stream(name)
