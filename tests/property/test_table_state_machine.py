@@ -76,7 +76,7 @@ from tests.property.table_machine.config import BASE_NAME, HEARTBEAT_TIMEOUT_MS
 from tests.property.table_machine.injection import TableStorage
 from tests.property.table_machine.internals import TABLE_CONFIG_PATH, decode_config
 from tests.property.table_machine.model import BASE
-from tests.property.table_machine.schema import EXTERNAL_ACROSS_SCHEMAS
+from tests.property.table_machine.schema import EXTERNAL_ACROSS_SCHEMAS, SCANS_ACROSS_SCHEMAS
 from timeline import open_storage
 
 
@@ -100,6 +100,8 @@ class TableMachine(Invariants, Commits, Writes, Transactions, SchemaChanges, Ext
             self._maintain(action)
         elif isinstance(action, AddSegment) and self.shape != BASE and not EXTERNAL_ACROSS_SCHEMAS:
             event("add_segment skipped: the schema changed (EXTERNAL_ACROSS_SCHEMAS)")
+        elif self._scans(action) and not SCANS_ACROSS_SCHEMAS and self._older_files_live():
+            event(f"{type(action).__name__} skipped: files of an older schema (SCANS_ACROSS_SCHEMAS)")
         elif isinstance(action, (Write, AddSegment, Upsert, DeleteKeys, DeleteWhere, Update,
                                  DeleteSegments, StreamWrite, DropStream, Transaction, Alter)):
             self._revive_if_dead()
@@ -137,6 +139,15 @@ class TableMachine(Invariants, Commits, Writes, Transactions, SchemaChanges, Ext
             self._read_the_past(action.position, action.form)
         else:
             self._read_with_a_fault(action)
+
+
+    @staticmethod
+    def _scans(action: Action) -> bool:
+        """Whether ``action`` scans data files for rows (a delete by predicate, an update, a
+        compaction)."""
+        if isinstance(action, Transaction):
+            return any(isinstance(o, (DeleteWhere, Update)) for o in action.operations)
+        return isinstance(action, (DeleteWhere, Update, Compact))
 
 
 # -- variants ------------------------------------------------------------------------------------

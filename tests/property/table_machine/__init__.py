@@ -40,6 +40,12 @@ Adding a kind of commit (``t.transaction()``, say):
    (the clock's wait, a dead writer's replacement), in ``test_table_state_machine.py``;
 4. what must hold after every step, as an ``@invariant`` in ``invariants``.
 
+The table's schema changes during a run (``schema``): rows stay ``(k, g, v)`` in the model, by
+column id, and the model's ``Shape`` (``self.shape``; each ``Acked`` has the one of its commit)
+turns them into a write's data (``self.shape.table(rows)``, never a fixed schema), names
+columns in expressions (``self.shape.names``) and checks a read's schema and added columns
+(``shape.rows_of(table)``; ``check_ids`` for the column ids).
+
 Prefer an action of ``act`` to a ``@rule`` of its own: Hypothesis's swarm testing switches whole
 rules off for a run (``TableMachine._act``). A rule that only checks and restores (as
 ``external``'s do) takes a ``@precondition`` so that it runs on few steps. New actions or rules

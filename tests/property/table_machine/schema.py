@@ -30,7 +30,7 @@ import txn
 from tests.property.table_machine.actions import Alter
 from tests.property.table_machine.config import CLEAN_RETENTIONS
 from tests.property.table_machine.core import MachineCore
-from tests.property.table_machine.model import Column, Expected, G, K, Shape, V
+from tests.property.table_machine.model import HOLDS_ROWS, Column, Expected, G, K, Shape, V
 
 #: The types of added columns: int32 (which ``widen`` makes int64), string, float64.
 EXTRA_TYPES = (pa.int32(), pa.string(), pa.float64())
@@ -47,6 +47,22 @@ ADDED_NAMES = ("a", "b", "c")
 EXTERNAL_ACROSS_SCHEMAS = False
 
 
+#: ``validate()`` once the schema changed: off on main, where it checks every live file against
+#: the current schema ("unreadable file: ... found column 'a' missing"; findings file); the
+#: docs branch checks each file against its version: turn this on once it is merged (until
+#: then ``metadata_table_agrees_with_storage`` passes over those problems only).
+VALIDATE_ACROSS_SCHEMAS = False
+
+
+#: delete(where=...) and update (alone or in a transaction), and compactions, while files of an
+#: older schema are live: off on main, where they scan those files with the current schema
+#: (CorruptMetadataError "found column 'a' missing"; after a rename of the partition column,
+#: KeyError: 'g'; a compaction of an old file with a delete delta likewise); the readers branch
+#: scans them by id: turn this on once it is merged. (Upserts, deletes by key, partition
+#: overwrites and streams run throughout.)
+SCANS_ACROSS_SCHEMAS = False
+
+
 #: clean.retain_commits when unset (design/properties.md).
 DEFAULT_CLEAN_RETAIN = 10
 
@@ -56,6 +72,10 @@ class SchemaChanges(MachineCore):
 
     def _expect_alter(self, action: Alter, serial: int) -> Expected:
         shape, kind = self.shape, action.kind
+        if not EXTERNAL_ACROSS_SCHEMAS and kind not in ("set", "unset") and any(
+                s.external and s.status in HOLDS_ROWS for s in self.segment_model.values()):
+            # (A live external segment stops reading once the schema changes: findings file.)
+            kind = "set"
         int32 = [c for c in shape.added if c.type == pa.int32()]
         if kind == "widen" and not int32:
             kind = "add"
@@ -109,6 +129,18 @@ class SchemaChanges(MachineCore):
 
         return self._alter(lambda t: t.set_properties({"clean.retain_commits": str(retain)}), None,
                            "set_properties(clean.retain_commits)", then=set_retain)
+
+    def _older_files_live(self) -> bool:
+        """Whether a segment of the table holding rows was written before the last schema
+        change (its files are of an older version)."""
+        changed = None
+        for commit in reversed(self.acked):
+            if commit.shape != self.shape:
+                break
+            changed = commit.instant
+        if changed is None or self.acked[0].shape == self.shape:
+            return False
+        return any(s.status in HOLDS_ROWS and s.instant < changed for s in self.segment_model.values())
 
     def _expect_add_column(self, action: Alter, serial: int) -> Expected:
         shape = self.shape
