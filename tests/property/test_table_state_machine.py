@@ -72,11 +72,15 @@ from tests.property.table_machine.actions import (
     keyed_actions,
     unkeyed_actions,
 )
-from tests.property.table_machine.config import BASE_NAME, HEARTBEAT_TIMEOUT_MS
+from tests.property.table_machine.config import (
+    BASE_NAME,
+    EXTERNAL_ACROSS_SCHEMAS,
+    HEARTBEAT_TIMEOUT_MS,
+    SCANS_ACROSS_SCHEMAS,
+)
 from tests.property.table_machine.injection import TableStorage
 from tests.property.table_machine.internals import TABLE_CONFIG_PATH, decode_config
 from tests.property.table_machine.model import BASE
-from tests.property.table_machine.schema import EXTERNAL_ACROSS_SCHEMAS, SCANS_ACROSS_SCHEMAS
 from timeline import open_storage
 
 

@@ -145,7 +145,7 @@ class ExternalSegments(MachineCore):
         CorruptMetadataError naming it, and nothing is written; the file put back as it was
         added (the same memory file: bytes and creation time) reads as before."""
         table = self._open(self.inner)
-        live = sorted(f.path for f in table.snapshot().files()
+        live = sorted(f.path for f in self._files(table)
                       if f.path.startswith("memory:") and memory_path(f.path) in self.external_rows)
         if not live:
             note("no live external file to rewrite")
@@ -191,7 +191,7 @@ class ExternalSegments(MachineCore):
         link to a data file, or to a segment folder, inside it; or the folder itself a link to a
         segment folder) is refused with InvalidOptionError, and nothing is written."""
         table = self._open(self.inner)
-        native = sorted(f.path.removeprefix("file://") for f in table.snapshot().files()
+        native = sorted(f.path.removeprefix("file://") for f in self._files(table)
                         if "://" not in f.path or f.path.startswith("file://"))
         if not native:
             note("no data file of the table to link to")

@@ -64,10 +64,14 @@ from hypothesis.stateful import invariant
 
 import txn
 from indexes import METADATA_FOLDER, SegmentStatus, segment_sort_key
-from tests.property.table_machine.config import BASE_NAME, DATA_ACTIONS, STREAM_NAMES
+from tests.property.table_machine.config import (
+    BASE_NAME,
+    DATA_ACTIONS,
+    STREAM_NAMES,
+    VALIDATE_ACROSS_SCHEMAS,
+)
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.model import BASE, Row, _row_key, memory_path
-from tests.property.table_machine.schema import VALIDATE_ACROSS_SCHEMAS
 
 
 class Invariants(MachineCore):
@@ -280,7 +284,7 @@ class Invariants(MachineCore):
         for segment in hidden:
             assert segment.status in ("Compacted", "Marked for Delete") and segment.cleaned_instant, (
                 f"segment {segment.id} left SHOW SEGMENTS as {segment.status}")
-            assert not any(f.segment == segment.id for f in self.reader.snapshot().files()), segment
+            assert not any(f.segment == segment.id for f in self._files(self.reader)), segment
         ids = [segment.id for segment in shown]
         assert len(ids) == len(set(ids)), f"segment ids twice: {ids}"
         assert ids == sorted(ids, key=segment_sort_key, reverse=True), f"SHOW SEGMENTS order: {ids}"
@@ -311,9 +315,9 @@ class Invariants(MachineCore):
         # those of its files (the roll-over is decided by its data size).
         open_or_finished = (SegmentStatus.STREAMING, SegmentStatus.STREAMING_FINISH)
         streaming = {s.id: s for s in shown if s.status in open_or_finished}
-        if streaming:
+        if streaming and self._listable():
             files: dict[str, list[int]] = {i: [0, 0] for i in streaming}
-            for data_file in self.reader.snapshot().files():
+            for data_file in self._files(self.reader):
                 if data_file.segment in files:
                     files[data_file.segment][0] += data_file.rows
                     files[data_file.segment][1] += data_file.size

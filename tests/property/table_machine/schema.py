@@ -28,7 +28,7 @@ import pyarrow as pa
 
 import txn
 from tests.property.table_machine.actions import Alter
-from tests.property.table_machine.config import CLEAN_RETENTIONS
+from tests.property.table_machine.config import CLEAN_RETENTIONS, EXTERNAL_ACROSS_SCHEMAS
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.model import HOLDS_ROWS, Column, Expected, G, K, Shape, V
 
@@ -38,29 +38,6 @@ EXTRA_TYPES = (pa.int32(), pa.string(), pa.float64())
 
 #: The names added columns take: few, so that a dropped name is soon added again.
 ADDED_NAMES = ("a", "b", "c")
-
-
-#: ADD SEGMENT once the schema changed: off on main, where a folder is checked against the
-#: creation schema (a renamed column is "missing") and an added column's values fail the read
-#: (tests/unit/txn/test_schema_machine_findings.py); the readers branch reads external segments
-#: across versions: turn this on once it is merged.
-EXTERNAL_ACROSS_SCHEMAS = False
-
-
-#: ``validate()`` once the schema changed: off on main, where it checks every live file against
-#: the current schema ("unreadable file: ... found column 'a' missing"; findings file); the
-#: docs branch checks each file against its version: turn this on once it is merged (until
-#: then ``metadata_table_agrees_with_storage`` passes over those problems only).
-VALIDATE_ACROSS_SCHEMAS = False
-
-
-#: delete(where=...) and update (alone or in a transaction), and compactions, while files of an
-#: older schema are live: off on main, where they scan those files with the current schema
-#: (CorruptMetadataError "found column 'a' missing"; after a rename of the partition column,
-#: KeyError: 'g'; a compaction of an old file with a delete delta likewise); the readers branch
-#: scans them by id: turn this on once it is merged. (Upserts, deletes by key, partition
-#: overwrites and streams run throughout.)
-SCANS_ACROSS_SCHEMAS = False
 
 
 #: clean.retain_commits when unset (design/properties.md).

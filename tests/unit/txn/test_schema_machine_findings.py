@@ -107,3 +107,14 @@ def test_delete_where_after_renaming_the_partition_column(memory_uri: str) -> No
     table.rename_column("g", "g5")
     table.delete(where=pc.field("v") >= 20)
     assert table.to_arrow().to_pylist() == [{"k": 1, "g5": "a", "v": 10}]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "after rename_column('g', 'g5') (the partition column), Snapshot.files() and t.partitions() "
+    "raise KeyError: 'g' (the folder g=a/ is parsed by the current names; readers: partition "
+    "folder names through versions)"))
+def test_files_after_renaming_the_partition_column(memory_uri: str) -> None:
+    table = txn.create_table(memory_uri, SCHEMA, partition_by=["g"])
+    table.append(pa.table({"k": [1], "g": ["a"], "v": [10]}, schema=SCHEMA))
+    table.rename_column("g", "g5")
+    assert [f.partition for f in table.snapshot().files()] == [{"g5": "a"}]
