@@ -14,7 +14,9 @@ Where things are:
   ``transactions.Transactions`` (``t.transaction()``: several writes, one instant),
   ``external.ExternalSegments`` (ADD SEGMENT, with two rules of its own), ``streams.Streams``,
   ``segments.Segments`` (compaction and DELETE SEGMENT), ``services.Services`` (CLEAN FILES,
-  maintenance and archival), ``reads.Reads`` (reads, lookups, time travel);
+  maintenance and archival), ``reads.Reads`` (reads, lookups, time travel),
+  ``schema.SchemaChanges`` (add, drop, rename and widen columns, set and unset a property: the
+  model's ``Shape``, by which every write builds its data and every read is checked);
 * ``invariants.Invariants``: every ``@invariant``.
 
 The mixins call each other through ``self``: only the assembled ``TableMachine`` has them all.
@@ -38,6 +40,12 @@ Adding a kind of commit (``t.transaction()``, say):
    (the clock's wait, a dead writer's replacement), in ``test_table_state_machine.py``;
 4. what must hold after every step, as an ``@invariant`` in ``invariants``.
 
+The table's schema changes during a run (``schema``): rows stay ``(k, g, v)`` in the model, by
+column id, and the model's ``Shape`` (``self.shape``; each ``Acked`` has the one of its commit)
+turns them into a write's data (``self.shape.table(rows)``, never a fixed schema), names
+columns in expressions (``self.shape.names``) and checks a read's schema and added columns
+(``shape.rows_of(table)``; ``check_ids`` for the column ids).
+
 Prefer an action of ``act`` to a ``@rule`` of its own: Hypothesis's swarm testing switches whole
 rules off for a run (``TableMachine._act``). A rule that only checks and restores (as
 ``external``'s do) takes a ``@precondition`` so that it runs on few steps. New actions or rules
@@ -49,6 +57,7 @@ from tests.property.table_machine.crashes import Crashes
 from tests.property.table_machine.external import ExternalSegments
 from tests.property.table_machine.invariants import Invariants
 from tests.property.table_machine.reads import Reads
+from tests.property.table_machine.schema import SchemaChanges
 from tests.property.table_machine.segments import Segments
 from tests.property.table_machine.services import Services
 from tests.property.table_machine.streams import Streams
@@ -61,6 +70,7 @@ __all__ = [
     "ExternalSegments",
     "Invariants",
     "Reads",
+    "SchemaChanges",
     "Segments",
     "Services",
     "Streams",

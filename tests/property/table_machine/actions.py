@@ -339,8 +339,24 @@ class Transaction:
     app: App | None = None
 
 
+@dataclass(frozen=True)
+class Alter:
+    """A schema or property change, a commit of its own (``schema`` says what each must do):
+    ``add`` a nullable column of ``EXTRA_TYPES[type]`` named from ``ADDED_NAMES`` (``position``
+    per mille; a name dropped before comes back as a new column); ``drop`` an added column (none:
+    the partition or record-key column, refused); ``rename`` any column, the record key and the
+    partition column included; ``widen`` an int32 column to int64 (none: add one; now and then
+    a narrowing instead, refused); ``set`` or ``unset`` ``clean.retain_commits``."""
+
+    kind: Literal["add", "drop", "rename", "widen", "set", "unset"]
+    position: int
+    type: int
+    fault: FaultPlan | None
+    wait_ms: int
+
+
 Mutation = (Write | AddSegment | Upsert | DeleteKeys | DeleteWhere | Update | DeleteSegments
-            | StreamWrite | DropStream | Transaction)
+            | StreamWrite | DropStream | Transaction | Alter)
 
 
 Action = (Mutation | Compact | Clean | Maintain | Lookup | ReadLatest | ReadPast | ReadWithFault
@@ -519,6 +535,11 @@ unkeyed_transactions = _transactions(
     _tx_updates, _tx_overwrites, _tx_upserts)
 
 
+alters = st.builds(
+    Alter, kind=st.sampled_from(["add", "add", "drop", "rename", "rename", "widen", "set", "unset"]),
+    position=st.integers(0, 999), type=st.integers(0, 2), fault=fault_plans, wait_ms=waits)
+
+
 def weighted(*choices: st.SearchStrategy[Action]) -> st.SearchStrategy[Action]:
     """One of ``choices``, each as often as it is listed (``st.one_of`` would count a strategy
     listed twice once), shrinking towards the first."""
@@ -539,7 +560,7 @@ reads: list[st.SearchStrategy[Action]] = [
 keyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, add_segments, add_segments, stream_writes, stream_writes, stream_writes,
     drop_streams, upserts, upserts, delete_keys, racing_delete_keys, delete_wheres, updates,
-    updates, keyed_transactions, keyed_transactions, compactions,
+    updates, keyed_transactions, keyed_transactions, alters, alters, compactions,
     compactions, close_streamings, cleans, segment_deletes, maintenance, maintenance, lookups,
     *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
@@ -549,7 +570,8 @@ keyed_actions: st.SearchStrategy[Action] = weighted(
 
 unkeyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, writes, add_segments, add_segments, stream_writes, stream_writes,
-    stream_writes, drop_streams, delete_wheres, updates, unkeyed_transactions, compactions,
+    stream_writes, drop_streams, delete_wheres, updates, unkeyed_transactions, alters, alters,
+    compactions,
     compactions,
     close_streamings, cleans, segment_deletes, maintenance, maintenance, *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),

@@ -25,7 +25,7 @@ from hypothesis import event, note
 
 import txn
 from indexes import SegmentStatus
-from tests.property.table_machine.actions import DropStream, Mutation, StreamWrite, Transaction
+from tests.property.table_machine.actions import Alter, DropStream, Mutation, StreamWrite, Transaction
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.internals import CommitMetadata
 from tests.property.table_machine.model import HOLDS_ROWS, Acked, Expected, SegmentModel, _sort, memory_path
@@ -44,6 +44,8 @@ class Commits(MachineCore):
             return self._expect_batch(action, serial)
         if isinstance(action, DropStream):
             return self._expect_drop(action)
+        if isinstance(action, Alter):
+            return self._expect_alter(action, serial)
         predict = (self._expect_transaction if isinstance(action, Transaction)
                    else self._expect_mutation)
         app = getattr(action, "app", None)
@@ -117,6 +119,8 @@ class Commits(MachineCore):
                     f"{operation} committed {instant} but raised {outcome!r}")
             metadata = self.observer_timeline.read_metadata(found, CommitMetadata)
             assert tuple(metadata.operations) == expected.operations, metadata
+            if expected.on_commit is not None:
+                expected.on_commit()
             self._record(Acked(instant=found.time, completed_at=found.completed_at,
                                operation=operation, serial=serial, rows=expected.after),
                          self._segments_after(expected, found.time, metadata))
@@ -192,5 +196,5 @@ class Commits(MachineCore):
         """Acknowledge ``commit``; the model's segments then hold exactly its rows."""
         held = _sort([row for s in segments.values() if s.status in HOLDS_ROWS for row in s.live])
         assert held == commit.rows, "the model's segments disagree with its rows"
-        self.acked.append(commit)
+        self.acked.append(dataclasses.replace(commit, shape=self.shape))
         self.segment_model = segments

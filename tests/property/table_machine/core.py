@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize
 
 import txn
-from indexes import METADATA_FOLDER
+from indexes import METADATA_FOLDER, field_id
 from tests.conftest import FakeClock
 from tests.property.table_machine.actions import Counted, KeySpec
 from tests.property.table_machine.config import (
@@ -40,6 +40,7 @@ from tests.property.table_machine.config import (
     LEVEL_THRESHOLDS,
     MAINTENANCE_MODES,
     OPTIONS,
+    PARTITION_NAMES_ACROSS_SCHEMAS,
     RETENTIONS,
     SCHEMA,
     SHARDS,
@@ -50,12 +51,16 @@ from tests.property.table_machine.config import (
 from tests.property.table_machine.injection import TableStorage
 from tests.property.table_machine.internals import TABLE_CONFIG_PATH, WritePlan, decode_config
 from tests.property.table_machine.model import (
+    BASE,
     EXTERNAL_ROOT,
     Acked,
     Folder,
+    G,
+    K,
     Row,
     SegmentModel,
     StreamModel,
+    V,
     _external_runs,
     memory_path,
 )
@@ -94,6 +99,8 @@ class MachineCore(RuleBasedStateMachine):
         self.delta_threshold = DELTA_THRESHOLDS[0]
         self.level_threshold = LEVEL_THRESHOLDS[0]
         self.clean_retain = CLEAN_RETENTIONS[0]
+        #: Whether clean.retain_commits is set (at create it is; ``schema``'s unset removes it).
+        self.retain_set = True
         #: Acknowledged commits before this index may have been cleaned past (time travel to
         #: them may raise SnapshotExpiredError): what the cleans so far may have published.
         self.clean_floor = 0
@@ -137,6 +144,8 @@ class MachineCore(RuleBasedStateMachine):
         self.app_model: dict[str, tuple[int, int]] = {}
         self.batches: list[tuple[str, int, int, tuple[Row, ...]]] = []
         self.steps = 0
+        #: The table's schema as of the last acknowledged commit (``schema`` changes it).
+        self.shape = BASE
 
     @initialize(retain_commits=st.sampled_from(RETENTIONS), shards=st.sampled_from(SHARDS),
                 delta_threshold=st.sampled_from(DELTA_THRESHOLDS),
@@ -233,9 +242,18 @@ class MachineCore(RuleBasedStateMachine):
                     table = pq.ParquetFile(handle).read()
             except FileNotFoundError:
                 return None
-            rows = self._file_rows[path] = list(zip(
-                table["k"].to_pylist(), table["g"].to_pylist(), table["v"].to_pylist(), strict=True))
+            # By column id: a file keeps the names of the schema it was written with.
+            by_id = {field_id(f): table.column(i).to_pylist() for i, f in enumerate(table.schema)}
+            rows = self._file_rows[path] = list(zip(by_id[K], by_id[G], by_id[V], strict=True))
         return rows[position] if 0 <= position < len(rows) else None
+
+    def _listable(self) -> bool:
+        """Whether the snapshot's files can be listed (``config.PARTITION_NAMES_ACROSS_SCHEMAS``)."""
+        return PARTITION_NAMES_ACROSS_SCHEMAS or self.shape.name(G) == "g"
+
+    def _files(self, table: txn.Table) -> list[txn.DataFile]:
+        """The latest snapshot's files; none while they cannot be listed (``_listable``)."""
+        return table.snapshot().files() if self._listable() else []
 
     @property
     def expected(self) -> tuple[Row, ...]:

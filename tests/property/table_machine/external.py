@@ -39,17 +39,17 @@ from hypothesis.stateful import precondition, rule
 
 import txn
 from tests.property.table_machine.actions import AddSegment
-from tests.property.table_machine.config import SCHEMA
 from tests.property.table_machine.core import MachineCore
-from tests.property.table_machine.model import Expected, Folder, Row, _sort, memory_path, sorted_rows
+from tests.property.table_machine.model import Expected, Folder, G, K, Row, Shape, _sort, memory_path
 
 #: Hive's null partition folder value.
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
-def hive_folder(g: str | None) -> str:
-    """The partition folder of ``g`` as Hive and Spark name it (``/`` escaped as ``%2F``)."""
-    return f"g={HIVE_NULL if g is None else quote(g, safe='')}"
+def hive_folder(g: str | None, name: str = "g") -> str:
+    """The partition folder of ``g`` as Hive and Spark name it (``/`` escaped as ``%2F``), for
+    the partition column's name ``name``."""
+    return f"{name}={HIVE_NULL if g is None else quote(g, safe='')}"
 
 
 class ExternalSegments(MachineCore):
@@ -60,7 +60,8 @@ class ExternalSegments(MachineCore):
         """ADD SEGMENT of a new folder (written now), or of one added before or failed before."""
         folder = None
         if action.again is not None:
-            earlier = [f for f in self.folders if f.state == action.again]
+            # (A folder written before a schema change no longer has the table's columns.)
+            earlier = [f for f in self.folders if f.state == action.again and f.shape == self.shape]
             if earlier:
                 folder = earlier[action.position * len(earlier) // 1000]
         refused: type[Exception] | None
@@ -77,8 +78,8 @@ class ExternalSegments(MachineCore):
         note(f"add_segment {folder.url}: {label}, partition folders "
              f"{[(name, len(held)) for name, held in folder.groups]}")
         self.seen_keys.update(r[0] for r in folder.rows)
-        url = folder.url
-        return Expected("add_segment", lambda t: t.add_segment(url, "parquet", partition="g:string"),
+        url, partition = folder.url, f"{self.shape.name(G)}:string"
+        return Expected("add_segment", lambda t: t.add_segment(url, "parquet", partition=partition),
                         _sort([*self.expected, *folder.rows]), added=len(folder.rows), deleted=0,
                         segment=False, refused=refused, label=label, written=_sort(list(folder.rows)),
                         folder=folder)
@@ -90,15 +91,14 @@ class ExternalSegments(MachineCore):
         base = memory_path(url)
         by_folder: dict[str, list[Row]] = {}
         for row in rows:
-            by_folder.setdefault(hive_folder(row[1]), []).append(row)
+            by_folder.setdefault(hive_folder(row[1], self.shape.name(G)), []).append(row)
         written: list[tuple[str, list[Row]]] = []
         for name, held in by_folder.items():
             half = len(held) // 2
             parts = [held] if files == 1 or half == 0 else [held[:half], held[half:]]
             for n, part in enumerate(parts):
                 relative = f"{name}/part-{n:05d}-{serial}.c000.snappy.parquet"
-                data = pa.table({"k": pa.array([r[0] for r in part], pa.int64()),
-                                 "v": pa.array([r[2] for r in part], pa.int64())})
+                data = self._external_data(self.shape, part)
                 buffer = pa.BufferOutputStream()
                 pq.write_table(data, buffer)
                 self._put_external(f"{base}/{relative}", buffer.getvalue().to_pybytes(), part)
@@ -111,9 +111,15 @@ class ExternalSegments(MachineCore):
             groups.setdefault(relative.partition("/")[0], []).extend(part)
         folder = Folder(url, serial, tuple(rows),
                         tuple((name, _sort(held)) for name, held in groups.items()),
-                        frozenset(f"{base}/{relative}" for relative, _ in written))
+                        frozenset(f"{base}/{relative}" for relative, _ in written), shape=self.shape)
         self.folders.append(folder)
         return folder
+
+    @staticmethod
+    def _external_data(shape: Shape, rows: list[Row]) -> pa.Table:
+        """An external file's data: the table's columns but the partition column (in the
+        folder names)."""
+        return shape.table(rows).drop_columns([shape.name(G)])
 
     def _put_external(self, path: str, data: bytes, rows: list[Row] | None) -> None:
         fsspec.filesystem("memory").pipe_file(path, data)
@@ -139,7 +145,7 @@ class ExternalSegments(MachineCore):
         CorruptMetadataError naming it, and nothing is written; the file put back as it was
         added (the same memory file: bytes and creation time) reads as before."""
         table = self._open(self.inner)
-        live = sorted(f.path for f in table.snapshot().files()
+        live = sorted(f.path for f in self._files(table)
                       if f.path.startswith("memory:") and memory_path(f.path) in self.external_rows)
         if not live:
             note("no live external file to rewrite")
@@ -151,13 +157,14 @@ class ExternalSegments(MachineCore):
         new = [*rows, (max(r[0] for r in rows) + 10**9, rows[0][1], 0)] if how == "a row more" \
             else rows[::-1]
         buffer = pa.BufferOutputStream()
-        pq.write_table(pa.table({"k": pa.array([r[0] for r in new], pa.int64()),
-                                 "v": pa.array([r[2] for r in new], pa.int64())}), buffer)
+        shape = next(f.shape for f in self.folders if path in f.files)
+        pq.write_table(self._external_data(shape, new), buffer)
         # Keys whose live row is in this file, as the record index has them (an update may have
         # moved a row to a new file with the same values).
         groups = {r[0]: r[1] for r in rows}
+        key_name = self.shape.name(K)
         held = [] if not self.keyed else [
-            (found["k"], groups[found["k"]]) for found in table.lookup(list(groups)).to_pylist()
+            (found[key_name], groups[found[key_name]]) for found in table.lookup(list(groups)).to_pylist()
             if found["file"] == url]
         filesystem = fsspec.filesystem("memory")
         added = filesystem.store[path]
@@ -168,14 +175,14 @@ class ExternalSegments(MachineCore):
             self._untouched_by(table, table.to_arrow, txn.CorruptMetadataError, found)
             if held:
                 key, group = held[-1]
-                replacement = pa.table({"k": [key], "g": [group], "v": [1]}, schema=SCHEMA)
+                replacement = self.shape.table([(key, group, 1)])
                 self._untouched_by(table, lambda: table.upsert(replacement),
                                    txn.CorruptMetadataError, found)
                 self._untouched_by(table, lambda: table.delete(keys=[key]),
                                    txn.CorruptMetadataError, found)
         finally:
             filesystem.store[path] = added
-        assert sorted_rows(table.to_arrow()) == self.expected
+        assert self.shape.rows_of(table.to_arrow()) == self.expected
 
     @precondition(lambda self: "://" not in self.uri and self.steps % 5 == 4)
     @rule(data=st.data())
@@ -184,7 +191,7 @@ class ExternalSegments(MachineCore):
         link to a data file, or to a segment folder, inside it; or the folder itself a link to a
         segment folder) is refused with InvalidOptionError, and nothing is written."""
         table = self._open(self.inner)
-        native = sorted(f.path.removeprefix("file://") for f in table.snapshot().files()
+        native = sorted(f.path.removeprefix("file://") for f in self._files(table)
                         if "://" not in f.path or f.path.startswith("file://"))
         if not native:
             note("no data file of the table to link to")

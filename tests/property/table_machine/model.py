@@ -32,14 +32,13 @@ import fsspec
 import pyarrow as pa
 
 import txn
-from indexes import SegmentStatus, segment_sort_key
-from tests.property.table_machine.config import SCHEMA
+from indexes import SegmentStatus, field_id, segment_sort_key
 
 Row = tuple[int, "str | None", int]
 
 
 Operation = Literal["append", "overwrite", "upsert", "delete", "update", "delete_segments", "compact",
-                    "add_segment", "stream", "drop_stream", "transaction"]
+                    "add_segment", "stream", "drop_stream", "transaction", "alter_table"]
 
 
 #: Segment statuses whose segments hold table rows (a streaming segment's rows are readable
@@ -56,6 +55,8 @@ class Acked:
     operation: str
     serial: int
     rows: tuple[Row, ...]
+    #: The table's schema as of this commit (``Commits._record`` stamps the model's).
+    shape: Shape = dataclasses.field(default_factory=lambda: BASE)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ class Folder:
     files: frozenset[str]
     #: new (no add finished yet), added (acknowledged), failed (at a fault), refused.
     state: Literal["new", "added", "failed", "refused"] = "new"
+    #: The schema its files were written with (the table's then).
+    shape: Shape = dataclasses.field(default_factory=lambda: BASE)
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,8 @@ class Expected:
     app: tuple[str, int] | None = None
     #: A transaction: the operations it ran, in order (``Commit.operations``); () for the others.
     operations: tuple[str, ...] = ()
+    #: A schema or property change: moves the model (its shape, its retention) once it committed.
+    on_commit: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -168,9 +173,103 @@ class StreamModel:
     generation: int = 0
 
 
-def sorted_rows(table: pa.Table) -> tuple[Row, ...]:
-    return tuple(sorted(zip(table["k"].to_pylist(), table["g"].to_pylist(), table["v"].to_pylist(),
-                            strict=True), key=_row_key))
+@dataclass(frozen=True)
+class Column:
+    """A column of the model's schema: its id (``PARQUET:field_id``), name and type, and the
+    serial of the schema change that added it (0: created with the table)."""
+
+    cid: int
+    name: str
+    type: pa.DataType
+    since: int = 0
+
+
+#: The ids of the three columns every row of the model has (``Row``): ``k``, ``g``, ``v``.
+K, G, V = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model's schema: ordered columns with ids, and the highest id ever given.
+
+    Rows stay ``(k, g, v)`` (by id, whatever their names now); a column added later holds, in a
+    row, ``value(column, v)`` when the row was written after it was added (its tag's serial is
+    larger: writes conform to the schema current when they run), else null (an old file read by
+    id). An update that sets ``v`` sets every added column too, so the rule keeps holding;
+    widening keeps the values, a rename keeps them under the new name, a drop removes them.
+    """
+
+    columns: tuple[Column, ...]
+    last_id: int
+
+    def name(self, cid: int) -> str:
+        return next(c.name for c in self.columns if c.cid == cid)
+
+    @property
+    def names(self) -> tuple[str, str, str]:
+        """The current names of ``k``, ``g`` and ``v``."""
+        return self.name(K), self.name(G), self.name(V)
+
+    @property
+    def added(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.cid not in (K, G, V))
+
+    def arrow(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.type) for c in self.columns])
+
+    @staticmethod
+    def value(column: Column, v: int) -> object:
+        if v // 1000 < column.since:
+            return None
+        if pa.types.is_integer(column.type):
+            return (v * 7 + column.cid) % 100_000
+        if pa.types.is_floating(column.type):
+            return v / 4 + column.cid
+        return f"{column.cid}:{v}"
+
+    def table(self, rows: Sequence[Row]) -> pa.Table:
+        """``rows`` as data of this schema (what a write of them now sends)."""
+        by_id = {K: [r[0] for r in rows], G: [r[1] for r in rows], V: [r[2] for r in rows]}
+        return pa.table({c.name: pa.array(by_id[c.cid] if c.cid in by_id else
+                                          [self.value(c, r[2]) for r in rows], c.type)
+                         for c in self.columns}, schema=self.arrow())
+
+    def update_values(self, v: int | None, g: tuple[str | None] | None) -> dict[str, object]:
+        """The ``values`` of an update that sets ``v`` and/or ``g`` (None: not set), by the
+        current names; setting ``v`` sets every added column to its value of the new ``v``."""
+        values: dict[str, object] = {}
+        if v is not None:
+            values[self.name(V)] = v
+            for column in self.added:
+                values[column.name] = self.value(column, v)
+        if g is not None:
+            values[self.name(G)] = g[0]
+        return values
+
+    def rows_of(self, table: pa.Table, what: str = "snapshot") -> tuple[Row, ...]:
+        """The model rows of ``table`` (a read), checking its schema (names and types, in order)
+        and every added column's values against this shape."""
+        got = [(f.name, str(f.type)) for f in table.schema]
+        want = [(c.name, str(c.type)) for c in self.columns]
+        assert got == want, f"{what}: schema {got}, the model has {want}"
+        k, g, v = (table[name].to_pylist() for name in self.names)
+        for column in self.added:
+            values = table[column.name].to_pylist()
+            wrong = [(k[i], v[i], values[i]) for i in range(len(v))
+                     if values[i] != self.value(column, v[i])]
+            assert not wrong, (f"{what}: column {column.name!r} (id {column.cid}, added by write "
+                               f"{column.since}) holds (k, v, value) {wrong[:5]}; the model has "
+                               f"{[self.value(column, x[1]) for x in wrong[:5]]}")
+        return tuple(sorted(zip(k, g, v, strict=True), key=_row_key))
+
+    def check_ids(self, schema: pa.Schema, what: str = "snapshot") -> None:
+        got = [(f.name, field_id(f)) for f in schema]
+        want = [(c.name, c.cid) for c in self.columns]
+        assert got == want, f"{what}: schema (name, id) {got}, the model has {want}"
+
+
+BASE = Shape(columns=(Column(K, "k", pa.int64()), Column(G, "g", pa.string()),
+                      Column(V, "v", pa.int64())), last_id=3)
 
 
 def _row_key(row: Row) -> tuple[int, str, int]:
@@ -180,10 +279,6 @@ def _row_key(row: Row) -> tuple[int, str, int]:
 
 def _sort(rows: list[Row]) -> tuple[Row, ...]:
     return tuple(sorted(rows, key=_row_key))
-
-
-def _arrow(rows: list[Row]) -> pa.Table:
-    return pa.Table.from_pylist([{"k": k, "g": g, "v": v} for k, g, v in rows], schema=SCHEMA)
 
 
 #: Where the external folders of every run live, on fsspec's in-memory filesystem: outside every

@@ -16,7 +16,7 @@ import txn
 from tests.faults import injected
 from tests.property.table_machine.actions import ReadWithFault
 from tests.property.table_machine.core import MachineCore
-from tests.property.table_machine.model import Acked, Row, sorted_rows
+from tests.property.table_machine.model import Acked, K, Row
 from timeline import parse_time
 
 
@@ -27,14 +27,16 @@ class Reads(MachineCore):
         """Read (through the writer, if alive), optionally pruned by column statistics."""
         expression = None
         expected = list(self.expected)
+        k_name, g_name, _ = self.shape.names
         if k is not None:
-            expression = pc.field("k") >= k
+            expression = pc.field(k_name) >= k
             expected = [r for r in expected if r[0] >= k]
         if g is not None:
-            expression = pc.field("g") == g if expression is None else expression & (pc.field("g") == g)
+            by_g = pc.field(g_name) == g
+            expression = by_g if expression is None else expression & by_g
             expected = [r for r in expected if r[1] == g]
         table = self.reader if self.dead else self.writer
-        assert sorted_rows(table.to_arrow(filter=expression)) == tuple(expected)
+        assert self.shape.rows_of(table.to_arrow(filter=expression), "filtered read") == tuple(expected)
 
     def _read_the_past(self, position: int, form: str) -> None:
         if not self.acked:
@@ -73,7 +75,8 @@ class Reads(MachineCore):
         store.arm(nth, when=when)
         commit = self.acked[nth % len(self.acked)] if past and self.acked else None
         try:
-            got = sorted_rows(table.to_arrow(as_of=commit.instant if commit else None))
+            shape = commit.shape if commit else self.shape
+            got = shape.rows_of(table.to_arrow(as_of=commit.instant if commit else None))
         except txn.SnapshotExpiredError as exc:
             assert commit is not None
             self._check_the_past_rows(commit, (), exc, commit.instant)
@@ -87,7 +90,7 @@ class Reads(MachineCore):
                 assert got == self.expected
         finally:
             store.disarm()
-        assert sorted_rows(table.to_arrow()) == self.expected
+        assert self.shape.rows_of(table.to_arrow()) == self.expected
 
     def _keys_to_look_up(self) -> list[int]:
         """Every live key, then every other key ever written or deleted (failed writes' too)."""
@@ -102,8 +105,9 @@ class Reads(MachineCore):
         in the segment that holds it (after a compaction: the new one)."""
         live = self._live()
         holder = {row[0]: s.id for s in self.segment_model.values() for row in s.live}
-        assert found.column_names == ["k", "segment", "file", "position"], found.schema
-        got = found["k"].to_pylist()
+        key = self.shape.name(K)
+        assert found.column_names == [key, "segment", "file", "position"], found.schema
+        got = found[key].to_pylist()
         assert len(got) == len(set(got)), f"lookup found keys more than once: {sorted(got)}"
         wanted = {k for k in keys if k in live}
         assert set(got) == wanted, (f"lookup found {sorted(set(got) - wanted)} that are not in the "
@@ -120,8 +124,11 @@ class Reads(MachineCore):
     def _check_the_past(self, table: txn.Table, commit: Acked, as_of: str | datetime) -> None:
         """``table`` as of ``as_of`` (naming ``commit``) holds the rows ``commit`` made current."""
         error: txn.SnapshotExpiredError | None = None
+        what = f"snapshot as of {as_of!r}"
         try:
-            rows = sorted_rows(table.to_arrow(as_of=as_of))
+            snapshot = table.snapshot(as_of=as_of)
+            commit.shape.check_ids(snapshot.schema, what)
+            rows = commit.shape.rows_of(snapshot.to_arrow(), what)
         except txn.SnapshotExpiredError as exc:
             rows, error = (), exc
         self._check_the_past_rows(commit, rows, error, as_of)

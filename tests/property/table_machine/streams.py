@@ -49,7 +49,7 @@ from tests.property.table_machine.actions import DropStream, StreamWrite
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.injection import Fault
 from tests.property.table_machine.internals import CommitMetadata
-from tests.property.table_machine.model import BatchPlan, Expected, SegmentModel, StreamModel, _arrow, _sort
+from tests.property.table_machine.model import BatchPlan, Expected, SegmentModel, StreamModel, _sort
 from timeline import Instant
 
 
@@ -100,7 +100,7 @@ class Streams(MachineCore):
         rows, refused = self._new_rows(action.rows, action.clash if action.rows else None,
                                        serial * 1000)
         self.seen_keys.update(r[0] for r in rows)
-        data = _arrow(rows)
+        data = self.shape.table(rows)
         note(f"stream {name!r} batch {batch_id} of {len(rows)} row(s) (last committed: {last})")
 
         def call(table: txn.Table) -> object:

@@ -46,7 +46,7 @@ from tests.property.table_machine.actions import (
     Write,
 )
 from tests.property.table_machine.core import MachineCore
-from tests.property.table_machine.model import Expected, Row, _arrow, _sort
+from tests.property.table_machine.model import Expected, Row, _sort
 from tests.property.table_machine.writes import _free_key, resolve_where
 
 Step = Callable[[txn.Transaction], None]
@@ -163,7 +163,7 @@ class Transactions(MachineCore):
             if self.keyed:  # the last row of each key, as a single overwrite's data
                 rows = list({k: (k, g, v) for k, g, v in rows}.values())
             self.seen_keys.update(r[0] for r in rows)
-            data = _arrow(rows)
+            data = self.shape.table(rows)
             if seen.names:  # only first: after an operation that staged
                 return "overwrite", lambda tx: tx.overwrite(data), txn.InvalidOptionError
             seen.deleted, seen.kept, seen.staged = 0, [], rows
@@ -173,7 +173,7 @@ class Transactions(MachineCore):
         if isinstance(operation, Write):
             rows, raises = self._tx_append_rows(operation, seen, tag)
             self.seen_keys.update(r[0] for r in rows)
-            data = _arrow(rows)
+            data = self.shape.table(rows)
             if raises is None:
                 seen.staged = [*seen.staged, *rows]
                 seen.names.append("append")
@@ -182,7 +182,7 @@ class Transactions(MachineCore):
             keys = sorted(seen.keys())
             rows = [(self._tx_key(spec, keys), g, tag + v) for spec, g, v in operation.rows]
             self.seen_keys.update(r[0] for r in rows)
-            data = _arrow(rows)
+            data = self.shape.table(rows)
             if not self.keyed:
                 return "upsert", lambda tx: tx.upsert(data), txn.InvalidOptionError
             last = {row[0]: row for row in rows}  # the last row of a key wins
@@ -199,18 +199,15 @@ class Transactions(MachineCore):
             seen.names.append("delete")
             return "delete", lambda tx: tx.delete(keys=wanted), None
         assert isinstance(operation, (DeleteWhere, Update))
-        expression, matches = resolve_where(operation.where, tuple(seen.rows()))
+        expression, matches = resolve_where(operation.where, tuple(seen.rows()), self.shape.names)
         if isinstance(operation, DeleteWhere):
             condition = pc.scalar(True) if expression is None else expression
             seen.drop(matches)
             seen.names.append("delete")
             return "delete", lambda tx: tx.delete(where=condition), None
         sets_v, sets_g = operation.sets in ("v", "both"), operation.sets in ("g", "both")
-        values: dict[str, object] = {}
-        if sets_v:
-            values["v"] = tag + operation.v
-        if sets_g:
-            values["g"] = operation.g
+        values = self.shape.update_values(tag + operation.v if sets_v else None,
+                                          (operation.g,) if sets_g else None)
 
         def changed(row: Row) -> Row:
             k, g, v = row

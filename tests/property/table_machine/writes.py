@@ -53,7 +53,7 @@ from tests.property.table_machine.actions import (
 )
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.internals import CommitMetadata, write_state
-from tests.property.table_machine.model import HOLDS_ROWS, Acked, Expected, Row, _arrow, _sort
+from tests.property.table_machine.model import HOLDS_ROWS, Acked, Expected, Row, _sort
 from timeline import ROLLEDBACK
 
 
@@ -63,10 +63,11 @@ def _free_key(key: int, taken: set[int]) -> int:
                 if c not in taken)
 
 
-def resolve_where(where: Where, rows: tuple[Row, ...]) -> tuple[ds.Expression | None,
-                                                                Callable[[Row], bool]]:
-    """The expression of ``where`` (None: every row) and the model's version of it."""
-    k, g, v = pc.field("k"), pc.field("g"), pc.field("v")
+def resolve_where(where: Where, rows: tuple[Row, ...], names: tuple[str, str, str] = ("k", "g", "v"),
+                  ) -> tuple[ds.Expression | None, Callable[[Row], bool]]:
+    """The expression of ``where`` (None: every row; ``names``: the current names of ``k``, ``g``
+    and ``v``) and the model's version of it."""
+    k, g, v = (pc.field(name) for name in names)
     if where.kind == "keys":
         low, high = where.low, where.low + where.span
         return (k >= low) & (k <= high), lambda r: low <= r[0] <= high
@@ -106,7 +107,7 @@ class Writes(MachineCore):
                 if self.keyed:  # a keyed overwrite: the last row of each key
                     rows = list({k: (k, g, v) for k, g, v in rows}.values())
             self.seen_keys.update(r[0] for r in rows)
-            data = _arrow(rows)
+            data = self.shape.table(rows)
             if action.operation == "append":
                 return Expected("append", lambda t: t.append(data, **kw), _sort([*before, *rows]),
                                 added=len(rows), deleted=0, segment=True, refused=refused,
@@ -119,7 +120,7 @@ class Writes(MachineCore):
             self.seen_keys.update(r[0] for r in rows)
             live = self._live()
             last = {row[0]: row for row in rows}  # the last row of a key wins
-            data = _arrow(rows)
+            data = self.shape.table(rows)
             replaced = len(last.keys() & live.keys())
             form = ("replacing and inserting" if 0 < replaced < len(last) else
                     "replacing only" if replaced else "inserting only")
@@ -139,7 +140,7 @@ class Writes(MachineCore):
                             removes=lambda row: row[0] in hit)
         if isinstance(action, DeleteSegments):
             return self._expect_segment_delete(action)
-        expression, matches = resolve_where(action.where, before)
+        expression, matches = resolve_where(action.where, before, self.shape.names)
         note(f"where {expression}")
         matched = [row for row in before if matches(row)]
         kept = [row for row in before if not matches(row)]
@@ -149,11 +150,8 @@ class Writes(MachineCore):
                             deleted=len(matched), segment=False, noop=not matched,
                             label=f"delete(where {action.where.kind})", removes=matches)
         sets_v, sets_g = action.sets in ("v", "both"), action.sets in ("g", "both")
-        values: dict[str, object] = {}
-        if sets_v:
-            values["v"] = tag + action.v
-        if sets_g:
-            values["g"] = action.g
+        values = self.shape.update_values(tag + action.v if sets_v else None,
+                                          (action.g,) if sets_g else None)
         changed = [(k, action.g if sets_g else g, tag + action.v if sets_v else v)
                    for k, g, v in matched]
         return Expected("update", lambda t: t.update(expression, values, **kw), _sort([*kept, *changed]),
@@ -189,7 +187,7 @@ class Writes(MachineCore):
         """``overwrite(data, partitions="dynamic")``: the groups the data holds are replaced; a
         segment whose live rows are all in them is marked for delete, the others lose those rows."""
         rows = [(k, g, tag + v) for k, g, v in action.rows]
-        data = _arrow(rows)
+        data = self.shape.table(rows)
         before = self.expected
 
         def call(t: txn.Table) -> object:

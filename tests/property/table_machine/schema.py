@@ -1,0 +1,152 @@
+"""Schema and property changes (issue 24): each a commit of its own, crashed at every storage
+call like any write (``Commits._write``), judged against the model's ``Shape``.
+
+* ``add_columns``: a nullable column of ``EXTRA_TYPES`` named from ``ADDED_NAMES`` (a name
+  dropped before comes back as a new column, with a new id: old files read it as null); every
+  name taken: refused (SchemaEvolutionError);
+* ``drop_columns`` of an added column; with none, of the partition column ``g`` or (keyed) the
+  record key ``k``: refused;
+* ``rename_column`` of any column (the record key and the partition column too) to a new name;
+* ``alter_column`` widening an int32 column to int64 (with none, the change adds one); now and
+  then narrowing ``v`` to int32 instead: refused;
+* ``set_properties`` / ``unset_properties`` of ``clean.retain_commits`` (the model's
+  ``clean_retain``: what CLEAN FILES must keep from then on; unset: the default, 10).
+
+A change adds no row: its commit's snapshot holds the rows of the one before, as the new
+schema shows them (``Shape``: renamed, a dropped column gone, an added one null in old rows,
+a widened one of the new type). A change that fails leaves the old schema: the invariants read
+the latest schema and every retained snapshot's (``as_of``: the schema as of then) against the
+model, and every later write writes rows of the schema current then (``Shape.table``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pyarrow as pa
+
+import txn
+from tests.property.table_machine.actions import Alter
+from tests.property.table_machine.config import CLEAN_RETENTIONS, EXTERNAL_ACROSS_SCHEMAS
+from tests.property.table_machine.core import MachineCore
+from tests.property.table_machine.model import HOLDS_ROWS, Column, Expected, G, K, Shape, V
+
+#: The types of added columns: int32 (which ``widen`` makes int64), string, float64.
+EXTRA_TYPES = (pa.int32(), pa.string(), pa.float64())
+
+
+#: The names added columns take: few, so that a dropped name is soon added again.
+ADDED_NAMES = ("a", "b", "c")
+
+
+#: clean.retain_commits when unset (design/properties.md).
+DEFAULT_CLEAN_RETAIN = 10
+
+
+class SchemaChanges(MachineCore):
+    """``_expect_alter``: what a schema or property change must do, from the model's shape."""
+
+    def _expect_alter(self, action: Alter, serial: int) -> Expected:
+        shape, kind = self.shape, action.kind
+        if not EXTERNAL_ACROSS_SCHEMAS and kind not in ("set", "unset") and any(
+                s.external and s.status in HOLDS_ROWS for s in self.segment_model.values()):
+            # (A live external segment stops reading once the schema changes: findings file.)
+            kind = "set"
+        int32 = [c for c in shape.added if c.type == pa.int32()]
+        if kind == "widen" and not int32:
+            kind = "add"
+            action = dataclasses.replace(action, type=0)
+        if kind == "add":
+            return self._expect_add_column(action, serial)
+        if kind == "drop":
+            if not shape.added:
+                # Never the partition column, nor the record key.
+                name = shape.name(K if self.keyed and action.position % 2 else G)
+                return self._alter(lambda t: t.drop_columns([name]), None,
+                                   f"drop of the {'record key' if name == shape.name(K) else 'partition'} "
+                                   "column", refused=txn.SchemaEvolutionError)
+            column = shape.added[action.position * len(shape.added) // 1000]
+            return self._alter(lambda t: t.drop_columns([column.name]),
+                               dataclasses.replace(shape, columns=tuple(
+                                   c for c in shape.columns if c.cid != column.cid)),
+                               f"drop of an added {column.type} column")
+        if kind == "rename":
+            column = shape.columns[action.position * len(shape.columns) // 1000]
+            root = {K: "k", G: "g", V: "v"}.get(column.cid, "x")
+            new = f"{root}{serial}"
+            what = {K: "the record key" if self.keyed else "the sort column", G: "the partition column",
+                    V: "v"}.get(column.cid, "an added column")
+            return self._alter(lambda t: t.rename_column(column.name, new),
+                               dataclasses.replace(shape, columns=tuple(
+                                   dataclasses.replace(c, name=new) if c.cid == column.cid else c
+                                   for c in shape.columns)),
+                               f"rename of {what}")
+        if kind == "widen":
+            if action.position % 10 == 0:
+                name = shape.name(V)
+                return self._alter(lambda t: t.alter_column(name, pa.int32()), None,
+                                   "narrowing int64 -> int32", refused=txn.SchemaEvolutionError)
+            column = int32[action.position * len(int32) // 1000]
+            return self._alter(lambda t: t.alter_column(column.name, pa.int64()),
+                               dataclasses.replace(shape, columns=tuple(
+                                   dataclasses.replace(c, type=pa.int64()) if c.cid == column.cid
+                                   else c for c in shape.columns)),
+                               "widening int32 -> int64")
+        if kind == "unset" and self.retain_set:
+            def unset() -> None:
+                self.clean_retain, self.retain_set = DEFAULT_CLEAN_RETAIN, False
+
+            return self._alter(lambda t: t.unset_properties(["clean.retain_commits"]), None,
+                               "unset_properties(clean.retain_commits)", then=unset)
+        retain = CLEAN_RETENTIONS[action.position % len(CLEAN_RETENTIONS)]
+
+        def set_retain() -> None:
+            self.clean_retain, self.retain_set = retain, True
+
+        return self._alter(lambda t: t.set_properties({"clean.retain_commits": str(retain)}), None,
+                           "set_properties(clean.retain_commits)", then=set_retain)
+
+    def _older_files_live(self) -> bool:
+        """Whether a segment of the table holding rows was written before the last schema
+        change (its files are of an older version)."""
+        changed = None
+        for commit in reversed(self.acked):
+            if commit.shape != self.shape:
+                break
+            changed = commit.instant
+        if changed is None or self.acked[0].shape == self.shape:
+            return False
+        return any(s.status in HOLDS_ROWS and s.instant < changed for s in self.segment_model.values())
+
+    def _expect_add_column(self, action: Alter, serial: int) -> Expected:
+        shape = self.shape
+        taken = {c.name for c in shape.columns}
+        start = action.position * len(ADDED_NAMES) // 1000
+        free = [n for n in ADDED_NAMES[start:] + ADDED_NAMES[:start] if n not in taken]
+        kind = EXTRA_TYPES[action.type]
+        if not free:
+            name = ADDED_NAMES[start]
+            return self._alter(lambda t: t.add_columns([pa.field(name, kind)]), None,
+                               "add of a column whose name is taken", refused=txn.SchemaEvolutionError)
+        name = free[0]
+        again = any(name in (c.name for c in a.shape.columns) for a in self.acked)
+        column = Column(shape.last_id + 1, name, kind, since=serial)
+        return self._alter(lambda t: t.add_columns([pa.field(name, kind)]),
+                           Shape(columns=(*shape.columns, column), last_id=column.cid),
+                           f"add of a {kind} column" + (" under a name dropped before" if again else ""))
+
+    def _alter(self, call: Callable[[txn.Table], object], after: Shape | None, label: str, *,
+               refused: type[Exception] | None = None,
+               then: Callable[[], None] | None = None) -> Expected:
+        """An ``alter_table`` commit: no rows added or deleted, no segment; once it committed the
+        model's shape is ``after`` (None: unchanged) and ``then`` runs."""
+
+        def committed() -> None:
+            if after is not None:
+                self.shape = after
+            if then is not None:
+                then()
+
+        return Expected("alter_table", call, self.expected, added=0, deleted=0, segment=False,
+                        refused=refused, label=label, on_commit=committed)
