@@ -74,13 +74,10 @@ from tests.property.table_machine.actions import (
 )
 from tests.property.table_machine.config import (
     BASE_NAME,
-    EXTERNAL_ACROSS_SCHEMAS,
     HEARTBEAT_TIMEOUT_MS,
-    SCANS_ACROSS_SCHEMAS,
 )
 from tests.property.table_machine.injection import TableStorage
 from tests.property.table_machine.internals import TABLE_CONFIG_PATH, decode_config
-from tests.property.table_machine.model import BASE
 from timeline import open_storage
 
 
@@ -102,10 +99,6 @@ class TableMachine(Invariants, Commits, Writes, Transactions, SchemaChanges, Ext
         elif isinstance(action, Maintain):
             self._wait(action.wait_ms)
             self._maintain(action)
-        elif isinstance(action, AddSegment) and self.shape != BASE and not EXTERNAL_ACROSS_SCHEMAS:
-            event("add_segment skipped: the schema changed (EXTERNAL_ACROSS_SCHEMAS)")
-        elif self._scans(action) and not SCANS_ACROSS_SCHEMAS and self._older_files_live():
-            event(f"{type(action).__name__} skipped: files of an older schema (SCANS_ACROSS_SCHEMAS)")
         elif isinstance(action, (Write, AddSegment, Upsert, DeleteKeys, DeleteWhere, Update,
                                  DeleteSegments, StreamWrite, DropStream, Transaction, Alter)):
             self._revive_if_dead()
@@ -143,15 +136,6 @@ class TableMachine(Invariants, Commits, Writes, Transactions, SchemaChanges, Ext
             self._read_the_past(action.position, action.form)
         else:
             self._read_with_a_fault(action)
-
-
-    @staticmethod
-    def _scans(action: Action) -> bool:
-        """Whether ``action`` scans data files for rows (a delete by predicate, an update, a
-        compaction)."""
-        if isinstance(action, Transaction):
-            return any(isinstance(o, (DeleteWhere, Update)) for o in action.operations)
-        return isinstance(action, (DeleteWhere, Update, Compact))
 
 
 # -- variants ------------------------------------------------------------------------------------

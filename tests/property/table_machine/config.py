@@ -111,38 +111,3 @@ APP_IDS = ("nightly", "hourly")
 #: streaming.segment.max_size: a batch of a few rows writes 1-3 KB (a file per partition value),
 #: so a segment rolls over every few batches; None: the default (1 GiB), never.
 STREAM_MAX_SIZES = (2048, 4096, 8192, None)
-
-
-# What main cannot do across schema versions yet (issue 24, wave 2): the machine steps around each
-# (``schema``, ``TableMachine._act``) while its switch is off, and
-# tests/unit/txn/test_schema_machine_findings.py reproduces it; turn a switch on once the branch
-# that fixes it is merged.
-
-#: ADD SEGMENT once the schema changed: off on main, where a folder is checked against the
-#: creation schema (a renamed column is "missing") and an added column's values fail the read
-#: (tests/unit/txn/test_schema_machine_findings.py); the readers branch reads external segments
-#: across versions: turn this on once it is merged.
-EXTERNAL_ACROSS_SCHEMAS = False
-
-
-#: ``validate()`` once the schema changed: off on main, where it checks every live file against
-#: the current schema ("unreadable file: ... found column 'a' missing"; findings file); the
-#: docs branch checks each file against its version: turn this on once it is merged (until
-#: then ``metadata_table_agrees_with_storage`` passes over those problems only).
-VALIDATE_ACROSS_SCHEMAS = False
-
-
-#: delete(where=...) and update (alone or in a transaction), and compactions, while files of an
-#: older schema are live: off on main, where they scan those files with the current schema
-#: (CorruptMetadataError "found column 'a' missing"; after a rename of the partition column,
-#: KeyError: 'g'; a compaction of an old file with a delete delta likewise); the readers branch
-#: scans them by id: turn this on once it is merged. (Upserts, deletes by key, partition
-#: overwrites and streams run throughout.)
-SCANS_ACROSS_SCHEMAS = False
-
-
-#: ``Snapshot.files()`` (and ``t.partitions()``) once the partition column was renamed: off on
-#: main, where the partition folder ``g=a`` is parsed by the current names (KeyError: 'g'); the
-#: readers branch maps folder names through versions: turn this on once it is merged (until
-#: then the checks that list the snapshot's files pass while ``g`` has another name).
-PARTITION_NAMES_ACROSS_SCHEMAS = False

@@ -40,7 +40,6 @@ from tests.property.table_machine.config import (
     LEVEL_THRESHOLDS,
     MAINTENANCE_MODES,
     OPTIONS,
-    PARTITION_NAMES_ACROSS_SCHEMAS,
     RETENTIONS,
     SCHEMA,
     SHARDS,
@@ -247,13 +246,9 @@ class MachineCore(RuleBasedStateMachine):
             rows = self._file_rows[path] = list(zip(by_id[K], by_id[G], by_id[V], strict=True))
         return rows[position] if 0 <= position < len(rows) else None
 
-    def _listable(self) -> bool:
-        """Whether the snapshot's files can be listed (``config.PARTITION_NAMES_ACROSS_SCHEMAS``)."""
-        return PARTITION_NAMES_ACROSS_SCHEMAS or self.shape.name(G) == "g"
-
     def _files(self, table: txn.Table) -> list[txn.DataFile]:
-        """The latest snapshot's files; none while they cannot be listed (``_listable``)."""
-        return table.snapshot().files() if self._listable() else []
+        """The latest snapshot's files."""
+        return table.snapshot().files()
 
     @property
     def expected(self) -> tuple[Row, ...]:

@@ -68,10 +68,9 @@ from tests.property.table_machine.config import (
     BASE_NAME,
     DATA_ACTIONS,
     STREAM_NAMES,
-    VALIDATE_ACROSS_SCHEMAS,
 )
 from tests.property.table_machine.core import MachineCore
-from tests.property.table_machine.model import BASE, Row, _row_key, memory_path
+from tests.property.table_machine.model import Row, _row_key, memory_path
 
 
 class Invariants(MachineCore):
@@ -214,9 +213,6 @@ class Invariants(MachineCore):
         # nothing of it is visible. Every other problem is a bug.
         report = self.reader.validate()
         problems = [p for p in report.problems if p.kind not in ("expired instant", "pending rollback")]
-        if self.shape != BASE and not VALIDATE_ACROSS_SCHEMAS:
-            problems = [p for p in problems if not (p.kind == "unreadable file" and re.search(
-                r"of the table's schema, found column '[^']*' (missing|of type)", str(p)))]
         assert not problems, "\n".join(str(p) for p in problems)
 
     @invariant()
@@ -315,7 +311,7 @@ class Invariants(MachineCore):
         # those of its files (the roll-over is decided by its data size).
         open_or_finished = (SegmentStatus.STREAMING, SegmentStatus.STREAMING_FINISH)
         streaming = {s.id: s for s in shown if s.status in open_or_finished}
-        if streaming and self._listable():
+        if streaming:
             files: dict[str, list[int]] = {i: [0, 0] for i in streaming}
             for data_file in self._files(self.reader):
                 if data_file.segment in files:

@@ -28,9 +28,9 @@ import pyarrow as pa
 
 import txn
 from tests.property.table_machine.actions import Alter
-from tests.property.table_machine.config import CLEAN_RETENTIONS, EXTERNAL_ACROSS_SCHEMAS
+from tests.property.table_machine.config import CLEAN_RETENTIONS
 from tests.property.table_machine.core import MachineCore
-from tests.property.table_machine.model import HOLDS_ROWS, Column, Expected, G, K, Shape, V
+from tests.property.table_machine.model import Column, Expected, G, K, Shape, V
 
 #: The types of added columns: int32 (which ``widen`` makes int64), string, float64.
 EXTRA_TYPES = (pa.int32(), pa.string(), pa.float64())
@@ -49,10 +49,6 @@ class SchemaChanges(MachineCore):
 
     def _expect_alter(self, action: Alter, serial: int) -> Expected:
         shape, kind = self.shape, action.kind
-        if not EXTERNAL_ACROSS_SCHEMAS and kind not in ("set", "unset") and any(
-                s.external and s.status in HOLDS_ROWS for s in self.segment_model.values()):
-            # (A live external segment stops reading once the schema changes: findings file.)
-            kind = "set"
         int32 = [c for c in shape.added if c.type == pa.int32()]
         if kind == "widen" and not int32:
             kind = "add"
@@ -106,18 +102,6 @@ class SchemaChanges(MachineCore):
 
         return self._alter(lambda t: t.set_properties({"clean.retain_commits": str(retain)}), None,
                            "set_properties(clean.retain_commits)", then=set_retain)
-
-    def _older_files_live(self) -> bool:
-        """Whether a segment of the table holding rows was written before the last schema
-        change (its files are of an older version)."""
-        changed = None
-        for commit in reversed(self.acked):
-            if commit.shape != self.shape:
-                break
-            changed = commit.instant
-        if changed is None or self.acked[0].shape == self.shape:
-            return False
-        return any(s.status in HOLDS_ROWS and s.instant < changed for s in self.segment_model.values())
 
     def _expect_add_column(self, action: Alter, serial: int) -> Expected:
         shape = self.shape
