@@ -52,12 +52,6 @@ class SchemaMismatchError(TxnError, ValueError):
     """Data or files do not have the schema the table expects."""
 
 
-class SchemaEvolutionError(TxnError, ValueError):
-    """A schema change metatxn refuses: it would narrow a type, drop or retype a record-key or
-    partition column, or otherwise make old files read wrong. The message names the column and
-    the rule."""
-
-
 class DuplicateKeyError(TxnError, ValueError):
     """A record key that must be unique was found more than once."""
 
@@ -83,6 +77,12 @@ class CommitStateUnknownError(TxnError):
 
 class InvalidOptionError(TxnError, ValueError):
     """An argument, option or table property has a value metatxn does not accept."""
+
+
+class SchemaEvolutionError(InvalidOptionError):
+    """A schema change metatxn refuses: it would narrow a type, drop or retype a record-key or
+    partition column, or otherwise make old files read wrong. The message names the column and
+    the rule. (An ``InvalidOptionError``: the change asked for is not one the table takes.)"""
 
 
 class SegmentNotFoundError(TxnError, LookupError):

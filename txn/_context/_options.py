@@ -423,12 +423,18 @@ def check_property_change(before: dict[str, str], after: dict[str, str]) -> dict
     for key, why in FIXED_PROPERTIES.items():
         if before.get(key) != after.get(key):
             raise InvalidOptionError(f"table property {key} is fixed when the table is created: {why}")
-    # A writer whose handle still has the old timeout rolls back an instant whose heartbeat is
-    # late by it: the new interval must be safe with the old timeout too.
+    # Handles that have not refreshed, and heartbeats already beating, keep the old values: a
+    # handle with the old timeout must not roll back a writer beating at the new interval, nor
+    # one with the new timeout a writer still beating at the old interval.
     old, new = timeline_options(before), timeline_options(after)
     if old.heartbeat_timeout_ms < 2 * new.heartbeat_interval_ms:
         raise InvalidOptionError(
             f"table property heartbeat.interval_ms={new.heartbeat_interval_ms}: handles that "
             f"have not refreshed still use heartbeat.timeout_ms={old.heartbeat_timeout_ms}, which "
             "must be at least twice the interval; raise the timeout in an earlier change")
+    if new.heartbeat_timeout_ms < 2 * old.heartbeat_interval_ms:
+        raise InvalidOptionError(
+            f"table property heartbeat.timeout_ms={new.heartbeat_timeout_ms}: writers running now "
+            f"beat every heartbeat.interval_ms={old.heartbeat_interval_ms}, and the timeout must be "
+            "at least twice that; lower the interval in an earlier change")
     return checked

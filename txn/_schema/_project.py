@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import field_id
+from indexes import field_id, nested_fields
 
 
 def _by_id(fields: Sequence[pa.Field]) -> dict[int, pa.Field]:
@@ -26,8 +26,18 @@ def _null(data_type: pa.DataType) -> pc.Expression:
     return pc.scalar(pa.scalar(None, data_type))
 
 
+def _same(source: pa.Field, target: pa.Field) -> bool:
+    """Whether ``source`` reads as ``target`` unchanged: the same type and, at every level
+    below, the same ids (type equality ignores field metadata, so a struct field dropped and
+    re-added under its name would otherwise pass for the old one)."""
+    if source.type != target.type:
+        return False
+    inner, wanted = nested_fields(source.type), nested_fields(target.type)
+    return all(field_id(a) == field_id(b) and _same(a, b) for a, b in zip(inner, wanted, strict=True))
+
+
 def _project_field(source: pa.Field, ref: pc.Expression, target: pa.Field) -> pc.Expression:
-    if source.type == target.type:
+    if _same(source, target):
         return ref
     if pa.types.is_struct(source.type) and pa.types.is_struct(target.type):
         children = _by_id(list(source.type))
@@ -63,8 +73,9 @@ def version_projection(written: pa.Schema, target: pa.Schema) -> dict[str, pc.Ex
 
 def same_columns(written: pa.Schema, target: pa.Schema) -> bool:
     """Whether a file of ``written`` reads as ``target`` with no projection at all."""
-    return written.equals(target, check_metadata=False) and [field_id(f) for f in written] == [
-        field_id(f) for f in target]
+    return len(written) == len(target) and all(
+        a.name == b.name and field_id(a) == field_id(b) and _same(a, b)
+        for a, b in zip(written, target, strict=True))
 
 
 def read_columns(written: pa.Schema, target: pa.Schema, wanted: Sequence[str]) -> list[str]:

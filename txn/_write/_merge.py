@@ -75,7 +75,9 @@ def write_schema(context: TableContext, data: Any = None, *, declared: bool = Tr
     version = context.refresh()
     current = context.schema_of(version.schema_id)
     found = data if isinstance(data, pa.Schema) else data.schema
-    changes = merge_schema(current, found)
+    key = version.record_key
+    fixed = [*version.partition_by, *([key] if isinstance(key, str) else key or [])]
+    changes = merge_schema(current, found, fixed=fixed)
     if not declared and isinstance(data, pa.Table):
         changes = [c for c in changes if not _fits(c, current, data)]
     return evolved_schema(version, changes)

@@ -98,6 +98,12 @@ def test_update_schema_groups_changes_into_one_commit(table: txn.Table) -> None:
     (lambda t: t.set_properties({"record_index.shards": "8"}), txn.InvalidOptionError, "fixed"),
     (lambda t: t.set_properties({"heartbeat.interval_ms": "60000"}), txn.InvalidOptionError,
      "heartbeat"),
+    # Safe alone, but not with the old timeout (60 s) other handles still judge with ...
+    (lambda t: t.set_properties({"heartbeat.interval_ms": "90000", "heartbeat.timeout_ms": "200000"}),
+     txn.InvalidOptionError, "have not refreshed still use heartbeat.timeout_ms=60000"),
+    # ... nor with the old interval (15 s) running writers still beat at.
+    (lambda t: t.set_properties({"heartbeat.interval_ms": "1000", "heartbeat.timeout_ms": "2000"}),
+     txn.InvalidOptionError, "writers running now beat every heartbeat.interval_ms=15000"),
     (lambda t: t.unset_properties(["nope"]), txn.InvalidOptionError, "not set"),
 ])
 def test_refusals_leave_the_table_as_it_was(table: txn.Table, change, error, match) -> None:
@@ -146,3 +152,20 @@ def test_changed_properties_steer_every_handle(table: txn.Table) -> None:
     table.unset_properties(["metadata.compact_after"])
     table.snapshot()
     assert table._context.metadata.options.compact_after == 10
+
+
+@pytest.mark.parametrize("renamed", ["day", "id", "amt"])
+def test_a_stale_handle_writes_after_a_layout_column_was_renamed(tmp_path: Path, renamed: str) -> None:
+    """A write conformed to the version before the rename (partition, record-key or sort
+    column) commits; its rows read under the new name."""
+    t = txn.create_table(str(tmp_path / "t"), SCHEMA, record_key="id", partition_by=["day"],
+                         sort_by=["amt"])
+    t.append(rows())
+    stale = txn.open_table(t.uri)
+    stale.snapshot()  # resolved before the rename
+    t.rename_column(renamed, "renamed")
+    stale.append(rows(2, start=10))
+    got = t.to_arrow().sort_by("renamed" if renamed == "id" else "id").to_pylist()
+    assert [r["renamed" if renamed == "id" else "id"] for r in got] == [0, 1, 2, 10, 11]
+    assert all(r["renamed"] is not None for r in got)
+    assert t.validate().ok

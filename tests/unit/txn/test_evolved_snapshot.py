@@ -96,3 +96,13 @@ def test_the_file_reader_reads_each_files_version_on_a_worker(table: txn.Table) 
     assert [f.schema_id for f in files] == [0, 1]
     assert reader.read(files[0], columns=["full_name"]).column("full_name").to_pylist() == ["a", "b"]
     assert reader.read(files[1], filter=pc.field("full_name") == "c").num_rows == 1
+
+
+def test_a_struct_field_dropped_and_added_again_reads_null_in_old_files(table: txn.Table) -> None:
+    """Its new id differs from the old one's; the struct's type alone does not say so."""
+    table.drop_columns(["addr.zip"])
+    table.add_columns([pa.field("addr.zip", pa.int32())])
+    assert [r["addr"] for r in by_id(table)] == [{"city": "x", "zip": None}, None]
+    assert table.snapshot().count(pc.field("addr", "zip") == 1) == 0
+    table.compact("major")
+    assert [r["addr"] for r in by_id(table)] == [{"city": "x", "zip": None}, None]

@@ -133,10 +133,14 @@ def test_merge_never_changes_a_key_column(tmp_path: Path) -> None:
     t = txn.create_table(str(tmp_path / "k32"), pa.schema([("k", pa.int32()), ("v", pa.string())]),
                          record_key="k")
     t.append(pa.table({"k": pa.array([1], pa.int32()), "v": ["a"]}))
+    # A wider key type is left to the input check: values that fit are taken (as without
+    # merge), one that does not is refused, and the key's type stays.
+    assert t.upsert(pa.table({"k": pa.array([2], pa.int64()), "v": ["b"]}),
+                    schema_mode="merge").schema_version is None
     before = state_of(t)
-    with pytest.raises(txn.SchemaEvolutionError, match="'k'"):
-        t.upsert(pa.table({"k": pa.array([2], pa.int64()), "v": ["b"]}), schema_mode="merge")
-    assert state_of(t) == before
+    with pytest.raises(txn.SchemaMismatchError, match="'k'"):
+        t.upsert(pa.table({"k": pa.array([2 ** 40], pa.int64()), "v": ["c"]}), schema_mode="merge")
+    assert state_of(t) == before and t.schema.field("k").type == pa.int32()
 
 
 def test_overwrite_with_merge(table: txn.Table) -> None:
@@ -315,3 +319,22 @@ def test_merge_streams_a_reader_and_fills_a_nullable_column_the_data_lacks(table
                           schema_mode="merge")
     assert commit is not None and commit.schema_version == 1
     assert content(table)[-1] == {"id": 3, "name": None, "amt": 3, "extra": "c"}
+
+
+def test_merge_leaves_key_and_partition_types_to_the_input_check(tmp_path: Path) -> None:
+    """A wider key in the data is not a widening merge makes (a key's type never changes): the
+    values that fit are taken, as without merge."""
+    schema = pa.schema([("id", pa.int32()), ("g", pa.int32()), ("v", pa.string())])
+    t = txn.create_table(str(tmp_path / "k"), schema, record_key="id", partition_by=["g"])
+    data = pa.table({"id": pa.array([1], pa.int64()), "g": pa.array([2], pa.int64()), "v": ["a"]})
+    assert t.append(data, schema_mode="merge").schema_version is None
+    assert t.schema.field("id").type == pa.int32() and t.to_arrow().num_rows == 1
+
+
+def test_merge_refuses_a_new_column_with_no_type(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    t = txn.create_table(str(tmp_path / "n"), pa.schema([("id", pa.int64())]))
+    before = t.schema_history()
+    with pytest.raises(txn.SchemaEvolutionError, match="'c' is new and holds only nulls"):
+        t.append(pd.DataFrame({"id": [1], "c": [None]}), schema_mode="merge")
+    assert t.schema_history() == before and t.to_arrow().num_rows == 0

@@ -314,11 +314,13 @@ def write_rows(context: TableContext, pending: Pending, rows: Iterable[pa.Record
     one the rows were conformed to (None: the handle's current one)."""
     assert pending.segment is not None
     schema = schema or current_schema(context)
+    keys = layout_names(context, schema.schema, context.record_key_columns)
     writer = DataFileWriter(
         context.store, schema.schema, instant_time=pending.instant.time, segment=pending.segment,
-        partition_by=context.partition_by, sort_by=context.sort_by, new_token=context.ids,
+        partition_by=layout_names(context, schema.schema, context.partition_by),
+        sort_by=layout_names(context, schema.schema, context.sort_by), new_token=context.ids,
         target_file_bytes=target_file_bytes(context.properties),
-        key_columns=context.record_key_columns, presorted=presorted,
+        key_columns=keys, presorted=presorted,
         sort_memory_bytes=sort_memory_bytes(context.properties), schema_id=schema.schema_id,
     )
     statuses = writer.write(rows)
@@ -326,8 +328,19 @@ def write_rows(context: TableContext, pending: Pending, rows: Iterable[pa.Record
     index = context.metadata.record_index
     if index is None or not located.keys.num_rows:
         return statuses, None
-    return statuses, new_entries(index, located, context.record_key_columns, pending.segment,
-                                 pending.instant.time)
+    return statuses, new_entries(index, located, keys, pending.segment, pending.instant.time)
+
+
+def layout_names(context: TableContext, schema: pa.Schema, columns: Sequence[str]) -> list[str]:
+    """``columns`` (layout columns: partition, sort or record key, named as the handle's current
+    version names them) as ``schema`` names them, found by column id: a write planned before a
+    rename writes its rows, and their partition folders, under the names it conformed them to.
+    A sort column ``schema`` lacks (dropped since) is left out."""
+    if schema is context.schema:
+        return list(columns)
+    current = {name: field_id(context.schema.field(name)) for name in columns}
+    names = {field_id(f): f.name for f in schema}
+    return [names[i] for i in current.values() if i in names]
 
 
 def new_entries(index: RecordIndex, located: KeyLocations, columns: Sequence[str], segment: str,
