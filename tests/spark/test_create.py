@@ -356,8 +356,8 @@ def test_the_format_creates_tables_with_its_options(spark: Any, tmp_path: Path) 
     df = frame(spark, orders(range(400, 410)))
     with pytest.raises(Exception, match=r"record_key \['id'\] differs from the table's \['id', 'day'\]"):
         df.write.format("metatxn").mode("append").option("recordKey", "id").save(uri)
-    with pytest.raises(Exception, match=r"unknown option\(s\) \['mergeschema'\]"):
-        df.write.format("metatxn").mode("append").option("mergeSchema", "true").save(uri)
+    with pytest.raises(Exception, match=r"unknown option\(s\) \['overwriteschema'\]"):
+        df.write.format("metatxn").mode("append").option("overwriteSchema", "true").save(uri)
     # Spark itself refuses DataFrameWriter.partitionBy for Python data sources.
     with pytest.raises(Exception, match="partitioning"):
         df.write.format("metatxn").mode("append").partitionBy("region").save(uri)
