@@ -81,15 +81,34 @@ def _fragment(store: DataStore, path: str) -> ds.ParquetFileFragment:
 
 
 def read_files(store: DataStore, paths: Sequence[str], schema: pa.Schema, *,
-               written: pa.Schema | None = None) -> pa.Table:
-    """Every row of the table's own files ``paths`` (no delete deltas applied), decoded together
-    on every core, as ``schema``; ``written``: the version they were all written with, when not
-    ``schema`` (columns found by id, the projection pushed into the scan). Arrow's errors are the
-    caller's to name a file with (:func:`raise_for_files`)."""
+               written: pa.Schema | None = None, filter: ds.Expression | None = None,
+               columns: Sequence[str] | None = None, checked: bool = False) -> pa.Table:
+    """The rows of the table's own files ``paths`` (no delete deltas applied) matching
+    ``filter`` (over ``schema``'s names), ``columns`` of them, decoded together on every core,
+    as ``schema``; ``written``: the version they were all written with, when not ``schema``
+    (columns found by id, the projection pushed into the scan, the filter applied after it).
+    ``checked``: each file's own schema is checked too (``check_schema``: Arrow would read
+    another table's file with a missing column as nulls). Arrow's errors are the caller's to
+    name a file with (:func:`raise_for_files`)."""
+    version = schema if written is None else written
+    dataset = store.dataset(paths, version)
     if written is None or same_columns(written, schema):
-        return store.dataset(paths, schema).to_table(use_threads=True)
-    return store.dataset(paths, written).to_table(columns=version_projection(written, schema),
-                                                  use_threads=True).cast(schema)
+        rows = dataset.to_table(filter=filter, columns=None if columns is None else list(columns),
+                                use_threads=True)
+    else:
+        rows = dataset.to_table(columns=version_projection(written, schema),
+                                use_threads=True).cast(schema)
+        if filter is not None:
+            rows = rows.filter(filter)
+        if columns is not None:
+            rows = rows.select(list(columns))
+    if checked:
+        relative = {store.full_path(p): p for p in paths}
+        for fragment in dataset.get_fragments():
+            path = relative[fragment.path]
+            with reading_file(path, DATA_FILE_EXPECTED):
+                check_schema(path, fragment.physical_schema, version)
+    return rows
 
 
 def check_data_file(store: DataStore, path: str, schema: pa.Schema,

@@ -41,6 +41,7 @@ from .._files import (
     parse_hive_value,
     partition_renames,
     raise_for_files,
+    read_files,
     reading_file,
     timestamp_value,
 )
@@ -327,12 +328,21 @@ class Snapshot:
 
     def _read_parts(self, expression: ds.Expression | None, columns: list[str] | None,
                     table: pa.Table) -> list[pa.Table]:
-        # Files with deletes, external segments' files and files of another version than the
-        # snapshot's (projected by column id) are read one by one.
+        # Files with deletes, and external segments' files, are read one by one; the others as
+        # one dataset per schema version (another version's projected by column id, with the
+        # filter applied after the projection).
         one_by_one = self._one_by_one(table)
         clean = table.filter(pc.invert(one_by_one))
-        parts = [self._scan(expression, clean, lambda d: d.to_table(filter=expression, columns=columns))] \
-            if clean.num_rows else []
+        parts = []
+        for schema_id in sorted(set(clean["schema_id"].to_pylist())):
+            group = clean.filter(pc.equal(clean["schema_id"], schema_id))
+            if schema_id == self._schema_id:
+                parts.append(self._scan(expression, group,
+                                        lambda d: d.to_table(filter=expression, columns=columns)))
+            else:
+                parts.append(read_files(self._store, self._paths(group), self._schema,
+                                        written=self._versions[schema_id], filter=expression,
+                                        columns=columns, checked=True))
         wanted = columns if columns is not None else self._schema.names
         others = table.filter(one_by_one)
         reader = self.file_reader() if others.num_rows else None
@@ -350,8 +360,7 @@ class Snapshot:
 
     def _one_by_one(self, table: pa.Table) -> pa.ChunkedArray:
         """Which files of ``table`` a read opens one at a time (see ``_read_parts``)."""
-        return pc.or_(pc.or_(pc.greater(table["deleted_rows"], 0), _external(table)),
-                      pc.not_equal(table["schema_id"], self._schema_id))
+        return pc.or_(pc.greater(table["deleted_rows"], 0), _external(table))
 
     def _scan(self, expression: ds.Expression | None, table: pa.Table,
               scan: Callable[[ds.FileSystemDataset], Any]) -> Any:
@@ -384,7 +393,8 @@ class Snapshot:
         if table.num_rows == 0:
             return 0
         try:
-            if pc.any(self._one_by_one(table)).as_py():
+            if pc.any(pc.or_(self._one_by_one(table),
+                             pc.not_equal(table["schema_id"], self._schema_id))).as_py():
                 return sum(part.num_rows for part in self._read_parts(expression, [], table))
             return int(self._scan(expression, table, lambda d: d.count_rows(filter=expression)))
         except (pa.ArrowException, OSError) as exc:
