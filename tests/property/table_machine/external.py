@@ -214,7 +214,9 @@ class ExternalSegments(MachineCore):
             else:
                 os.makedirs(os.path.join(folder, partition))
                 os.symlink(target, os.path.join(folder, partition, "part-0.parquet"))
-            self._untouched_by(table, lambda: table.add_segment(folder, "parquet", partition="g:string"),
+            # The partitioning named as the table's current version names it.
+            option = f"{self.shape.name(G)}:string"
+            self._untouched_by(table, lambda: table.add_segment(folder, "parquet", partition=option),
                                txn.InvalidOptionError, "inside the table")
         finally:
             shutil.rmtree(outside, ignore_errors=True)
