@@ -61,6 +61,7 @@ from tests.property.table_machine.actions import (
     DropStream,
     Lookup,
     Maintain,
+    MergeWrite,
     RacingDeleteKeys,
     ReadLatest,
     ReadPast,
@@ -99,6 +100,10 @@ class TableMachine(Invariants, Commits, Writes, Transactions, SchemaChanges, Ext
         elif isinstance(action, Maintain):
             self._wait(action.wait_ms)
             self._maintain(action)
+        elif isinstance(action, MergeWrite):
+            self._revive_if_dead()
+            self._wait(action.wait_ms)
+            self._merge_write(action)
         elif isinstance(action, (Write, AddSegment, Upsert, DeleteKeys, DeleteWhere, Update,
                                  DeleteSegments, StreamWrite, DropStream, Transaction, Alter)):
             self._revive_if_dead()

@@ -15,8 +15,9 @@ Where things are:
   ``external.ExternalSegments`` (ADD SEGMENT, with two rules of its own), ``streams.Streams``,
   ``segments.Segments`` (compaction and DELETE SEGMENT), ``services.Services`` (CLEAN FILES,
   maintenance and archival), ``reads.Reads`` (reads, lookups, time travel),
-  ``schema.SchemaChanges`` (add, drop, rename and widen columns, set and unset a property: the
-  model's ``Shape``, by which every write builds its data and every read is checked);
+  ``schema.SchemaChanges`` (add, drop, rename and widen columns, set and unset a property,
+  writes with ``schema_mode="merge"``: the model's ``Shape``, by which every write builds its
+  data and every read is checked);
 * ``invariants.Invariants``: every ``@invariant``.
 
 The mixins call each other through ``self``: only the assembled ``TableMachine`` has them all.

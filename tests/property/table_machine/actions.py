@@ -355,8 +355,26 @@ class Alter:
     wait_ms: int
 
 
+@dataclass(frozen=True)
+class MergeWrite:
+    """``write`` (an ``append``, or keyed an ``upsert``; its ``fault``, ``wait_ms`` and ``app``
+    unused) with ``schema_mode="merge"``, its data of the model's schema plus, as drawn, a new
+    nullable column (``adds``: of ``EXTRA_TYPES[type]`` named from ``ADDED_NAMES``, ``position``
+    per mille; a name dropped before comes back with a new id) and/or an int32 added column sent
+    as int64 (``widens``); with neither (or nothing free to add or widen), a plain write that
+    creates no schema version (``schema`` says what each must do)."""
+
+    write: Write | Upsert
+    adds: bool
+    widens: bool
+    position: int
+    type: int
+    fault: FaultPlan | None
+    wait_ms: int
+
+
 Mutation = (Write | AddSegment | Upsert | DeleteKeys | DeleteWhere | Update | DeleteSegments
-            | StreamWrite | DropStream | Transaction | Alter)
+            | StreamWrite | DropStream | Transaction | Alter | MergeWrite)
 
 
 Action = (Mutation | Compact | Clean | Maintain | Lookup | ReadLatest | ReadPast | ReadWithFault
@@ -540,6 +558,33 @@ alters = st.builds(
     position=st.integers(0, 999), type=st.integers(0, 2), fault=fault_plans, wait_ms=waits)
 
 
+#: What a merge write's data carries beyond the model's schema: mostly a new column.
+_merge_changes = st.sampled_from([(True, False), (True, False), (False, True), (True, True),
+                                  (False, False)])
+
+
+def _merge_writes(*payloads: st.SearchStrategy[Write | Upsert]) -> st.SearchStrategy[MergeWrite]:
+    return st.builds(lambda write, changes, **kw: MergeWrite(write, *changes, **kw),
+                     st.sampled_from(payloads).flatmap(lambda chosen: chosen), _merge_changes,
+                     position=st.integers(0, 999), type=st.integers(0, 2), fault=fault_plans,
+                     wait_ms=waits)
+
+
+#: An append's rows as a single append draws them (keyed: made new, now and then a clash).
+_merge_appends = st.builds(Write, operation=st.just("append"), rows=rows_strategy, fault=st.none(),
+                           wait_ms=st.just(0), clash=st.sampled_from([None] * 6 + ["table", "batch"]))
+
+
+_merge_upserts = st.builds(Upsert, rows=st.lists(st.tuples(key_specs, GROUPS, st.integers(0, 999)),
+                                                 max_size=20), fault=st.none(), wait_ms=st.just(0))
+
+
+keyed_merge_writes = _merge_writes(_merge_appends, _merge_upserts)
+
+
+unkeyed_merge_writes = _merge_writes(_merge_appends)
+
+
 def weighted(*choices: st.SearchStrategy[Action]) -> st.SearchStrategy[Action]:
     """One of ``choices``, each as often as it is listed (``st.one_of`` would count a strategy
     listed twice once), shrinking towards the first."""
@@ -560,7 +605,7 @@ reads: list[st.SearchStrategy[Action]] = [
 keyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, add_segments, add_segments, stream_writes, stream_writes, stream_writes,
     drop_streams, upserts, upserts, delete_keys, racing_delete_keys, delete_wheres, updates,
-    updates, keyed_transactions, keyed_transactions, alters, alters, compactions,
+    updates, keyed_transactions, keyed_transactions, alters, alters, keyed_merge_writes, compactions,
     compactions, close_streamings, cleans, segment_deletes, maintenance, maintenance, lookups,
     *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
@@ -571,7 +616,7 @@ keyed_actions: st.SearchStrategy[Action] = weighted(
 unkeyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, writes, add_segments, add_segments, stream_writes, stream_writes,
     stream_writes, drop_streams, delete_wheres, updates, unkeyed_transactions, alters, alters,
-    compactions,
+    unkeyed_merge_writes, compactions,
     compactions,
     close_streamings, cleans, segment_deletes, maintenance, maintenance, *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),

@@ -25,7 +25,14 @@ from hypothesis import event, note
 
 import txn
 from indexes import SegmentStatus
-from tests.property.table_machine.actions import Alter, DropStream, Mutation, StreamWrite, Transaction
+from tests.property.table_machine.actions import (
+    Alter,
+    DropStream,
+    MergeWrite,
+    Mutation,
+    StreamWrite,
+    Transaction,
+)
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.internals import CommitMetadata
 from tests.property.table_machine.model import HOLDS_ROWS, Acked, Expected, SegmentModel, _sort, memory_path
@@ -46,6 +53,8 @@ class Commits(MachineCore):
             return self._expect_drop(action)
         if isinstance(action, Alter):
             return self._expect_alter(action, serial)
+        if isinstance(action, MergeWrite):
+            return self._expect_merge(action, serial)
         predict = (self._expect_transaction if isinstance(action, Transaction)
                    else self._expect_mutation)
         app = getattr(action, "app", None)
@@ -119,6 +128,12 @@ class Commits(MachineCore):
                     f"{operation} committed {instant} but raised {outcome!r}")
             metadata = self.observer_timeline.read_metadata(found, CommitMetadata)
             assert tuple(metadata.operations) == expected.operations, metadata
+            if expected.versions is not None:
+                # A merge write's new schema lands in its own instant, or there is none.
+                assert (metadata.schema_version is not None) == expected.versions, (
+                    f"{expected.label}: schema_version {metadata.schema_version}")
+                if isinstance(outcome, txn.Commit):
+                    assert outcome.schema_version == metadata.schema_version, outcome
             if expected.on_commit is not None:
                 expected.on_commit()
             self._record(Acked(instant=found.time, completed_at=found.completed_at,

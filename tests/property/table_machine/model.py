@@ -138,6 +138,9 @@ class Expected:
     operations: tuple[str, ...] = ()
     #: A schema or property change: moves the model (its shape, its retention) once it committed.
     on_commit: Callable[[], None] | None = None
+    #: A merge write: whether its commit creates a schema version (``Commit.schema_version``);
+    #: None: not checked.
+    versions: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,14 @@ call like any write (``Commits._write``), judged against the model's ``Shape``.
 * ``alter_column`` widening an int32 column to int64 (with none, the change adds one); now and
   then narrowing ``v`` to int32 instead: refused;
 * ``set_properties`` / ``unset_properties`` of ``clean.retain_commits`` (the model's
-  ``clean_retain``: what CLEAN FILES must keep from then on; unset: the default, 10).
+  ``clean_retain``: what CLEAN FILES must keep from then on; unset: the default, 10);
+* writes with ``schema_mode="merge"`` (``MergeWrite``): an append (keyed: its keys made new,
+  now and then a duplicate key, refused) or, keyed, an upsert, whose data adds a nullable column
+  (a free name of ``ADDED_NAMES``, a dropped one too: a new id above every id used, null in
+  every older row) and/or sends an int32 added column as int64: one commit makes the new schema
+  current with the rows (``Commit.schema_version`` set); data that adds nothing is a plain write
+  (no version). A merge that fails or crashes changes nothing, and a ``Snapshot`` the writer
+  took before it reads the same schema and rows after it, whatever happened.
 
 A change adds no row: its commit's snapshot holds the rows of the one before, as the new
 schema shows them (``Shape``: renamed, a dropped column gone, an added one null in old rows,
@@ -27,7 +34,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 import txn
-from tests.property.table_machine.actions import Alter
+from tests.property.table_machine.actions import Alter, MergeWrite
 from tests.property.table_machine.config import CLEAN_RETENTIONS
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.model import Column, Expected, G, K, Shape, V
@@ -119,6 +126,52 @@ class SchemaChanges(MachineCore):
         return self._alter(lambda t: t.add_columns([pa.field(name, kind)]),
                            Shape(columns=(*shape.columns, column), last_id=column.cid),
                            f"add of a {kind} column" + (" under a name dropped before" if again else ""))
+
+    def _merge_write(self, action: MergeWrite) -> None:
+        """Run ``action`` (judged by ``_write``); a ``Snapshot`` of the writer taken before it
+        still reads the schema and rows of then."""
+        shape, rows = self.shape, self.expected
+        pinned = self.writer.snapshot()
+        self._write(action)
+        if not self.dead:  # a dead writer's store refuses every call
+            what = "a snapshot taken before a merge write"
+            shape.check_ids(pinned.schema, what)
+            assert shape.rows_of(pinned.to_arrow(), what) == rows, f"{what} changed its rows"
+
+    def _expect_merge(self, action: MergeWrite, serial: int) -> Expected:
+        """``action.write`` with ``schema_mode="merge"``, its data of the merged shape: once it
+        committed, that shape is the model's."""
+        shape = self.shape
+        columns, last_id, changes = list(shape.columns), shape.last_id, []
+        int32 = [c for c in shape.added if c.type == pa.int32()]
+        if action.widens and int32:
+            widened = int32[action.position * len(int32) // 1000]
+            columns = [dataclasses.replace(c, type=pa.int64()) if c.cid == widened.cid else c
+                       for c in columns]
+            changes.append("widening an int32 column to int64")
+        taken = {c.name for c in shape.columns}
+        start = action.position * len(ADDED_NAMES) // 1000
+        free = [n for n in ADDED_NAMES[start:] + ADDED_NAMES[:start] if n not in taken]
+        if action.adds and free:
+            kind = EXTRA_TYPES[action.type]
+            again = any(free[0] in (c.name for c in a.shape.columns) for a in self.acked)
+            last_id += 1
+            columns.append(Column(last_id, free[0], kind, since=serial))
+            changes.append(f"adding a {kind} column" + (" under a name dropped before" if again else ""))
+        after = Shape(columns=tuple(columns), last_id=last_id)
+        expected = self._expect_mutation(action.write, serial, {"schema_mode": "merge"}, shape=after)
+        operation = expected.operation
+        if not changes:
+            return dataclasses.replace(expected, versions=False,
+                                       label=f"merge {operation} that adds nothing")
+
+        def committed() -> None:
+            self.shape = after
+
+        label = f"merge {operation} {' and '.join(changes)}"
+        if expected.noop:
+            label = f"merge {operation} of no rows"
+        return dataclasses.replace(expected, versions=True, label=label, on_commit=committed)
 
     def _alter(self, call: Callable[[txn.Table], object], after: Shape | None, label: str, *,
                refused: type[Exception] | None = None,

@@ -53,7 +53,7 @@ from tests.property.table_machine.actions import (
 )
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.internals import CommitMetadata, write_state
-from tests.property.table_machine.model import HOLDS_ROWS, Acked, Expected, Row, _sort
+from tests.property.table_machine.model import HOLDS_ROWS, Acked, Expected, Row, Shape, _sort
 from timeline import ROLLEDBACK
 
 
@@ -90,9 +90,12 @@ class Writes(MachineCore):
     """Appends, overwrites, upserts, deletes and updates as the model predicts them, and the
     delete by keys that races a second writer."""
 
-    def _expect_mutation(self, action: Mutation, serial: int, kw: dict[str, object]) -> Expected:
-        """``_expect`` of the table's writes (``kw``: app_id and version, if any)."""
+    def _expect_mutation(self, action: Mutation, serial: int, kw: dict[str, object],
+                         shape: Shape | None = None) -> Expected:
+        """``_expect`` of the table's writes (``kw``: app_id and version, if any); an append's or
+        upsert's data has the model's schema, or ``shape`` (a merge write's)."""
         before = self.expected
+        shape = shape or self.shape
         tag = serial * 1000
         if isinstance(action, AddSegment):
             return self._expect_add(action, serial)
@@ -107,7 +110,7 @@ class Writes(MachineCore):
                 if self.keyed:  # a keyed overwrite: the last row of each key
                     rows = list({k: (k, g, v) for k, g, v in rows}.values())
             self.seen_keys.update(r[0] for r in rows)
-            data = self.shape.table(rows)
+            data = shape.table(rows)
             if action.operation == "append":
                 return Expected("append", lambda t: t.append(data, **kw), _sort([*before, *rows]),
                                 added=len(rows), deleted=0, segment=True, refused=refused,
@@ -120,7 +123,7 @@ class Writes(MachineCore):
             self.seen_keys.update(r[0] for r in rows)
             live = self._live()
             last = {row[0]: row for row in rows}  # the last row of a key wins
-            data = self.shape.table(rows)
+            data = shape.table(rows)
             replaced = len(last.keys() & live.keys())
             form = ("replacing and inserting" if 0 < replaced < len(last) else
                     "replacing only" if replaced else "inserting only")
