@@ -942,14 +942,25 @@ class MetadataTable:
         usable = self._completed_compactions()
         everything = "9" * 17
         versions: dict[int, TableVersion] = {}
+        # The blocks of an instant not completed are no part of the history: it is rolled back,
+        # never forward, so a later instant may create its version numbers (and column ids)
+        # again. Each is checked on its own: its versions apart, its statistics in its own
+        # schema (not cached: a schema id is only unique among completed versions).
+        own: dict[str, pa.Schema] = {}
         stats_schema = self.schemas[COLUMN_STATS]
         for partition in sorted(self.schemas, key=lambda p: p != SCHEMAS):
             listing = self.storage.list(partition_folder(partition))
             bases, logs = parse_listing(listing)
+            apart = {b.path: b.instant_time for b in logs if b.instant_time not in completed}
             for path in [b.path for b in bases] + [b.path for b in logs]:
                 try:
-                    table = self._read(partition, path, stats_schema)
-                    if partition == SCHEMAS:
+                    instant = apart.get(path)
+                    table = self._read(partition, path, own.get(instant or "", stats_schema))
+                    if partition == SCHEMAS and instant is not None:
+                        mine = latest(self._merge_versions([(path, table)], {}))
+                        if mine is not None:
+                            own[instant] = column_stats_schema(assign_ids(mine.schema))
+                    elif partition == SCHEMAS:
                         self._merge_versions([(path, table)], versions)
                 except CorruptMetadataError as exc:
                     damaged.append(exc)

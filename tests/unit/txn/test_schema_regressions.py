@@ -4,11 +4,18 @@ updates, and the listing of files across schema versions (renamed partition colu
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import txn
+from tests.conftest import FakeClock
+from tests.faults import injected
+from tests.unit.txn.helpers import Faulty, storage_of, table_on
 
 SCHEMA = pa.schema([("k", pa.int64()), ("g", pa.string()), ("v", pa.int64())])
 
@@ -87,3 +94,55 @@ def test_files_after_renaming_the_partition_column(memory_uri: str) -> None:
     table.append(pa.table({"k": [1], "g": ["a"], "v": [10]}, schema=SCHEMA))
     table.rename_column("g", "g5")
     assert [f.partition for f in table.snapshot().files()] == [{"g5": "a"}]
+
+
+
+def _dies_at_its_commit_point(uri: str, clock: FakeClock, call: Callable[[txn.Table], object]) -> None:
+    """``call`` on a fresh table of a writer that dies just before its commit point (its
+    metadata deltacommit and blocks landed), with the table lock lapsed by the time it returns
+    and its heartbeat still live: its instant stays pending, nobody rolls it back yet."""
+    faulty = Faulty(storage_of(uri))
+    faulty.arm(1, ops={"put_if_absent"}, crash=True,
+               match=lambda path: re.fullmatch(r"_timeline/\d{17}_\d{17}\.commit", path) is not None)
+    with pytest.raises(Exception) as info:
+        call(table_on(uri, faulty, clock=clock))
+    assert injected(info.value) is not None
+    clock.advance(10_000)
+
+
+def _short_lease(uri: str, clock: FakeClock) -> txn.Table:
+    """A table whose dead writer's lock lapses long before its instant may be rolled back."""
+    properties = {"lock.lease_ms": "5000", "heartbeat.timeout_ms": "600000"}
+    table = txn.create_table(uri, SCHEMA, properties=properties, clock=clock)
+    table.append(pa.table({"k": [1], "g": ["a"], "v": [10]}, schema=SCHEMA))
+    return table
+
+
+def test_validate_ignores_the_version_of_an_alter_that_died_at_its_commit_point(
+        table_uri: str, clock: FakeClock) -> None:
+    """The dead ``alter_table``'s ``schemas`` block holds a version 1 nobody reads (its instant
+    is pending, then rolled back, never forward); the next change creates version 1 again,
+    differently. validate() merged the two and reported two records of one version."""
+    _short_lease(table_uri, clock)
+    _dies_at_its_commit_point(table_uri, clock, lambda t: t.add_columns([pa.field("a", pa.int32())]))
+    table = txn.open_table(table_uri, clock=clock)
+    assert table.timeline()[-1].state == "inflight"
+    table.add_columns([pa.field("b", pa.string())])
+    assert table.schema.names == ["k", "g", "v", "b"]
+    report = table.validate()
+    assert report.ok, [str(p) for p in report.problems]
+
+
+def test_validate_reads_the_statistics_of_a_dead_merge_write_in_its_own_schema(
+        table_uri: str, clock: FakeClock) -> None:
+    """A dead merge write's column ``b`` (string) and the next one's column ``a`` (int32) get
+    the same column id; the dead one's statistics must not be read in the live schema."""
+    _short_lease(table_uri, clock)
+    _dies_at_its_commit_point(table_uri, clock, lambda t: t.append(
+        pa.table({"k": [2], "g": ["a"], "v": [3], "b": ["x"]}), schema_mode="merge"))
+    table = txn.open_table(table_uri, clock=clock)
+    table.append(pa.table({"k": [3], "g": ["a"], "v": [3], "a": pa.array([5], pa.int32())}),
+                 schema_mode="merge")
+    assert table.schema.names == ["k", "g", "v", "a"]
+    report = table.validate()
+    assert report.ok, [str(p) for p in report.problems]
