@@ -203,7 +203,9 @@ def lookup(context: TableContext, keys: Any) -> pa.Table:
     columns = _require_key(context, "lookup")
     wanted = keys_argument(keys, context.schema, columns)
     found = latest(context, lambda state: find_keys(context, state, wanted))
-    located = user_keys(found, columns)
+    # Named as the latest version names the key (the index holds values, not names): reading
+    # the latest state may have taken a rename another handle committed.
+    located = user_keys(found, columns).rename_columns(context.record_key_columns)
     for name in ("segment", "file", "position"):
         located = located.append_column(name, found[name])
     return located
@@ -248,9 +250,22 @@ def _matching_rows(context: TableContext, state: State, where: ds.Expression | N
     return positions, (pa.concat_tables(parts) if parts else schema.empty_table())
 
 
+def _fresh_where(context: TableContext, where: object) -> ds.Expression | None:
+    """``where`` checked against the handle's schema, or, when it does not apply to that one
+    and another handle changed the schema since this one last read it, against the latest (a
+    filter on a column renamed or added elsewhere)."""
+    try:
+        return _check_where(where, context.schema)
+    except InvalidOptionError:
+        known = context.version.version
+        if context.refresh().version == known:
+            raise
+        return _check_where(where, context.schema)
+
+
 def delete(context: TableContext, where: Any = None, *, keys: Any = None,
            extra: dict[str, str] | None = None, progress: Progress | None = None) -> Commit | None:
-    expression = _check_where(where, context.schema)
+    expression = _fresh_where(context, where)
     if (expression is None) == (keys is None):
         raise InvalidOptionError(
             "delete needs exactly one of where= (a pyarrow.compute.Expression) or keys= "
@@ -349,7 +364,7 @@ def _inferred(value: object) -> pa.Scalar | None:
 
 def update(context: TableContext, where: Any, values: Any, *,
            extra: dict[str, str] | None = None, progress: Progress | None = None) -> Commit | None:
-    expression = _check_where(where, context.schema)
+    expression = _fresh_where(context, where)
     _new_values(context, values, 0)  # check the values before reading anything
 
     def plan(state: State) -> Update | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import txn
@@ -169,3 +170,17 @@ def test_a_stale_handle_writes_after_a_layout_column_was_renamed(tmp_path: Path,
     assert [r["renamed" if renamed == "id" else "id"] for r in got] == [0, 1, 2, 10, 11]
     assert all(r["renamed"] is not None for r in got)
     assert t.validate().ok
+
+
+def test_a_stale_handle_takes_a_rename_made_elsewhere(table: txn.Table) -> None:
+    """A filter on a column renamed by another handle, and the key column's name in lookups,
+    follow the latest version: the handle reads it when what it knows does not apply."""
+    stale = txn.open_table(table.uri)
+    stale.snapshot()
+    table.rename_column("name", "full_name")
+    table.rename_column("id", "key")
+    assert stale.lookup([1]).column_names == ["key", "segment", "file", "position"]
+    assert stale.update(pc.field("full_name") == "n1", {"amt": 7}).rows_deleted == 1
+    assert stale.delete(pc.field("full_name") == "n0").rows_deleted == 1
+    with pytest.raises(txn.InvalidOptionError, match="does not apply"):
+        stale.delete(pc.field("nope") == 1)
