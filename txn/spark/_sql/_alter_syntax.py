@@ -165,16 +165,22 @@ def parse(statement: str, tokens: list[Token] | None = None) -> Alter:
 
 # -- names and types -------------------------------------------------------------------------------
 
+def _name_part(cursor: Cursor, what: str) -> None:
+    """Refuse the next token unless it is one name without a dot (a dot separates a struct
+    from its fields in these statements)."""
+    token = cursor.peek()
+    if token is None or not token.is_name:
+        raise cursor.error(f"expected {what} but found {cursor.found()}")
+    if "." in token.value:
+        raise cursor.error(f"column name {token.value!r} holds a dot, which separates a struct "
+                           "from its fields in these statements")
+
+
 def _column(cursor: Cursor, what: str = "a column name") -> str:
     """``c``, ``addr.country`` or backticked parts: a dotted path (a dot separates fields)."""
     parts = []
     while True:
-        token = cursor.peek()
-        if token is None or not token.is_name:
-            raise cursor.error(f"expected {what} but found {cursor.found()}")
-        if "." in token.value:
-            raise cursor.error(f"column name {token.value!r} holds a dot, which separates a struct "
-                               "from its fields in these statements")
+        _name_part(cursor, what)
         parts.append(cursor.take().value)
         if not cursor.accept_symbol("."):
             return ".".join(parts)
@@ -182,12 +188,7 @@ def _column(cursor: Cursor, what: str = "a column name") -> str:
 
 def _new_name(cursor: Cursor) -> str:
     """The new name of a renamed column: one name, the field's own (its struct stays)."""
-    token = cursor.peek()
-    if token is None or not token.is_name:
-        raise cursor.error(f"expected the new column name but found {cursor.found()}")
-    if "." in token.value:
-        raise cursor.error(f"column name {token.value!r} holds a dot, which separates a struct from "
-                           "its fields in these statements")
+    _name_part(cursor, "the new column name")
     following = cursor.peek(1)
     if following is not None and following.kind == "symbol" and following.value == ".":
         raise cursor.error("the new name is the field's own name, without its struct (a rename "
