@@ -225,6 +225,33 @@ class Snapshot:
                 table = table.drop_columns(["stats"])
         return with_locations(table, self._store.location(""))
 
+    def deletes(self) -> pa.Table:
+        """The snapshot's deleted rows: one row per row a live delete delta deletes, for an
+        engine that reads the live files itself (``file_table()``) and drops these rows (see
+        design/reader-spec.md).
+
+        Columns: ``path`` (string: the data file's key, as in ``file_table()``), ``location``
+        (string: where the file is, as ``file_table()``'s ``location``) and ``position``
+        (int64: the deleted row's position in the file as written, counted from 0), sorted by
+        file in file table order, then position. Only delete deltas of completed instants that
+        are live in this snapshot count; a file without any has no rows here. Reads the delete
+        delta files (small Parquet files of positions), never a data file.
+        """
+        table = self._file_table(stats=False)
+        with_deletes = table.filter(pc.greater(table["deleted_rows"], 0))
+        paths = self._paths(with_deletes)
+        positions = [self._deltas.positions(path) for path in paths]
+        counts = np.array([len(p) for p in positions], dtype=np.int64)
+        keys = pa.array(paths, pa.string())
+        take = pa.array(np.repeat(np.arange(len(paths), dtype=np.int64), counts))
+        located = with_locations(with_deletes, self._store.location(""))
+        return pa.table({
+            "path": keys.take(take),
+            "location": located["location"].combine_chunks().take(take),
+            "position": pa.array(np.concatenate(positions) if positions
+                                 else np.empty(0, np.int64), pa.int64()),
+        })
+
     def _may_match(self, expression: ds.Expression, table: pa.Table) -> pa.Array:
         """Which rows of ``table`` (a file table with ``stats``) may hold a row matching
         ``expression``: the vectorised pass, then Arrow on what it kept if it was not exact."""
