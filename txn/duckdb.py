@@ -25,7 +25,7 @@ later queries of the view fail (as for any expired snapshot).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -154,7 +154,10 @@ class _View:
                                             group["deleted_rows"], 0)).as_py() else None))
         others = files.filter(pc.invert(native))
         if others.num_rows or not selects:
-            self._con.register(rest, _Rest(self._snap, others["location"].to_pylist()))
+            # The scanner hands DuckDB a fresh stream each time it asks (once per query and
+            # more): the view can be queried any number of times.
+            self._con.register(rest, self._snap._scanner(None, None, None,
+                                                         paths=others["path"].to_pylist()))
             names = ", ".join(_quoted(f.name) for f in self._schema)
             selects.append(f"SELECT {names} FROM {_quoted(rest)}")
         self._con.execute(f"CREATE OR REPLACE TEMP VIEW {_quoted(self._name)} AS "
@@ -246,25 +249,3 @@ class _View:
             sql += (f" ANTI JOIN {_quoted(deletes)} AS d ON p.{_FILENAME} = d.{_FILENAME}"
                     f" AND p.{_ROW_NUMBER} = d.{_ROW_NUMBER}")
         return sql
-
-
-class _Rest:
-    """The rows of the snapshot's files at ``locations`` as an Arrow stream (a fresh one per
-    ``__arrow_c_stream__`` call: DuckDB asks again for each query), read by metatxn with deletes
-    applied, one file at a time."""
-
-    def __init__(self, snap: Snapshot, locations: Sequence[str]) -> None:
-        self._snap = snap
-        self._locations = set(locations)
-
-    def _batches(self) -> Iterator[pa.RecordBatch]:
-        if not self._locations:
-            return
-        reader = self._snap.file_reader()
-        for file in self._snap.files():
-            if file.path in self._locations:
-                yield from reader.read(file).to_batches()
-
-    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
-        stream = pa.RecordBatchReader.from_batches(self._snap.schema, self._batches())
-        return stream.__arrow_c_stream__(requested_schema)
