@@ -19,8 +19,10 @@ names, and older versions whose nested columns changed shape) are read by metatx
 DuckDB as an Arrow stream, in the same view: correct, but DuckDB pushes nothing into them.
 
 Not guaranteed: an external file read by DuckDB is checked against what ADD SEGMENT recorded
-when :func:`register` runs, not at each query; a clean that deletes the snapshot's files makes
-later queries of the view fail (as for any expired snapshot).
+when :func:`register` runs, not at each query; the table's own files DuckDB reads are not
+checked against the table's schema as metatxn's reader checks each file (a file replaced by
+another table's under its name); a clean that deletes the snapshot's files makes later queries
+of the view fail with DuckDB's own error, not ``SnapshotExpiredError``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import pyarrow.compute as pc
 from . import InvalidOptionError, Snapshot, Table
 
 __all__ = ["register"]
+
 
 #: The name the anti join matches files by; DuckDB's default ``filename`` may be a table column.
 _FILENAME = "__metatxn_filename"
@@ -265,3 +268,7 @@ class _View:
             sql += (f" ANTI JOIN {_quoted(deletes)} AS d ON p.{_FILENAME} = d.{_FILENAME}"
                     f" AND p.{_ROW_NUMBER} = d.{_ROW_NUMBER}")
         return sql
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -345,3 +346,15 @@ def test_without_duckdb_the_error_names_the_extra(memory_uri: str,
     monkeypatch.setitem(sys.modules, "duckdb", None)  # import duckdb now raises ImportError
     with pytest.raises(txn.InvalidOptionError, match=r"pip install 'metatxn\[duckdb\]'"):
         txn.duckdb.register(con, "t", t)
+
+
+def test_txn_duckdb_imports_without_duckdb() -> None:
+    """Only register needs DuckDB: a program that never calls it runs without the extra."""
+    code = ("import sys; sys.modules['duckdb'] = None\n"
+            "import txn, txn.duckdb\n"
+            "assert 'duckdb' not in vars(txn.duckdb) and sys.modules['duckdb'] is None\n"
+            "print(txn.duckdb.__all__)")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, check=False)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "['register']"
