@@ -19,28 +19,31 @@ names, and older versions whose nested columns changed shape) are read by metatx
 DuckDB as an Arrow stream, in the same view: correct, but DuckDB pushes nothing into them.
 
 Not guaranteed: an external file read by DuckDB is checked against what ADD SEGMENT recorded
-when :func:`register` runs, not at each query; a clean that deletes the snapshot's files makes
-later queries of the view fail (as for any expired snapshot).
+when :func:`register` runs, not at each query; the table's own files DuckDB reads are not
+checked against the table's schema as metatxn's reader checks each file (a file replaced by
+another table's under its name); a clean that deletes the snapshot's files makes later queries
+of the view fail with DuckDB's own error, not ``SnapshotExpiredError``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import field_id, nested_fields
-
 from . import InvalidOptionError, Snapshot, Table
 
 __all__ = ["register"]
+
 
 #: The name the anti join matches files by; DuckDB's default ``filename`` may be a table column.
 _FILENAME = "__metatxn_filename"
 #: DuckDB's row-number column of ``read_parquet`` (it cannot be renamed).
 _ROW_NUMBER = "file_row_number"
+#: Where a column's id is (Parquet's field id, as pyarrow reads and writes it).
+_FIELD_ID = b"PARQUET:field_id"
 
 
 def _duckdb() -> Any:
@@ -108,14 +111,30 @@ def _local_path(location: str) -> str | None:
     return None if "://" in location else location
 
 
+def _field_id(field: pa.Field) -> int | None:
+    return int(field.metadata[_FIELD_ID]) if field.metadata and _FIELD_ID in field.metadata else None
+
+
+def _children(data_type: pa.DataType) -> list[pa.Field]:
+    """The fields nested in a struct, list or map type (none for any other)."""
+    if pa.types.is_struct(data_type):
+        return [data_type.field(i) for i in range(data_type.num_fields)]
+    if pa.types.is_map(data_type):
+        return [data_type.key_field, data_type.item_field]
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type) \
+            or pa.types.is_fixed_size_list(data_type):
+        return [data_type.value_field]
+    return []
+
+
 def _same_nested(source: pa.Field, target: pa.Field) -> bool:
     """Whether nested ``source`` reads as ``target`` by name alone: the same type and the same
     ids at every level (a struct field renamed or dropped and re-added needs an id mapping
     a cast cannot express)."""
     if source.type != target.type:
         return False
-    return all(field_id(a) == field_id(b) and _same_nested(a, b)
-               for a, b in zip(nested_fields(source.type), nested_fields(target.type), strict=True))
+    return all(_field_id(a) == _field_id(b) and _same_nested(a, b)
+               for a, b in zip(_children(source.type), _children(target.type), strict=True))
 
 
 class _View:
@@ -154,7 +173,10 @@ class _View:
                                             group["deleted_rows"], 0)).as_py() else None))
         others = files.filter(pc.invert(native))
         if others.num_rows or not selects:
-            self._con.register(rest, _Rest(self._snap, others["location"].to_pylist()))
+            # The scanner hands DuckDB a fresh stream each time it asks (once per query and
+            # more): the view can be queried any number of times.
+            self._con.register(rest, self._snap._scanner(None, None, None,
+                                                         paths=others["path"].to_pylist()))
             names = ", ".join(_quoted(f.name) for f in self._schema)
             selects.append(f"SELECT {names} FROM {_quoted(rest)}")
         self._con.execute(f"CREATE OR REPLACE TEMP VIEW {_quoted(self._name)} AS "
@@ -187,10 +209,10 @@ class _View:
             return False
         if written is self._schema:
             return True
-        by_id = {i: f for f in written if (i := field_id(f)) is not None}
+        by_id = {i: f for f in written if (i := _field_id(f)) is not None}
         for target in self._schema:
-            source = by_id.get(field_id(target) or -1)
-            if source is not None and nested_fields(target.type) and not _same_nested(source, target):
+            source = by_id.get(_field_id(target) or -1)
+            if source is not None and _children(target.type) and not _same_nested(source, target):
                 return False
         return True
 
@@ -229,10 +251,10 @@ class _View:
                 deletes: str | None) -> str:
         written = self._written(schema_id)
         same = written is self._schema
-        by_id = {i: f for f in written if (i := field_id(f)) is not None}
+        by_id = {i: f for f in written if (i := _field_id(f)) is not None}
         columns = []
         for target in self._schema:
-            source = target if same else by_id.get(field_id(target) or -1)
+            source = target if same else by_id.get(_field_id(target) or -1)
             kind = self._types[target.name]
             value = "NULL" if source is None else f"p.{_quoted(source.name)}"
             columns.append(f"CAST({value} AS {kind}) AS {_quoted(target.name)}")
@@ -248,23 +270,5 @@ class _View:
         return sql
 
 
-class _Rest:
-    """The rows of the snapshot's files at ``locations`` as an Arrow stream (a fresh one per
-    ``__arrow_c_stream__`` call: DuckDB asks again for each query), read by metatxn with deletes
-    applied, one file at a time."""
-
-    def __init__(self, snap: Snapshot, locations: Sequence[str]) -> None:
-        self._snap = snap
-        self._locations = set(locations)
-
-    def _batches(self) -> Iterator[pa.RecordBatch]:
-        if not self._locations:
-            return
-        reader = self._snap.file_reader()
-        for file in self._snap.files():
-            if file.path in self._locations:
-                yield from reader.read(file).to_batches()
-
-    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
-        stream = pa.RecordBatchReader.from_batches(self._snap.schema, self._batches())
-        return stream.__arrow_c_stream__(requested_schema)
+def __dir__() -> list[str]:
+    return list(__all__)
