@@ -21,6 +21,7 @@ from ._context import (
     check_properties,
     column_list,
     create_context,
+    history,
     open_context,
     random_id,
     streaming_enabled,
@@ -31,6 +32,7 @@ from ._results import (
     Commit,
     CommitProperties,
     CompactionKind,
+    HistoryEntry,
     MaintenanceReport,
     SchemaVersion,
     Segment,
@@ -222,6 +224,16 @@ class Table:
     def timeline(self) -> list[Instant]:
         """Every instant of the table, archived and active, by requested time."""
         return self._context.timeline.history()
+
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        """What each completed instant did, newest completion first: its operation, segment,
+        rows, files and bytes added and removed, ``extra``, ``app_id``/``version`` and duration
+        (``txn.HistoryEntry``), from what its commit recorded; archived instants included.
+
+        ``limit``: only the newest ``limit`` entries, reading only those instants (not the
+        whole archive). Raises ``InvalidOptionError`` unless it is a positive int or None.
+        """
+        return history(self._context, limit)
 
     # -- writes --------------------------------------------------------------------------------
 
