@@ -34,7 +34,8 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):
     #: trash, metadata files included; a rollback: the files it deleted).
     files_added: int = 0
     files_removed: int = 0
-    #: Bytes the commit wrote: its data files and its delete deltas.
+    #: Bytes of the data files the commit added (ADD SEGMENT: the external files it reads in
+    #: place) and of the delete deltas it wrote.
     bytes_added: int = 0
     #: Bytes of the files it removed, from the metadata table's records of removed files (a
     #: clean: what it freed); None when a record is gone (CLEAN FILES purged it) or for a
