@@ -268,12 +268,12 @@ class Timeline:
         except FileNotFoundError:
             # Archived since the listing: the archive is written before the active files go.
             return read_all(self.storage).get(instant.time)
-        fields = {"time": instant.time, "action": instant.action, "state": instant.state,
-                  "completed_at": instant.completed_at}
+        record = ArchivedInstant(time=instant.time, action=instant.action, state=instant.state,
+                                 completed_at=instant.completed_at)
         try:
-            return ArchivedInstant(**fields, metadata=_decode_file(path, data).payload)
+            return msgspec.structs.replace(record, metadata=_decode_file(path, data).payload)
         except CorruptMetadataError:
-            return ArchivedInstant(**fields, damaged=data)
+            return msgspec.structs.replace(record, damaged=data)
 
     def read_plan(self, instant: Instant, type: type[T] = Any) -> T:  # type: ignore[assignment]
         """Decode the plan stored with the instant's requested state."""

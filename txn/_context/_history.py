@@ -110,11 +110,11 @@ def _total(paths: Iterable[str], sizes: Mapping[str, int | None]) -> int | None:
 
 def _entry(record: ArchivedInstant, metadata: object, sizes: Mapping[str, int | None]) -> HistoryEntry:
     completed_at = record.completed_at or record.time
-    common = {"instant": record.time, "completed_at": completed_at, "action": record.action,
-              "duration_ms": parse_time(completed_at) - parse_time(record.time)}
+    bare = HistoryEntry(instant=record.time, completed_at=completed_at, action=record.action,
+                        operation=None, duration_ms=parse_time(completed_at) - parse_time(record.time))
     if isinstance(metadata, CommitMetadata):
-        return HistoryEntry(
-            **common, operation=metadata.operation, operations=tuple(metadata.operations),
+        return msgspec.structs.replace(
+            bare, operation=metadata.operation, operations=tuple(metadata.operations),
             segment=metadata.segment, rows_added=metadata.rows_added,
             rows_deleted=metadata.rows_deleted, files_added=len(metadata.files_added),
             files_removed=len(metadata.files_removed),
@@ -130,10 +130,9 @@ def _entry(record: ArchivedInstant, metadata: object, sizes: Mapping[str, int | 
     if isinstance(metadata, _CleanCounts):
         removed = (metadata.moved, metadata.deleted, metadata.removed, metadata.metadata_deleted,
                    metadata.temporaries_deleted)
-        return HistoryEntry(**common, operation=record.action,
-                            files_removed=sum(len(paths) for paths in removed),
-                            bytes_removed=metadata.bytes)
+        return msgspec.structs.replace(bare, operation=record.action, bytes_removed=metadata.bytes,
+                                       files_removed=sum(len(paths) for paths in removed))
     if isinstance(metadata, _RollbackCounts):
-        return HistoryEntry(**common, operation=record.action,
-                            files_removed=len(metadata.files_deleted))
-    return HistoryEntry(**common, operation=None)
+        return msgspec.structs.replace(bare, operation=record.action,
+                                       files_removed=len(metadata.files_deleted))
+    return bare
