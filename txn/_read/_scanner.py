@@ -142,11 +142,15 @@ class Scanner:
         """All the rows as one table (held in memory: prefer the stream for large scans)."""
         return pa.Table.from_batches(list(self.to_batches()), schema=self._schema)
 
-    def count_rows(self) -> int:
-        """How many rows the scan gives; without a filter, from the metadata table alone."""
+    def count_rows(self, filter: ds.Expression | None = None) -> int:
+        """How many rows the scan gives (those that also match ``filter``, if given); without
+        any filter, from the metadata table alone."""
+        extra = check_filter(self._snapshot.schema, filter)
+        combined = extra if self._filter is None else (
+            self._filter if extra is None else self._filter & extra)
         if self._paths is None:
-            return self._snapshot.count(self._filter)
-        counted = Scanner(self._snapshot, [], self._filter, self._batch_size,
+            return self._snapshot.count(combined)
+        counted = Scanner(self._snapshot, [], combined, self._batch_size,
                           memory_budget=self._budget, paths=self._paths)
         return sum(batch.num_rows for batch in counted.to_batches())
 

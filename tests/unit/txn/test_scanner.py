@@ -231,3 +231,27 @@ def test_an_empty_table_scans_to_nothing(tmp_path: Path) -> None:
     assert list(t.scanner().to_batches()) == []
     assert pa.table(t.snapshot()).num_rows == 0 and t.scanner().head(3).schema == FLAT
 
+
+
+def test_count_rows_takes_a_further_filter(tmp_path: Path) -> None:
+    t, model = _deleted(tmp_path)
+    scanner = t.scanner(filter=pc.field("id") < 1500)
+    assert scanner.count_rows(pc.field("id") >= 1000) == len([i for i in model if 1000 <= i < 1500])
+    assert scanner.count_rows() == len([i for i in model if i < 1500])
+    with pytest.raises(txn.InvalidOptionError):
+        scanner.count_rows(pc.field("nope") > 1)
+
+
+def test_duckdb_and_polars_take_a_table_or_snapshot_by_name(tmp_path: Path) -> None:
+    """The issue's first try: ``duckdb.sql("select count(*) from t")`` on a Table or a
+    Snapshot (DuckDB's replacement scan of a Python variable with an Arrow stream)."""
+    import duckdb
+    import polars as pl
+
+    t, model = _deleted(tmp_path)
+    snap = t.snapshot()
+    assert duckdb.sql("select count(*) from t").fetchall() == [(len(model),)]
+    assert duckdb.sql("select count(*), sum(id) from snap").fetchall() == [
+        (len(model), sum(model))]
+    assert pl.from_arrow(snap.scanner(columns=["id"]).to_reader()).height == len(model)
+    assert sorted(pl.DataFrame(t)["id"].to_list()) == sorted(model)
