@@ -41,7 +41,7 @@ from timeline import (
 )
 
 from ._files import open_storage
-from ._read import FileReader, Snapshot
+from ._read import FileReader, Scanner, Snapshot
 from ._results import (
     CleanReason,
     Commit,
@@ -100,6 +100,7 @@ __all__ = [
     "Problem",
     "ProblemKind",
     "ProducerKind",
+    "Scanner",
     "SchemaChangedError",
     "SchemaEvolutionError",
     "SchemaMismatchError",

@@ -27,7 +27,7 @@ from ._context import (
     streaming_enabled,
 )
 from ._files import hive_value, typed_value
-from ._read import Snapshot
+from ._read import Scanner, Snapshot
 from ._results import (
     Commit,
     CommitProperties,
@@ -727,6 +727,26 @@ class Table:
         """The rows of the snapshot ``as_of`` (the latest when None; an instant time, a
         ``datetime`` or an ISO-8601 date or timestamp string: see :meth:`snapshot`)."""
         return self.snapshot(as_of).to_arrow(filter=filter, columns=columns)
+
+    def to_pandas(self, filter: ds.Expression | None = None, columns: list[str] | None = None,
+                  as_of: str | datetime | None = None) -> Any:
+        """The rows as a ``pandas.DataFrame`` (``Snapshot.to_pandas`` of :meth:`snapshot`)."""
+        return self.snapshot(as_of).to_pandas(filter=filter, columns=columns)
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """The Arrow PyCapsule stream of the latest snapshot's rows (resolved at each call):
+        ``duckdb.sql("select count(*) from t")``, ``pa.table(t)`` and ``pl.DataFrame(t)``
+        read the table lazily, deletes applied. A consumer that asks twice may see a commit
+        made in between: pin one with ``t.snapshot()`` or ``txn.duckdb.register``."""
+        return self.snapshot().__arrow_c_stream__(requested_schema)
+
+    def scanner(self, columns: list[str] | None = None, filter: ds.Expression | None = None,
+                batch_size: int | None = None, *, as_of: str | datetime | None = None,
+                memory_budget: int | None = None) -> Scanner:
+        """A lazy scan of the latest snapshot (or the one as of ``as_of``), record batch by
+        record batch with bounded memory: see ``Snapshot.scanner`` and :class:`txn.Scanner`."""
+        return self.snapshot(as_of).scanner(columns, filter, batch_size,
+                                            memory_budget=memory_budget)
 
     def lookup(self, keys: Any) -> pa.Table:
         """Where the rows with these record keys live, from the record-level index.

@@ -51,6 +51,7 @@ from ._scan import (
     read_data_file,
     read_files,
     scan_file,
+    scan_file_batches,
 )
 from ._sort import DEFAULT_SORT_MEMORY_BYTES, SORT_MEMORY_PROPERTY, sort_memory_bytes
 from ._storage_io import DataStore
@@ -141,6 +142,7 @@ __all__ = [
     "renamed_partition",
     "same_stored",
     "scan_file",
+    "scan_file_batches",
     "sort_memory_bytes",
     "stage_deletes",
     "stored_type",

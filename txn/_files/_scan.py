@@ -10,7 +10,7 @@ read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 import numpy as np
@@ -167,11 +167,41 @@ def check_external(store: DataStore, paths: Sequence[str], formats: Sequence[str
                 store.external_reader().check(path, file_format)
 
 
+#: The rows a batch of :func:`scan_file` holds: Arrow's own scanner default.
+_FILE_BATCH = 131_072
+
+
 def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expression | None,
               columns: Sequence[str], deleted: Positions | None = None,
               file_format: str = "parquet",
               written: pa.Schema | None = None) -> tuple[pa.Table, Positions]:
-    """The live rows of ``path`` matching ``filter``: ``columns`` of them and their positions.
+    """The live rows of ``path`` matching ``filter``: ``columns`` of them and their positions
+    (:func:`scan_file_batches`, concatenated).
+
+    Raises as :func:`scan_file_batches` does.
+    """
+    batches: list[pa.RecordBatch] = []
+    positions: list[Positions] = []
+    for batch, found in scan_file_batches(store, path, schema, filter=filter, columns=columns,
+                                          deleted=deleted, file_format=file_format,
+                                          written=written, batch_size=_FILE_BATCH):
+        batches.append(batch)
+        positions.append(found)
+    found = np.concatenate(positions) if positions else np.empty(0, np.int64)
+    result_schema = pa.schema([schema.field(name) for name in columns])
+    # Batches (not tables) keep the row count of a result without columns.
+    return pa.Table.from_batches(batches, schema=result_schema), found
+
+
+def scan_file_batches(store: DataStore, path: str, schema: pa.Schema, *,
+                      filter: ds.Expression | None, columns: Sequence[str],
+                      deleted: Positions | None = None, file_format: str = "parquet",
+                      written: pa.Schema | None = None, batch_size: int = _FILE_BATCH
+                      ) -> Iterator[tuple[pa.RecordBatch, Positions]]:
+    """The live rows of ``path`` matching ``filter``, in batches of at most ``batch_size`` rows
+    before deletes and the filter drop some: each batch with ``columns`` of them and the rows'
+    positions in the file. Only one batch of the file is decoded at a time (external segments'
+    ORC, CSV and JSON files are read whole: those formats have no row groups to stop at).
 
     ``written``: the schema (version) the file was written with, when it is not ``schema``:
     its columns are then found by id (``txn._schema.version_projection``) and ``filter``, over
@@ -180,7 +210,7 @@ def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expr
     ``filter`` must already be checked against ``schema`` (callers bind it to the schema first),
     so every error while scanning is the file's.
 
-    Raises:
+    Raises (when the batch that meets the problem is due):
         ObjectNotFoundError: the data file is gone.
         CorruptMetadataError: it is not a Parquet file of ``schema``, or does not decode.
         StorageError: the system refused the read; ``.path`` names the file.
@@ -188,25 +218,46 @@ def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expr
     ``file_format`` says how to read an external segment's file (a URL key); the table's own
     files are Parquet.
     """
+    result_schema = pa.schema([schema.field(name) for name in columns])
     if is_external(path):
         with reading_file(path, expected(file_format)):
-            return store.external_reader().scan(path, file_format, filter=filter, columns=columns,
-                                                deleted=deleted, schema=schema, written=written)
+            table, found = store.external_reader().scan(
+                path, file_format, filter=filter, columns=columns, deleted=deleted, schema=schema,
+                written=written)
+        offset = 0
+        for batch in table.to_batches(max_chunksize=batch_size):
+            yield _as(batch, result_schema), found[offset:offset + batch.num_rows]
+            offset += batch.num_rows
+        return
     with reading_file(path, DATA_FILE_EXPECTED):
         fragment = _fragment(store, path)
         metadata = fragment.metadata
         check_schema(path, fragment.physical_schema, schema if written is None else written)
         starts = np.concatenate([[0], np.cumsum([metadata.row_group(i).num_rows
                                                  for i in range(metadata.num_row_groups)])])
-        if written is not None and not same_columns(written, schema):
-            return _scan_groups(fragment, starts, schema, filter, columns, deleted, written)
-        return _scan_groups(fragment, starts, schema, filter, columns, deleted)
+        if written is not None and same_columns(written, schema):
+            written = None
+        parts = _scan_groups(fragment, starts, schema, filter, columns, deleted, written,
+                             batch_size)
+        while True:  # each batch decoded under reading_file: its errors name the file
+            try:
+                batch, found = next(parts)
+            except StopIteration:
+                return
+            yield _as(batch, result_schema), found
+
+
+def _as(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly ``schema`` (metadata included), which its columns already have."""
+    if batch.schema.equals(schema, check_metadata=True):
+        return batch
+    return pa.RecordBatch.from_arrays(batch.columns, schema=schema) if len(schema) else batch
 
 
 def _scan_groups(fragment: ds.ParquetFileFragment, starts: np.ndarray, schema: pa.Schema,
                  filter: ds.Expression | None, columns: Sequence[str],
-                 deleted: Positions | None,
-                 written: pa.Schema | None = None) -> tuple[pa.Table, Positions]:
+                 deleted: Positions | None, written: pa.Schema | None,
+                 batch_size: int) -> Iterator[tuple[pa.RecordBatch, Positions]]:
     if written is None:
         groups = fragment.split_by_row_group(filter, schema=schema) if filter is not None \
             else fragment.split_by_row_group(schema=schema)
@@ -216,32 +267,27 @@ def _scan_groups(fragment: ds.ParquetFileFragment, starts: np.ndarray, schema: p
     else:  # an older version's file: every column projected by id, the filter applied after
         groups = fragment.split_by_row_group(schema=written)
         projection = version_projection(written, schema)
-    tables: list[pa.Table] = []
-    positions: list[Positions] = []
     for group in groups:
-        index = group.row_groups[0].id
-        part = group.to_table(schema=schema if written is None else written, columns=projection,
-                              use_threads=False)
-        if written is not None:
-            part = part.cast(schema)
+        first = int(starts[group.row_groups[0].id])
+        for part in group.to_batches(schema=schema if written is None else written,
+                                     columns=projection, batch_size=batch_size,
+                                     use_threads=False):
+            if written is not None:
+                part = part.cast(schema)
+                if filter is not None:
+                    part = part.append_column(_MATCH, ds.dataset(part).to_table(
+                        columns={_MATCH: filter}, use_threads=False)[_MATCH].combine_chunks())
+                part = part.select([*columns, *([_MATCH] if filter is not None else [])])
+            keep = np.ones(part.num_rows, dtype=bool)
+            if deleted is not None and len(deleted):
+                # deleted is sorted: the positions inside this batch are one slice of it
+                low, high = np.searchsorted(deleted, [first, first + part.num_rows])
+                keep[deleted[low:high] - first] = False
             if filter is not None:
-                part = part.append_column(_MATCH, ds.dataset(part).to_table(
-                    columns={_MATCH: filter}, use_threads=False)[_MATCH])
-            part = part.select([*columns, *([_MATCH] if filter is not None else [])])
-        first = int(starts[index])
-        keep = np.ones(part.num_rows, dtype=bool)
-        if deleted is not None and len(deleted):
-            inside = deleted[(deleted >= first) & (deleted < first + part.num_rows)]
-            keep[inside - first] = False
-        if filter is not None:
-            keep &= np.asarray(pc.fill_null(part[_MATCH], False).to_numpy(zero_copy_only=False), dtype=bool)
-            part = part.drop_columns([_MATCH])
-        if not keep.all():
-            part = part.filter(pa.array(keep))
-        tables.append(part)
-        positions.append(np.flatnonzero(keep).astype(np.int64) + first)
-    found = np.concatenate(positions) if positions else np.empty(0, np.int64)
-    if not columns:  # concatenating tables without columns would lose their row counts
-        return pa.table({"rows": pa.nulls(len(found))}).drop_columns(["rows"]), found
-    result_schema = pa.schema([schema.field(name) for name in columns])
-    return (pa.concat_tables(tables) if tables else result_schema.empty_table()), found
+                keep &= np.asarray(pc.fill_null(part[_MATCH], False).to_numpy(zero_copy_only=False),
+                                   dtype=bool)
+                part = part.drop_columns([_MATCH])
+            if not keep.all():
+                part = part.filter(pa.array(keep))
+            yield part, np.flatnonzero(keep).astype(np.int64) + first
+            first += len(keep)

@@ -17,7 +17,7 @@ files, batches of bounded memory) is ``Snapshot``'s own business.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,6 +34,7 @@ from .._files import (
     check_external,
     is_external,
     scan_file,
+    scan_file_batches,
 )
 from .._results import DataFile
 
@@ -192,16 +193,32 @@ class FileReader:
         """Internal: the live rows of the file keyed ``key`` (table-relative path, or an
         external file's URL), written with version ``schema_id`` (None: the snapshot's),
         matching ``filter`` (already checked): ``columns`` of them and their positions."""
-        written = None
-        if schema_id is not None and schema_id != self._schema_id:
-            written = self._versions.get(schema_id)
-            if written is None:
-                raise InvalidOptionError(
-                    f"{key}: written with table version {schema_id}, which this snapshot does not "
-                    "know; expected a DataFile of the snapshot the reader came from")
         return scan_file(self._store, key, self._schema, filter=filter, columns=columns,
                          deleted=self._deltas.positions(key), file_format=file_format,
-                         written=written)
+                         written=self._written(key, schema_id))
+
+    def _batches(self, key: str, file_format: str, filter: ds.Expression | None,
+                 columns: Sequence[str], schema_id: int | None, batch_size: int
+                 ) -> Iterator[pa.RecordBatch]:
+        """Internal: :meth:`_rows` in batches of at most ``batch_size`` rows (fewer where
+        deletes or the filter drop some), one decoded at a time (``Scanner``'s reads)."""
+        for batch, _ in scan_file_batches(self._store, key, self._schema, filter=filter,
+                                          columns=columns, deleted=self._deltas.positions(key),
+                                          file_format=file_format,
+                                          written=self._written(key, schema_id),
+                                          batch_size=batch_size):
+            yield batch
+
+    def _written(self, key: str, schema_id: int | None) -> pa.Schema | None:
+        """The schema the file keyed ``key`` was written with, None when the snapshot's."""
+        if schema_id is None or schema_id == self._schema_id:
+            return None
+        written = self._versions.get(schema_id)
+        if written is None:
+            raise InvalidOptionError(
+                f"{key}: written with table version {schema_id}, which this snapshot does not "
+                "know; expected a DataFile of the snapshot the reader came from")
+        return written
 
     def _key(self, file: DataFile) -> str:
         """The metadata table's key of ``file``: its path within the table, or its URL."""

@@ -9,9 +9,9 @@ objects of ``files()`` are made only for the files it returns. Only the files a 
 are given to Arrow, each with its ranges as a guarantee expression (which also decides the files
 the vectorised pass could not, for filters it only partly understands).
 
-Files with live delete deltas (of completed instants only, like everything else) are scanned
-one row group at a time with their deleted positions masked out (``_scan``); the others go
-through one Arrow dataset scan.
+Every read is a :class:`txn.Scanner` (``_scanner``): files with live delete deltas (of
+completed instants only, like everything else) are scanned a batch at a time with their deleted
+positions masked out; the others go through one Arrow dataset scan per schema version.
 
 A filter is bound to the schema before any file is read, so a scan that fails afterwards failed
 because of a file: the files are then read again one by one (``raise_for_files``), and the
@@ -41,14 +41,14 @@ from .._files import (
     parse_hive_value,
     partition_renames,
     raise_for_files,
-    read_files,
     reading_file,
     timestamp_value,
 )
 from .._results import DataFile
-from ._file_reader import FileReader, check_columns, check_filter
+from ._file_reader import FileReader, check_filter
 from ._file_table import file_table, with_locations, with_stats
 from ._prune import prune
+from ._scanner import Scanner
 
 
 def _converter(data_type: pa.DataType) -> Callable[[str], object]:
@@ -317,22 +317,42 @@ class Snapshot:
         """The live data files; with ``filter``, only those whose ranges can match it."""
         return self._data_files(self.file_table(filter, stats=False))
 
+    def scanner(self, columns: Sequence[str] | None = None, filter: ds.Expression | None = None,
+                batch_size: int | None = None, *, memory_budget: int | None = None) -> Scanner:
+        """A lazy scan of the snapshot: ``columns`` of the rows matching ``filter``, as record
+        batches of at most ``batch_size`` rows (65 536 by default), holding about
+        ``memory_budget`` bytes (256 MiB by default) of decoded batches at once whatever the
+        table's size. Files and row groups the filter cannot match are not read; deleted rows
+        never appear. Nothing is read until the scanner is iterated (see :class:`txn.Scanner`).
+
+        Raises:
+            InvalidOptionError: a bad ``columns``, ``filter``, ``batch_size`` or
+                ``memory_budget`` (before anything is read).
+        """
+        return Scanner(self, columns, filter, batch_size, memory_budget=memory_budget)
+
+    def _scanner(self, columns: Sequence[str] | None, filter: ds.Expression | None,
+                 batch_size: int | None = None, *, paths: Sequence[str] | None = None) -> Scanner:
+        """Internal (txn.duckdb, txn.polars): :meth:`scanner` over the files keyed ``paths``
+        only (file table ``path`` values; None: all)."""
+        return Scanner(self, columns, filter, batch_size, paths=paths)
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """The Arrow PyCapsule stream of every row (``scanner()``'s): ``pa.table(snap)``,
+        ``duckdb.sql("select * from snap")``, ``pl.from_arrow(snap)`` and any other consumer of
+        the protocol read the snapshot lazily, deletes applied. Each call is a new scan."""
+        return self.scanner().__arrow_c_stream__(requested_schema)
+
     def to_arrow(self, filter: ds.Expression | None = None,
                  columns: Sequence[str] | None = None) -> pa.Table:
-        """The rows of the snapshot, optionally filtered and projected."""
-        expression = self._check_filter(filter)
-        columns = check_columns(self._schema, columns)
-        if self._files.num_rows == 0:
-            empty = self._schema.empty_table()
-            return empty.select(columns) if columns is not None else empty
-        table = self._planned(expression)
-        try:
-            return self._read(expression, columns, table)
-        except (pa.ArrowException, OSError) as exc:
-            self._check_retained()  # a clean since this snapshot was taken: expired, not damaged
-            raise_for_files(self._store, self._paths(table), self._schema, exc, filter=expression,
-                            columns=columns, formats=table["format"].to_pylist(),
-                            written=self._written(table))
+        """The rows of the snapshot, optionally filtered and projected (``scanner()``'s
+        batches in one table)."""
+        return self.scanner(columns, filter).to_arrow()
+
+    def to_pandas(self, filter: ds.Expression | None = None,
+                  columns: Sequence[str] | None = None) -> Any:
+        """The rows as a ``pandas.DataFrame`` (types as pyarrow maps them to pandas)."""
+        return self.scanner(columns, filter).to_arrow().to_pandas()
 
     def _planned(self, expression: ds.Expression | None) -> pa.Table:
         """The file table of the files a read with ``expression`` opens."""
@@ -340,45 +360,6 @@ class Snapshot:
             return self._file_table(stats=False)
         table = self._file_table(stats=True)
         return table.filter(self._may_match(expression, table))
-
-    def _read(self, expression: ds.Expression | None, columns: list[str] | None,
-              table: pa.Table) -> pa.Table:
-        parts = self._read_parts(expression, columns, table)
-        if not parts:
-            empty = self._schema.empty_table()
-            return empty.select(columns) if columns is not None else empty
-        if columns == []:
-            # concat_tables drops the row count of tables without columns; batches keep it.
-            return pa.Table.from_batches([b for part in parts for b in part.to_batches()],
-                                         schema=pa.schema([]))
-        return pa.concat_tables(parts)
-
-    def _read_parts(self, expression: ds.Expression | None, columns: list[str] | None,
-                    table: pa.Table) -> list[pa.Table]:
-        # Files with deletes, and external segments' files, are read one by one; the others as
-        # one dataset per schema version (another version's projected by column id, with the
-        # filter applied after the projection).
-        one_by_one = self._one_by_one(table)
-        clean = table.filter(pc.invert(one_by_one))
-        parts = []
-        for schema_id in sorted(set(clean["schema_id"].to_pylist())):
-            group = clean.filter(pc.equal(clean["schema_id"], schema_id))
-            if schema_id == self._schema_id:
-                parts.append(self._scan(expression, group,
-                                        lambda d: d.to_table(filter=expression, columns=columns)))
-            else:
-                parts.append(read_files(self._store, self._paths(group), self._schema,
-                                        written=self._versions[schema_id], filter=expression,
-                                        columns=columns, checked=True))
-        wanted = columns if columns is not None else self._schema.names
-        others = table.filter(one_by_one)
-        reader = self.file_reader() if others.num_rows else None
-        for path, file_format, schema_id in zip(self._paths(others), others["format"].to_pylist(),
-                                                others["schema_id"].to_pylist(), strict=True):
-            assert reader is not None
-            rows, _ = reader._rows(path, file_format, expression, wanted, schema_id)
-            parts.append(rows)
-        return parts
 
     def _written(self, table: pa.Table) -> list[pa.Schema | None]:
         """Per file of ``table``: the schema it was written with, None when the snapshot's."""
@@ -422,7 +403,7 @@ class Snapshot:
         try:
             if pc.any(pc.or_(self._one_by_one(table),
                              pc.not_equal(table["schema_id"], self._schema_id))).as_py():
-                return sum(part.num_rows for part in self._read_parts(expression, [], table))
+                return sum(batch.num_rows for batch in self.scanner([], expression).to_batches())
             return int(self._scan(expression, table, lambda d: d.count_rows(filter=expression)))
         except (pa.ArrowException, OSError) as exc:
             self._check_retained()
