@@ -235,24 +235,33 @@ def test_streaming_segments(local_uri: str) -> None:
 # == schema versions ==============================================================================
 
 def test_files_of_older_schema_versions(local_uri: str) -> None:
-    """Renamed, added and widened columns: older files' columns found by id and cast."""
+    """Renamed, added, dropped and widened columns: older files' columns found by id and cast."""
     schema = pa.schema([("id", pa.int64(), False), ("n", pa.int32()), ("f", pa.float32()),
-                        ("old", pa.string())])
+                        ("old", pa.string()), ("day", pa.date32()), ("amount", pa.decimal128(10, 2)),
+                        ("gone", pa.string())])
     t = txn.create_table(local_uri, schema, record_key="id")
     t.append(pa.table({"id": [1, 2, 3], "n": [10, 20, 30], "f": [0.5, 1.5, 2.5],
-                       "old": ["a", "b", "c"]}, schema=schema))
+                       "old": ["a", "b", "c"], "day": [dt.date(2026, 1, d) for d in (1, 2, 3)],
+                       "amount": [decimal.Decimal("1.25"), None, decimal.Decimal("-3.50")],
+                       "gone": ["x", "y", "z"]}, schema=schema))
+    first = t.snapshot()
     t.rename_column("old", "new")
     t.alter_column("n", pa.int64())
     t.alter_column("f", pa.float64())
-    t.add_columns([pa.field("added", pa.string())])
-    t.append(pa.table({"id": [4], "n": [2**40], "f": [9.25], "new": ["d"], "added": ["x"]},
-                      schema=t.snapshot().schema))
+    t.alter_column("day", pa.timestamp("us"))
+    t.alter_column("amount", pa.decimal128(15, 2))
+    t.drop_columns(["gone"])
+    t.add_columns([pa.field("added", pa.string()), pa.field("gone", pa.string())])
+    t.append(pa.table({"id": [4], "n": [2**40], "f": [9.25], "new": ["d"],
+                       "day": [dt.datetime(2026, 2, 1, 12)], "amount": [decimal.Decimal("1e10")],
+                       "added": ["x"], "gone": ["new"]}, schema=t.snapshot().schema))
     t.delete(keys=[2])
     same_as_reference(t)
+    same_as_reference(first)
     con = duckdb.connect()
     txn.duckdb.register(con, "t", t)
     assert len(parquet_scans(con, "select * from t")) == 2, "one scan per schema version"
-    assert con.sql("select new, added from t where id = 1").fetchall() == [("a", None)]
+    assert con.sql("select new, added, gone from t where id = 1").fetchall() == [("a", None, None)]
 
 
 def test_a_renamed_struct_field_in_an_older_file(local_uri: str) -> None:
