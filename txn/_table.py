@@ -716,6 +716,13 @@ class Table:
         """The rows as a ``pandas.DataFrame`` (``Snapshot.to_pandas`` of :meth:`snapshot`)."""
         return self.snapshot(as_of).to_pandas(filter=filter, columns=columns)
 
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """The Arrow PyCapsule stream of the latest snapshot's rows (resolved at each call):
+        ``duckdb.sql("select count(*) from t")``, ``pa.table(t)`` and ``pl.DataFrame(t)``
+        read the table lazily, deletes applied. A consumer that asks twice may see a commit
+        made in between: pin one with ``t.snapshot()`` or ``txn.duckdb.register``."""
+        return self.snapshot().__arrow_c_stream__(requested_schema)
+
     def scanner(self, columns: list[str] | None = None, filter: ds.Expression | None = None,
                 batch_size: int | None = None, *, as_of: str | datetime | None = None,
                 memory_budget: int | None = None) -> Scanner:

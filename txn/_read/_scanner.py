@@ -29,8 +29,8 @@ on, as with any stream.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,9 +50,9 @@ if TYPE_CHECKING:
 DEFAULT_BATCH_SIZE = 65_536
 #: Bytes a scan may hold in decoded batches unless asked otherwise.
 DEFAULT_MEMORY_BUDGET = 256 * 1024 * 1024
-#: Decoded bytes per stored byte of a Parquet file, for the readahead estimate (dictionary and
-#: run-length encodings plus compression typically shrink data 2-5x).
-_EXPANSION = 4
+#: Decoded bytes per row a column of variable width is assumed to take at least (a short
+#: string: 4 bytes of offset and a few characters), for the readahead estimate.
+_VARIABLE_BYTES = 32
 #: Arrow's readahead defaults: the most the scanner asks for.
 _MAX_BATCH_READAHEAD, _MAX_FRAGMENT_READAHEAD = 16, 4
 
@@ -142,11 +142,15 @@ class Scanner:
         """All the rows as one table (held in memory: prefer the stream for large scans)."""
         return pa.Table.from_batches(list(self.to_batches()), schema=self._schema)
 
-    def count_rows(self) -> int:
-        """How many rows the scan gives; without a filter, from the metadata table alone."""
+    def count_rows(self, filter: ds.Expression | None = None) -> int:
+        """How many rows the scan gives (those that also match ``filter``, if given); without
+        any filter, from the metadata table alone."""
+        extra = check_filter(self._snapshot.schema, filter)
+        combined = extra if self._filter is None else (
+            self._filter if extra is None else self._filter & extra)
         if self._paths is None:
-            return self._snapshot.count(self._filter)
-        counted = Scanner(self._snapshot, [], self._filter, self._batch_size,
+            return self._snapshot.count(combined)
+        counted = Scanner(self._snapshot, [], combined, self._batch_size,
                           memory_budget=self._budget, paths=self._paths)
         return sum(batch.num_rows for batch in counted.to_batches())
 
@@ -172,7 +176,8 @@ class Scanner:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _batches(self, batch_size: int, *, readahead: bool) -> Iterator[pa.RecordBatch]:
+    def _batches(self, batch_size: int, *, readahead: bool
+                 ) -> Generator[pa.RecordBatch, None, None]:
         snap = self._snapshot
         if not snap._files.num_rows:
             return
@@ -183,13 +188,17 @@ class Scanner:
         clean = table.filter(pc.invert(one_by_one))
         for schema_id in sorted(set(clean["schema_id"].to_pylist())):
             group = clean.filter(pc.equal(clean["schema_id"], schema_id))
-            yield from self._diagnosed(group, self._dataset_batches(group, schema_id, batch_size,
-                                                                    readahead))
+            # Without readahead one file at a time: Arrow opens the next file of a dataset
+            # while it reads the current one, whatever its readahead is set to.
+            for part in [group] if readahead else [group.slice(i, 1)
+                                                   for i in range(group.num_rows)]:
+                yield from self._diagnosed(part, self._dataset_batches(part, schema_id,
+                                                                       batch_size, readahead))
         others = table.filter(one_by_one)
         if others.num_rows:
             yield from self._diagnosed(others, self._one_by_one(others, batch_size))
 
-    def _diagnosed(self, files: pa.Table, batches: Iterator[pa.RecordBatch]
+    def _diagnosed(self, files: pa.Table, batches: Generator[pa.RecordBatch, None, None]
                    ) -> Iterator[pa.RecordBatch]:
         """``batches`` (a read of ``files``, a file table), with a failure turned into the
         error that names its cause (see the module's docstring)."""
@@ -202,10 +211,10 @@ class Scanner:
                             columns=self._columns, formats=files["format"].to_pylist(),
                             written=snap._written(files))
         finally:
-            batches.close()  # type: ignore[attr-defined]
+            batches.close()
 
     def _dataset_batches(self, files: pa.Table, schema_id: int, batch_size: int,
-                         readahead: bool) -> Iterator[pa.RecordBatch]:
+                         readahead: bool) -> Generator[pa.RecordBatch, None, None]:
         """Groups 1 and 2: one dataset scan of ``files``, all written with version
         ``schema_id``; each file's schema checked before any of its rows is passed on."""
         snap = self._snapshot
@@ -216,15 +225,15 @@ class Scanner:
             dataset = snap._dataset(expression, files)
         else:
             dataset = snap._store.dataset(snap._paths(files), version)
-        batch_readahead, fragment_readahead = self._readahead(files, batch_size, readahead)
+        ahead = self._readahead(files, batch_size, readahead)
+        options = {"batch_size": batch_size, "batch_readahead": ahead.batches,
+                   "fragment_readahead": ahead.fragments, "use_threads": True,
+                   "fragment_scan_options": ds.ParquetFragmentScanOptions(
+                       pre_buffer=ahead.pre_buffer)}
         if written is None:
-            scanner = dataset.scanner(columns=columns, filter=expression, batch_size=batch_size,
-                                      batch_readahead=batch_readahead,
-                                      fragment_readahead=fragment_readahead, use_threads=True)
+            scanner = dataset.scanner(columns=columns, filter=expression, **options)
         else:
-            scanner = dataset.scanner(columns=version_projection(written, schema),
-                                      batch_size=batch_size, batch_readahead=batch_readahead,
-                                      fragment_readahead=fragment_readahead, use_threads=True)
+            scanner = dataset.scanner(columns=version_projection(written, schema), **options)
         relative = {snap._store.full_path(p): p for p in snap._paths(files)}
         checked: set[str] = set()
         for tagged in scanner.scan_batches():
@@ -254,7 +263,8 @@ class Scanner:
         with reading_file(path, DATA_FILE_EXPECTED):
             check_schema(path, fragment.physical_schema, schema)
 
-    def _one_by_one(self, files: pa.Table, batch_size: int) -> Iterator[pa.RecordBatch]:
+    def _one_by_one(self, files: pa.Table, batch_size: int
+                    ) -> Generator[pa.RecordBatch, None, None]:
         """Group 3: files with deletes and external files, one at a time."""
         snap = self._snapshot
         reader = snap.file_reader()
@@ -272,16 +282,38 @@ class Scanner:
             return batch
         return pa.RecordBatch.from_arrays(batch.columns, schema=self._schema)
 
-    def _readahead(self, files: pa.Table, batch_size: int, readahead: bool) -> tuple[int, int]:
-        """Arrow's (batch readahead, fragment readahead) for a scan of ``files`` that keeps
-        about ``memory_budget`` bytes of decoded batches: batches in flight per file times
-        files in flight times a batch's estimated bytes."""
+    def _readahead(self, files: pa.Table, batch_size: int, readahead: bool) -> _Readahead:
+        """How far Arrow's scan of ``files`` may read ahead to keep about ``memory_budget``
+        bytes of decoded batches: batches in flight per file times files in flight times a
+        batch's bytes, with a quarter of the budget left for the allocator's slack. Parquet's
+        pre-buffering (whole column chunks of a file fetched at once, which saves round trips
+        to object stores) only when the files in flight fit in a quarter of the budget too."""
         if not readahead:
-            return 1, 1
-        rows = pc.sum(files["rows"]).as_py() or 0
-        size = pc.sum(files["size"]).as_py() or 0
+            return _Readahead(1, 1, False)
+        batch_bytes = batch_size * _row_bytes(self._schema, files, len(self._snapshot.schema))
+        slots = max(int(self._budget * 3 // 4 // batch_bytes), 1)
+        fragments = min(max(slots // 8, 1), _MAX_FRAGMENT_READAHEAD)
+        batches = min(max(slots // fragments, 1), _MAX_BATCH_READAHEAD)
         width = len(self._schema) / max(len(self._snapshot.schema), 1)
-        row_bytes = max(size / max(rows, 1) * width * _EXPANSION, 1.0)
-        batches = max(int(self._budget // (row_bytes * batch_size)), 1)
-        fragments = max(min(_MAX_FRAGMENT_READAHEAD, batches // 2), 1)
-        return max(min(_MAX_BATCH_READAHEAD, batches // fragments), 1), fragments
+        largest = (pc.max(files["size"]).as_py() or 0) * width
+        return _Readahead(batches, fragments, fragments * largest <= self._budget // 4)
+
+
+class _Readahead(NamedTuple):
+    batches: int
+    fragments: int
+    pre_buffer: bool
+
+
+def _row_bytes(schema: pa.Schema, files: pa.Table, columns: int) -> float:
+    """Decoded bytes per row of ``schema`` (the projected columns): fixed-width columns exactly,
+    others as their share of the files' stored bytes per row, at least ``_VARIABLE_BYTES``."""
+    rows = pc.sum(files["rows"]).as_py() or 0
+    stored = (pc.sum(files["size"]).as_py() or 0) / max(rows, 1) / max(columns, 1)
+    total = 0.0
+    for field in schema:
+        try:
+            total += field.type.bit_width / 8
+        except ValueError:  # not fixed width: strings, lists, structs
+            total += max(stored, _VARIABLE_BYTES)
+    return max(total, 1.0)

@@ -9,9 +9,9 @@ objects of ``files()`` are made only for the files it returns. Only the files a 
 are given to Arrow, each with its ranges as a guarantee expression (which also decides the files
 the vectorised pass could not, for filters it only partly understands).
 
-Files with live delete deltas (of completed instants only, like everything else) are scanned
-one row group at a time with their deleted positions masked out (``_scan``); the others go
-through one Arrow dataset scan.
+Every read is a :class:`txn.Scanner` (``_scanner``): files with live delete deltas (of
+completed instants only, like everything else) are scanned a batch at a time with their deleted
+positions masked out; the others go through one Arrow dataset scan per schema version.
 
 A filter is bound to the schema before any file is read, so a scan that fails afterwards failed
 because of a file: the files are then read again one by one (``raise_for_files``), and the

@@ -37,6 +37,11 @@ class Reads(MachineCore):
             expected = [r for r in expected if r[1] == g]
         table = self.reader if self.dead else self.writer
         assert self.shape.rows_of(table.to_arrow(filter=expression), "filtered read") == tuple(expected)
+        # The lazy scan in tiny batches, through the Arrow stream an outside engine takes: the
+        # same rows, deletes applied batch by batch.
+        scanner = table.scanner(filter=expression, batch_size=3)
+        assert self.shape.rows_of(pa.table(scanner), "streamed read") == tuple(expected)
+        assert scanner.head(2).num_rows == min(2, len(expected))
 
     def _read_the_past(self, position: int, form: str) -> None:
         if not self.acked:
