@@ -315,11 +315,12 @@ def duckdb_rows(t: Any, plain: list[str], phase: str, repeats: int, notes: list[
     return rows
 
 
-def polars_rows(t: Any, plain: list[str], phase: str, repeats: int) -> list[Row]:
+def polars_rows(t: Any, plain: list[str], phase: str, repeats: int, notes: list[str]) -> list[Row]:
     try:
         import polars as pl
-        import txn.polars as txn_polars
         from polars.testing import assert_frame_equal
+
+        import txn.polars as txn_polars
     except ImportError as error:
         return [Row(f"Polars {name}{phase}", None, None, 1.2, str(error)) for name in POLARS_QUERIES]
     rows = []
@@ -337,6 +338,9 @@ def polars_rows(t: Any, plain: list[str], phase: str, repeats: int) -> list[Row]
         except AssertionError as error:
             raise SystemExit(f"WRONG ANSWER for Polars {name}{phase}: {error}") from error
         rows.append(Row(f"Polars {name}{phase}", *_interleaved(mine, baseline, repeats), 1.2))
+    scanning = Timing([_once(lambda: txn_polars.scan(t)) for _ in range(repeats)])
+    notes.append(f"Polars{phase}: `txn.polars.scan(t)` alone (the snapshot and the plan) "
+                 f"{scanning.median:.1f} ms (median)")
     return rows
 
 
@@ -500,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         if "duckdb" in phases:
             rows += duckdb_rows(t, plain, "", args.repeats, notes)
         if "polars" in phases:
-            rows += polars_rows(t, plain, "", args.repeats)
+            rows += polars_rows(t, plain, "", args.repeats, notes)
         if "head" in phases:
             _progress("head(10)")
             rows.append(head_row(t, args.repeats))
@@ -524,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         if "duckdb" in phases:
             rows += duckdb_rows(t, plain, phase, args.repeats, notes)
         if "polars" in phases:
-            rows += polars_rows(t, plain, phase, args.repeats)
+            rows += polars_rows(t, plain, phase, args.repeats, notes)
         if "memory" in phases:
             _progress("full scan memory after deletes")
             found = scan_memory(uri, budget, "after deletes", args.scan_repeats)
