@@ -1,17 +1,23 @@
 """metatxn on Polars: a table's snapshot as a ``polars.LazyFrame``.
 
-``txn.polars.scan(t_or_uri)`` pins a snapshot and registers it with Polars' IO-plugin interface
-(``polars.io.plugins.register_io_source``): Polars hands the scan the columns, predicate, row
-limit and batch size of the query, and the scan reads them through the snapshot's scanner, so
-only those columns are decoded, files and row groups are pruned by their column ranges, and
-deleted rows never appear.
+``txn.polars.scan(t_or_uri)`` pins a snapshot and plans its read in two parts
+(design/open-reads.md, section 4):
 
-The predicate is a Polars expression. What of it translates to a pyarrow expression
+* the table's own Parquet files of the snapshot's schema version, when they are local files,
+  are read by Polars' own ``scan_parquet`` (parallel decoding, row-group pruning by the whole
+  predicate), their deleted rows dropped by a row index over the files;
+* every other file (external segments, files of older schema versions, tables on other
+  storage) comes from the snapshot's scanner through Polars' IO-plugin interface
+  (``polars.io.plugins.register_io_source``): Polars hands it the columns, predicate, row limit
+  and batch size of the query, so only those columns are decoded and files and row groups are
+  pruned by their column ranges.
+
+The IO plugin's predicate is a Polars expression. What of it translates to a pyarrow expression
 (comparisons of a column with a literal, ``is_in``, ``is_between``, ``is_null``/``is_not_null``,
 boolean columns, and/or/not over those) goes to the scanner for pruning; the rest only weakens
 pruning. Every batch is then filtered by the whole Polars predicate, so the answer is Polars'
-own, whatever part was translated (Polars orders NaN above every float and treats null
-comparisons as pyarrow does; the translation keeps to what both agree on).
+own whatever part was translated (the translation keeps to what both agree on: Polars orders
+NaN above every float, pyarrow makes comparisons with NaN false).
 
 ``import txn.polars`` works without Polars; :func:`scan` needs the extra
 (``pip install 'metatxn[polars]'``).
