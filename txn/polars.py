@@ -167,7 +167,7 @@ def _without_deleted(polars: Any, snapshot: txn.Snapshot, files: pa.Table,
     starts = np.array([offsets[p] for p in deletes["path"].to_pylist()], dtype=np.int64)
     dropped = polars.Series(starts + deletes["position"].to_numpy(), dtype=polars.get_index_type())
     frame: pl.LazyFrame = (polars.scan_parquet(_paths_of(files), row_index_name=index, **options)
-                           .filter(~polars.col(index).is_in(dropped.implode()))
+                           .filter(~polars.col(index).is_in(dropped))
                            .drop(index))
     return frame
 
