@@ -81,7 +81,7 @@ def scan(t_or_uri: txn.Table | txn.Snapshot | str | os.PathLike[str],
     schema = pl.from_arrow(snapshot.schema.empty_table()).schema
     native, rest = _native(pl, snapshot, schema)
     frames = [native] if native is not None else []
-    if rest is None or rest or native is None:
+    if native is None or rest:
         from polars.io.plugins import register_io_source
 
         frames.append(register_io_source(_Source(snapshot, rest), schema=schema))
@@ -197,11 +197,12 @@ class _Source:
     def __call__(self, with_columns: list[str] | None, predicate: pl.Expr | None,
                  n_rows: int | None, batch_size: int | None) -> Iterator[pl.DataFrame]:
         pl = _polars()
+        batches: Iterator[pa.RecordBatch]
         if n_rows is not None:
-            # n_rows counts rows before the predicate (Polars pushes both for head().filter()).
-            head = self._scanner(with_columns, None, batch_size).head(n_rows) if n_rows > 0 \
-                else None
-            batches: Iterator[pa.RecordBatch] = iter(head.to_batches() if head is not None else [])
+            # n_rows counts rows before the predicate (Polars passes both for head(n).filter(p)),
+            # so the scanner gets no filter; head() stops reading once it has the rows.
+            head = self._scanner(with_columns, None, batch_size).head(max(n_rows, 0))
+            batches = iter(head.to_batches())
         else:
             filter = (_arrow_filter(predicate, self._snapshot.schema)
                       if predicate is not None else None)
