@@ -59,6 +59,13 @@ def archive_files(storage: Storage) -> list[str]:
     return [p for p in storage.list(ARCHIVE_FOLDER) if p.endswith(ARCHIVE_SUFFIX)]
 
 
+def newest_completion(path: str) -> str:
+    """The newest completion time an archive file holds, from its name ``<first>_<last>``: no
+    completed instant in it completed after ``last`` (files are named by their sort key, the
+    completion time or, for a rolled-back instant, the requested time)."""
+    return path.rsplit("/", 1)[-1].removesuffix(ARCHIVE_SUFFIX).rsplit("_", 1)[-1]
+
+
 def read_archive(storage: Storage, path: str) -> list[ArchivedInstant]:
     try:
         data = storage.read(path)

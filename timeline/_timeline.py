@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import time as _time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import msgspec
@@ -22,6 +22,7 @@ from ._archive import (
     ArchivedInstant,
     archive_files,
     merge_archives,
+    newest_completion,
     read_all,
     read_archive,
     write_archive,
@@ -219,6 +220,60 @@ class Timeline:
         for instant in active:
             merged[instant.time] = instant
         return sorted(merged.values(), key=lambda i: i.time)
+
+    def completed_newest_first(self) -> Iterator[ArchivedInstant]:
+        """Every completed instant, archived and active, newest completion first, each with its
+        commit metadata (``metadata``; a terminal file that does not decode comes with its bytes
+        in ``damaged`` and null metadata, as archival keeps such a file).
+
+        Lazy, so that the newest ``n`` cost about ``n`` reads, not the archive: an active
+        instant's file is read when it is reached, and an archive file only once everything that
+        completed after its newest completion (its name's ``last``) has been yielded.
+        """
+        # Listed before the archive, as history() does: an instant archived in between is in
+        # the archive listed second (and a copy in both places is the active one).
+        active = self.load()
+        seen = {i.time for i in active}
+        pool: list[tuple[str, str, Instant | ArchivedInstant]] = sorted(
+            (i.completed_at or "", i.time, i) for i in active.completed())
+        read: set[str] = set()
+        paths = sorted(archive_files(self.storage), key=newest_completion, reverse=True)
+        while True:
+            while paths and (not pool or newest_completion(paths[0]) >= pool[-1][0]):
+                path = paths.pop(0)
+                read.add(path)
+                records = read_archive(self.storage, path)
+                if not records:
+                    # Merged away since the listing; the merged file was written before this
+                    # one was deleted, so a fresh listing has it (its known instants are seen).
+                    paths = sorted((p for p in archive_files(self.storage) if p not in read),
+                                   key=newest_completion, reverse=True)
+                    continue
+                fresh = [r for r in records if r.state == COMPLETED and r.time not in seen]
+                seen.update(r.time for r in fresh)
+                pool.extend((r.completed_at or "", r.time, r) for r in fresh)
+                pool.sort(key=lambda entry: entry[:2])
+            if not pool:
+                return
+            item = pool.pop()[2]
+            record = self._terminal_record(item) if isinstance(item, Instant) else item
+            if record is not None:
+                yield record
+
+    def _terminal_record(self, instant: Instant) -> ArchivedInstant | None:
+        """An active terminal instant as archival would record it (None: forgotten since)."""
+        path = _path(instant.time, instant.action, instant.state, instant.completed_at)
+        try:
+            data = self.storage.read(path)
+        except FileNotFoundError:
+            # Archived since the listing: the archive is written before the active files go.
+            return read_all(self.storage).get(instant.time)
+        record = ArchivedInstant(time=instant.time, action=instant.action, state=instant.state,
+                                 completed_at=instant.completed_at)
+        try:
+            return msgspec.structs.replace(record, metadata=_decode_file(path, data).payload)
+        except CorruptMetadataError:
+            return msgspec.structs.replace(record, damaged=data)
 
     def read_plan(self, instant: Instant, type: type[T] = Any) -> T:  # type: ignore[assignment]
         """Decode the plan stored with the instant's requested state."""

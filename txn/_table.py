@@ -21,6 +21,7 @@ from ._context import (
     check_properties,
     column_list,
     create_context,
+    history,
     open_context,
     random_id,
     streaming_enabled,
@@ -31,6 +32,7 @@ from ._results import (
     Commit,
     CommitProperties,
     CompactionKind,
+    HistoryEntry,
     MaintenanceReport,
     SchemaVersion,
     Segment,
@@ -222,6 +224,16 @@ class Table:
     def timeline(self) -> list[Instant]:
         """Every instant of the table, archived and active, by requested time."""
         return self._context.timeline.history()
+
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        """What each completed instant did, newest completion first: its operation, segment,
+        rows, files and bytes added and removed, ``extra``, ``app_id``/``version`` and duration
+        (``txn.HistoryEntry``), from what its commit recorded; archived instants included.
+
+        ``limit``: only the newest ``limit`` entries, reading only those instants (not the
+        whole archive). Raises ``InvalidOptionError`` unless it is a positive int or None.
+        """
+        return history(self._context, limit)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -701,14 +713,19 @@ class Table:
         """The table as of the latest completed instant, or as of ``as_of``.
 
         ``as_of`` is an instant time from the timeline (the snapshot then includes that instant
-        and everything that completed before it) or a ``datetime`` (everything completed at or
-        before it; naive means UTC). Snapshots follow completion order, so resolving the same
-        ``as_of`` again later gives the same rows.
+        and everything that completed before it), a ``datetime`` (everything completed at or
+        before it, to the millisecond; naive means UTC), or an ISO-8601 date or timestamp string
+        (``"2026-01-01"``: its midnight; ``"2026-01-01 10:00:00"``, ``"2026-01-01T10:00:00Z"``,
+        ``"2026-01-01T10:00:00.123+02:00"``), read as that ``datetime`` (UTC unless it carries
+        an offset). Anything else raises ``InvalidOptionError`` naming these forms. Snapshots
+        follow completion order, so resolving the same ``as_of`` again later gives the same rows.
         """
         return _read.snapshot(self._context, as_of)
 
     def to_arrow(self, filter: ds.Expression | None = None, columns: list[str] | None = None,
                  as_of: str | datetime | None = None) -> pa.Table:
+        """The rows of the snapshot ``as_of`` (the latest when None; an instant time, a
+        ``datetime`` or an ISO-8601 date or timestamp string: see :meth:`snapshot`)."""
         return self.snapshot(as_of).to_arrow(filter=filter, columns=columns)
 
     def to_pandas(self, filter: ds.Expression | None = None, columns: list[str] | None = None,

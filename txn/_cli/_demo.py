@@ -264,7 +264,7 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     assert intact
 
     _step("timeline")
-    show(timeline_table(table.timeline()))
+    show(timeline_table(table.timeline(), {e.instant: e for e in table.history()}))
 
     _step("validate")
     print(table.validate())

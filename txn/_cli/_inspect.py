@@ -78,11 +78,13 @@ def segments(args: argparse.Namespace) -> int:
 
 
 def timeline(args: argparse.Namespace) -> int:
-    instants = _open(args).timeline()
+    t = _open(args)
+    instants = t.timeline()
+    entries = {e.instant: e for e in t.history()}
     if args.json:
-        _json.emit([_json.instant(i) for i in instants])
+        _json.emit([_json.instant(i, entries.get(i.time)) for i in instants])
     else:
-        show(timeline_table(instants))
+        show(timeline_table(instants, entries))
     return 0
 
 
@@ -142,7 +144,12 @@ def register(commands: Commands) -> None:
     parser.add_argument("--history", action="store_true",
                         help="SHOW HISTORY SEGMENTS: also the segments CLEAN FILES removed, after "
                              "the others, with Visibility false and when they were cleaned")
-    add_command(commands, "timeline", timeline, "list every instant of a table and its state")
+    add_command(commands, "timeline", timeline, "list every instant of a table and what it did",
+                description="Every instant of the table, archived ones included, by requested "
+                            "time: its action, state and completion time, and for a completed "
+                            "one what it did (t.history()): Operation, Segment, Rows +/- and "
+                            "Files +/- (added, removed), Bytes + (written) and Duration (from "
+                            "request to completion).")
     add_command(commands, "partitions", partitions, "SHOW PARTITIONS: partitions holding live data")
     add_command(commands, "streams", streams, "SHOW STREAMS: the table's streams and producers",
                 description="SHOW STREAMS: every stream not dropped, then every idempotent producer "

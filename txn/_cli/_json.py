@@ -16,11 +16,12 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from indexes import field_id, nested_fields
 from timeline import Instant
-from txn import CleanResult, Commit, SchemaVersion, Segment, StreamInfo, Table, ValidationReport
+from txn import CleanResult, Commit, HistoryEntry, SchemaVersion, Segment, StreamInfo, Table, ValidationReport
 
 
 def emit(document: object) -> None:
@@ -46,8 +47,21 @@ def segment(s: Segment) -> dict[str, Any]:
     return dataclasses.asdict(s)
 
 
-def instant(i: Instant) -> dict[str, Any]:
-    return {"time": i.time, "action": i.action, "state": i.state, "completed_at": i.completed_at}
+def instant(i: Instant, entry: HistoryEntry | None = None) -> dict[str, Any]:
+    """One instant of ``metatxn timeline``, then what it did (``entry``, its ``Table.history()``
+    entry: every ``txn.HistoryEntry`` field but the three above; null where it did not complete)."""
+    done = msgspec.structs.asdict(entry) if entry is not None else dict.fromkeys(_ENTRY_FIELDS)
+    return {"time": i.time, "action": i.action, "state": i.state, "completed_at": i.completed_at,
+            **{name: _plain(done[name]) for name in _ENTRY_FIELDS}}
+
+
+#: What ``metatxn timeline --json`` adds to each instant, in ``txn.HistoryEntry``'s order.
+_ENTRY_FIELDS = tuple(f for f in HistoryEntry.__struct_fields__
+                      if f not in ("instant", "completed_at", "action"))
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def stream(i: StreamInfo) -> dict[str, Any]:

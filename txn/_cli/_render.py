@@ -17,8 +17,8 @@ from __future__ import annotations
 import copy
 import io
 import sys
-from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 from rich import get_console
@@ -29,8 +29,8 @@ from rich.table import Table
 from rich.text import Text
 
 from indexes import field_id, nested_fields
-from timeline import Instant
-from txn import SchemaVersion, Segment, SegmentStatus, StreamInfo
+from timeline import Instant, parse_time
+from txn import HistoryEntry, SchemaVersion, Segment, SegmentStatus, StreamInfo
 
 from .._files import hive_value
 from .._results import load_time_taken, segment_size
@@ -203,10 +203,28 @@ def segments_table(segments: Iterable[Segment], *, history: bool = False) -> Tab
         for s in segments), numeric=("Data Size", "Index Size", "Rows"))
 
 
-def timeline_table(instants: Iterable[Instant]) -> Table:
-    """Every instant: its (requested) time, action, state and completion time."""
-    return table(("Instant", "Action", "State", "Completed At"),
-                 ((i.time, i.action, i.state, i.completed_at or NA) for i in instants))
+TIMELINE_HEADERS = ("Instant", "Action", "State", "Completed At", "Operation", "Segment",
+                    "Rows +/-", "Files +/-", "Bytes +", "Duration")
+
+
+def timeline_table(instants: Iterable[Instant], entries: Mapping[str, HistoryEntry]) -> Table:
+    """Every instant: its (requested) time, action, state and completion time, then what a
+    completed one did (``entries``: ``Table.history()`` by instant): operation, segment, rows
+    and files added and removed (``+10 -2``), bytes added, and the time from its request to its
+    completion as SHOW SEGMENTS' Load Time Taken shows it. ``NA`` where it did not complete."""
+    return table(TIMELINE_HEADERS, (
+        (i.time, i.action, i.state, i.completed_at or NA, *_did(entries.get(i.time)))
+        for i in instants), numeric=("Bytes +", "Duration"))
+
+
+def _did(entry: HistoryEntry | None) -> tuple[str, ...]:
+    if entry is None:
+        return (NA,) * 6
+    start = datetime.fromtimestamp(parse_time(entry.instant) / 1000, tz=timezone.utc)
+    return (entry.operation or NA, entry.segment or NA,
+            f"+{entry.rows_added:,} -{entry.rows_deleted:,}",
+            f"+{entry.files_added:,} -{entry.files_removed:,}", size(entry.bytes_added),
+            load_time_taken(start, start + timedelta(milliseconds=entry.duration_ms)))
 
 
 def partitions_table(partitions: Iterable[dict[str, object]]) -> Table:

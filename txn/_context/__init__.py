@@ -13,6 +13,7 @@ from ._compaction import (
     parse_level_threshold,
 )
 from ._config import TABLE_CONFIG_PATH, TableConfig, decode_config, encode_config, read_config
+from ._history import history
 from ._open import create_context, open_context
 from ._options import (
     CleanOptions,
@@ -88,6 +89,7 @@ __all__ = [
     "decode_config",
     "delete_compaction_threshold",
     "encode_config",
+    "history",
     "latest_version",
     "maintenance_mode",
     "open_context",

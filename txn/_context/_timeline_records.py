@@ -92,6 +92,11 @@ class CommitMetadata(msgspec.Struct, frozen=True, kw_only=True, tag="commit", ta
     #: The table version this commit created (a schema or property change, or a write with
     #: ``schema_mode="merge"`` that changed the schema); None when it created none.
     schema_version: int | None = None
+    #: An idempotent write's producer and version (``app_id=``/``version=``), which the metadata
+    #: table's producer records keep only for the newest version; None for other writes and in
+    #: commits written before these fields (readers of those ignore them).
+    app_id: str | None = None
+    app_version: int | None = None
 
 
 #: The reasons whose files go to the trash (CarbonData's stale segments: files of no segment);

@@ -62,13 +62,32 @@ def check_retained(context: TableContext, as_of: str | datetime, bound: str,
         f"it needs; {reachable}\n{floor.help()}")
 
 
+#: The length of an instant time; any other string is read as ISO-8601 (no ISO form is 17 digits).
+_INSTANT_DIGITS = 17
+
+#: What ``as_of`` accepts, for the messages that refuse anything else.
+AS_OF_FORMS = ("an instant time (17 digits yyyyMMddHHmmssSSS, UTC), a datetime (naive: UTC), or an "
+               "ISO-8601 date or timestamp string ('2026-01-01', '2026-01-01 10:00:00', "
+               "'2026-01-01T10:00:00.123+02:00', '...Z'; UTC unless it carries an offset)")
+
+
 def completion_bound(as_of: str | datetime, instants: dict[str, Instant], view: TimelineView) -> str:
-    """The completion time up to which ``as_of`` reaches (inclusive)."""
+    """The completion time up to which ``as_of`` reaches (inclusive).
+
+    An instant time names that instant (its completion time; a time no instant has is itself
+    the bound); a ``datetime`` or an ISO-8601 string is a moment, truncated to the millisecond:
+    naive means UTC, an offset is converted, a date is its midnight UTC.
+
+    Raises:
+        InvalidOptionError: any other value or string (naming :data:`AS_OF_FORMS`), or an
+            instant that has not completed.
+    """
     if isinstance(as_of, datetime):
         return time_of(as_of)
     if not isinstance(as_of, str):
-        raise InvalidOptionError(
-            f"as_of must be an instant time string or a datetime, got {type(as_of).__name__}")
+        raise InvalidOptionError(f"as_of must be {AS_OF_FORMS}; got {type(as_of).__name__} {as_of!r}")
+    if len(as_of) != _INSTANT_DIGITS or not (as_of.isascii() and as_of.isdigit()):
+        return time_of(_moment(as_of))
     try:
         parse_time(as_of)
     except ValueError as exc:
@@ -81,6 +100,16 @@ def completion_bound(as_of: str | datetime, instants: dict[str, Instant], view: 
             f"as_of names instant {as_of}, which is {instant.state}, not completed; "
             "a snapshot can only be taken at a completed instant")
     return instant.completed_at
+
+
+def _moment(text: str) -> datetime:
+    """An ISO-8601 date or timestamp string as a moment. ``Z`` is spelled ``+00:00`` first:
+    Python 3.10's ``fromisoformat`` (the oldest we support) refuses it."""
+    iso = text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text
+    try:
+        return datetime.fromisoformat(iso)
+    except ValueError:
+        raise InvalidOptionError(f"as_of {text!r} is not {AS_OF_FORMS}") from None
 
 
 def snapshot_at(context: TableContext, view: TimelineView, instant: str | None, bound: str | None,

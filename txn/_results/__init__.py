@@ -4,6 +4,7 @@ commit takes, and the vocabulary their fields use. The lowest room: it imports n
 from ._commit_properties import CommitProperties, StreamProgress, commit_properties
 from ._commits import Commit, CompactionKind, Operation
 from ._display import load_time_taken, segment_size
+from ._history import HistoryEntry
 from ._listings import DataFile, Segment
 from ._services import CleanReason, MaintenanceReport
 from ._validation import Problem, ProblemKind, ValidationReport
@@ -15,6 +16,7 @@ __all__ = [
     "CommitProperties",
     "CompactionKind",
     "DataFile",
+    "HistoryEntry",
     "MaintenanceReport",
     "Operation",
     "Problem",

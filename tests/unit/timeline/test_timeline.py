@@ -994,6 +994,70 @@ def test_history_read_while_another_writer_archives_still_lists_every_instant(
             assert moved, f"the reader made fewer than {nth} calls"
 
 
+def newest_first(tl: Timeline) -> list[tuple[str, object]]:
+    """Every completed instant from ``completed_newest_first``, with its decoded metadata."""
+    return [(r.time, msgspec.json.decode(r.metadata)) for r in tl.completed_newest_first()]
+
+
+def test_completed_newest_first_lists_every_completed_instant_by_completion_with_metadata(
+    archiving: Timeline, storage: Storage, make_timeline: Callable[..., Timeline],
+) -> None:
+    """Active and archived alike (over several archive files and their merges), newest
+    completion first, each with its metadata; taking the newest few reads no archive file, and
+    taking more reads the archive files newest first, only as far as needed."""
+    done: list[Instant] = []
+    while len(done) < 20 or len(archive_files(storage)) < 2:
+        done.append(commit(archiving, metadata={"i": len(done)}))
+        archive(archiving)
+    _abort(archiving, archiving.request("commit"))  # rolled back: not listed
+    expected = [(i.time, {"i": n}) for n, i in reversed(list(enumerate(done)))]
+    assert newest_first(archiving) == expected
+    reader_storage = FaultyStorage(storage)
+    reader = make_timeline("reader", on=reader_storage)
+    active = len(reader.load().completed())
+    reader_storage.calls.clear()
+    assert [r.time for r in itertools.islice(reader.completed_newest_first(), active)] == [
+        t for t, _ in expected[:active]]
+    read = [c.path for c in reader_storage.calls if c.op == "read"]
+    assert len(read) == active and not [p for p in read if p.startswith("_timeline/archive/")]
+    reader_storage.calls.clear()
+    assert len(list(itertools.islice(reader.completed_newest_first(), active + 1))) == active + 1
+    archives = [c.path for c in reader_storage.calls
+                if c.op == "read" and c.path.startswith("_timeline/archive/")]
+    assert len(archives) == 1 and len(archive_files(storage)) > 1, "only the newest archive file"
+
+
+def test_completed_newest_first_while_another_writer_archives_lists_every_instant_once(
+    storage: Storage, make_timeline: Callable[..., Timeline]
+) -> None:
+    """As ``history()``: whatever call of the reader an archival (and merge) runs before, every
+    completed instant is listed once, newest first."""
+    writer = make_timeline("writer", options=ARCHIVING)
+    expected: list[Instant] = []
+    probe = FaultyStorage(storage)
+    list(make_timeline("reader", on=probe).completed_newest_first())
+    for nth in range(1, len(probe.calls) + 4):
+        while len(writer.load().completed()) <= ARCHIVING.archive_trigger:
+            expected.append(commit(writer, metadata={"n": len(expected)}))
+        reader_storage = FaultyStorage(storage)
+        reader_storage.interleave(nth, lambda: archive(writer))
+        seen = [r.time for r in make_timeline("reader", on=reader_storage).completed_newest_first()]
+        assert seen == [i.time for i in reversed(expected)], f"archival before reader call #{nth}"
+
+
+def test_completed_newest_first_after_a_crash_mid_archival_lists_each_instant_once(
+    storage: Storage, make_timeline: Callable[..., Timeline]
+) -> None:
+    faulty = FaultyStorage(storage)
+    tl = make_timeline("archiver", on=faulty, options=ARCHIVING)
+    done = [commit(tl, metadata={"i": i}) for i in range(8)]
+    faulty.arm(1, when="before", ops={"delete"})
+    with pytest.raises(InjectedFault):
+        tl.archive(lease=tl.lock())
+    expected = [(i.time, {"i": n}) for n, i in reversed(list(enumerate(done)))]
+    assert newest_first(make_timeline("reader")) == expected
+
+
 @pytest.mark.allow_metatxn_warnings  # archival logs the instant it holds back
 def test_archival_skips_a_damaged_completed_file_and_the_timeline_stays_bounded(
     archiving: Timeline,

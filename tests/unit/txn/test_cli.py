@@ -16,6 +16,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -129,14 +130,54 @@ def test_timeline_lists_every_instant_and_its_state(loaded: txn.Table) -> None:
     instants = loaded.timeline()
     assert instants[-1].time == pending.time
     out = ok("timeline", loaded.uri)
-    assert re.split(r"\s{2,}", out.splitlines()[0]) == ["Instant", "Action", "State", "Completed At"]
-    assert body(out) == [[i.time, i.action, i.state, i.completed_at or "NA"] for i in instants]
-    assert body(out)[-1] == [pending.time, "commit", "requested", "NA"]
+    # issue 25 added what each instant did after these four columns (test below)
+    assert re.split(r"\s{2,}", out.splitlines()[0])[:4] == ["Instant", "Action", "State", "Completed At"]
+    assert [cells[:4] for cells in body(out)] == [[i.time, i.action, i.state, i.completed_at or "NA"]
+                                                 for i in instants]
+    assert body(out)[-1][:4] == [pending.time, "commit", "requested", "NA"]
     listed = ok_json("timeline", loaded.uri)
-    assert listed == [
+    assert isinstance(listed, list)
+    assert [{k: i[k] for k in ("time", "action", "state", "completed_at")} for i in listed] == [
         {"time": i.time, "action": i.action, "state": i.state, "completed_at": i.completed_at}
         for i in instants]
     assert isinstance(listed, list) and listed[-1]["completed_at"] is None
+
+
+def test_timeline_shows_what_each_completed_instant_did(loaded: txn.Table) -> None:
+    """Operation, Segment, Rows +/-, Files +/-, Bytes +, Duration from ``t.history()``; ``NA``
+    for an instant that did not complete; ``--json`` has every ``HistoryEntry`` field."""
+    loaded.delete(keys=[1, 2])
+    loaded.compact("custom", segments=["0", "1"])
+    pending = timeline.Timeline(timeline.open_storage(loaded.uri)).request("commit")
+    history = {e.instant: e for e in loaded.history()}
+    out = ok("timeline", loaded.uri)
+    assert re.split(r"\s{2,}", out.splitlines()[0]) == [
+        "Instant", "Action", "State", "Completed At", "Operation", "Segment", "Rows +/-",
+        "Files +/-", "Bytes +", "Duration"]
+    shown = {cells[0]: cells[4:] for cells in body(out)}
+    assert shown.keys() == {i.time for i in loaded.timeline()}
+    for instant, e in history.items():
+        assert shown[instant][:4] == [e.operation, e.segment or "NA", f"+{e.rows_added} -{e.rows_deleted}",
+                                      f"+{e.files_added} -{e.files_removed}"]
+        assert shown[instant][4] == size(e.bytes_added)
+        assert re.fullmatch(r"(\d+(\.\d+)?S)", shown[instant][5]), shown[instant]
+    assert shown[pending.time] == ["NA"] * 6
+    delete = next(e for e in history.values() if e.operation == "delete")
+    assert shown[delete.instant][:3] == ["delete", "NA", "+0 -2"]
+    compaction = next(e for e in history.values() if e.operation == "compact")
+    # the 18 live rows of segments 0 (eu) and 1 (us) rewritten, one file per partition
+    assert shown[compaction.instant][:4] == ["compact", compaction.segment, "+18 -18", "+2 -2"]
+
+    listed = ok_json("timeline", loaded.uri)
+    assert isinstance(listed, list)
+    by_time = {i["time"]: i for i in listed}
+    for instant, e in history.items():
+        expected = {k: list(v) if isinstance(v, tuple) else v
+                    for k, v in msgspec.structs.asdict(e).items() if k not in ("instant", "action")}
+        assert {k: by_time[instant][k] for k in expected} == expected
+        assert by_time[instant]["time"] == instant and by_time[instant]["action"] == e.action
+    assert by_time[pending.time]["operation"] is None and by_time[pending.time]["bytes_added"] is None
+    assert set(by_time[pending.time]) == set(by_time[compaction.instant])
 
 
 def test_describe_shows_layout_properties_and_columns(loaded: txn.Table) -> None:

@@ -31,6 +31,7 @@ from indexes import (
     DELETES_SCHEMA,
     FILES_SCHEMA,
     MetadataChanges,
+    ProducerKind,
     RecordIndex,
     SegmentEntry,
     SegmentStatus,
@@ -295,6 +296,7 @@ class DataWrite(Write):
             extra=dict(extra or {}), deltas_added=done.deltas_added, deltas_removed=done.removed_deltas,
             index_shards=sorted(written.index_sizes), read_at=self.read_at,
             segments_merged=done.merged, retries=retries, operations=list(self.operations),
+            **producer_fields(self.progress),
         )
         changes = MetadataChanges(
             files=files, column_stats=stats, segments=done.segments, deletes=deletes,
@@ -304,6 +306,14 @@ class DataWrite(Write):
 
 
 # -- building blocks -------------------------------------------------------------------------------
+
+
+def producer_fields(progress: Progress | None) -> dict[str, Any]:
+    """``CommitMetadata``'s ``app_id``/``app_version`` of an idempotent write (a stream's batch
+    ids are in ``extra`` already)."""
+    if progress is None or progress.kind != ProducerKind.APP:
+        return {}
+    return {"app_id": progress.name, "app_version": progress.batch}
 
 
 def write_rows(context: TableContext, pending: Pending, rows: Iterable[pa.RecordBatch], *,
