@@ -68,9 +68,10 @@ def scan(t_or_uri: txn.Table | txn.Snapshot | str | os.PathLike[str],
     ``t_or_uri``: a :class:`txn.Table`, a URI or path (opened with :func:`txn.open_table`; a
     table that needs storage options is opened by the caller and passed as a Table), or a
     :class:`txn.Snapshot` (then ``as_of`` must be None). The snapshot is resolved now, as of
-    ``as_of`` (what :meth:`txn.Table.snapshot` takes; None: the latest), and every
-    ``collect()`` of the frame reads that snapshot: a later commit does not change it (scan
-    again to see it). Rows come in no particular order, as from ``pl.scan_parquet`` of many
+    ``as_of`` (None: the latest; an instant time, a ``datetime``, or an ISO-8601 date or
+    timestamp string, UTC unless it carries an offset: see :meth:`txn.Table.snapshot`), and
+    every ``collect()`` of the frame reads that snapshot: a later commit does not change it
+    (scan again to see it). Rows come in no particular order, as from ``pl.scan_parquet`` of many
     files.
 
     Raises:

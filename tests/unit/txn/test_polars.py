@@ -397,6 +397,10 @@ def test_as_of_and_a_frame_does_not_drift(table_uri: str) -> None:
     same_rows(txn.polars.scan(t).collect(), t.to_arrow())
     same_rows(txn.polars.scan(t, as_of=first).collect(), t.to_arrow(as_of=first))
     same_rows(txn.polars.scan(table_uri, as_of=first).collect(), rows(range(100)))
+    at = t.timeline()[0].completed_at
+    assert at is not None
+    when = datetime.strptime(at, "%Y%m%d%H%M%S%f").replace(tzinfo=timezone.utc)
+    same_rows(txn.polars.scan(t, as_of=when.isoformat()).collect(), rows(range(100)))
 
 
 def test_a_missing_table_is_the_usual_error(tmp_path: Path) -> None:
