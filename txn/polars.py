@@ -1,17 +1,24 @@
 """metatxn on Polars: a table's snapshot as a ``polars.LazyFrame``.
 
-``txn.polars.scan(t_or_uri)`` pins a snapshot and registers it with Polars' IO-plugin interface
-(``polars.io.plugins.register_io_source``): Polars hands the scan the columns, predicate, row
-limit and batch size of the query, and the scan reads them through the snapshot's scanner, so
-only those columns are decoded, files and row groups are pruned by their column ranges, and
-deleted rows never appear.
+``txn.polars.scan(t_or_uri)`` pins a snapshot and plans its read in two parts
+(design/open-reads.md, section 4):
 
-The predicate is a Polars expression. What of it translates to a pyarrow expression
+* the table's own Parquet files, when they are local files, are read by Polars' own
+  ``scan_parquet`` (parallel decoding, row-group pruning by the whole predicate), one scan per
+  schema version (an older version's columns selected by column id, renamed and widened), their
+  deleted rows dropped by a row index over the files;
+* every other file (external segments, versions Polars cannot cast as pyarrow does, tables
+  on other storage) comes from the snapshot's scanner through Polars' IO-plugin interface
+  (``polars.io.plugins.register_io_source``): Polars hands it the columns, predicate, row limit
+  and batch size of the query, so only those columns are decoded and files and row groups are
+  pruned by their column ranges.
+
+The IO plugin's predicate is a Polars expression. What of it translates to a pyarrow expression
 (comparisons of a column with a literal, ``is_in``, ``is_between``, ``is_null``/``is_not_null``,
 boolean columns, and/or/not over those) goes to the scanner for pruning; the rest only weakens
 pruning. Every batch is then filtered by the whole Polars predicate, so the answer is Polars'
-own, whatever part was translated (Polars orders NaN above every float and treats null
-comparisons as pyarrow does; the translation keeps to what both agree on).
+own whatever part was translated (the translation keeps to what both agree on: Polars orders
+NaN above every float, pyarrow makes comparisons with NaN false).
 
 ``import txn.polars`` works without Polars; :func:`scan` needs the extra
 (``pip install 'metatxn[polars]'``).
@@ -61,9 +68,10 @@ def scan(t_or_uri: txn.Table | txn.Snapshot | str | os.PathLike[str],
     ``t_or_uri``: a :class:`txn.Table`, a URI or path (opened with :func:`txn.open_table`; a
     table that needs storage options is opened by the caller and passed as a Table), or a
     :class:`txn.Snapshot` (then ``as_of`` must be None). The snapshot is resolved now, as of
-    ``as_of`` (what :meth:`txn.Table.snapshot` takes; None: the latest), and every
-    ``collect()`` of the frame reads that snapshot: a later commit does not change it (scan
-    again to see it). Rows come in no particular order, as from ``pl.scan_parquet`` of many
+    ``as_of`` (None: the latest; an instant time, a ``datetime``, or an ISO-8601 date or
+    timestamp string, UTC unless it carries an offset: see :meth:`txn.Table.snapshot`), and
+    every ``collect()`` of the frame reads that snapshot: a later commit does not change it
+    (scan again to see it). Rows come in no particular order, as from ``pl.scan_parquet`` of many
     files.
 
     Raises:
@@ -73,9 +81,9 @@ def scan(t_or_uri: txn.Table | txn.Snapshot | str | os.PathLike[str],
     pl = _polars()
     snapshot = _snapshot(t_or_uri, as_of)
     schema = pl.from_arrow(snapshot.schema.empty_table()).schema
-    native, rest = _native(pl, snapshot, schema)
+    native, rest = _native(pl, snapshot)
     frames = [native] if native is not None else []
-    if rest is None or rest or native is None:
+    if native is None or rest:
         from polars.io.plugins import register_io_source
 
         frames.append(register_io_source(_Source(snapshot, rest), schema=schema))
@@ -109,54 +117,107 @@ _NATIVE_TYPES: tuple[Callable[[pa.DataType], bool], ...] = (
 )
 
 
-def _native(polars: Any, snapshot: txn.Snapshot, schema: pl.Schema
-            ) -> tuple[pl.LazyFrame | None, list[str] | None]:
+def _native(polars: Any, snapshot: txn.Snapshot) -> tuple[pl.LazyFrame | None, list[str] | None]:
     """Polars' own scan of the files it can read itself, and the file table paths of the rest
     (None: all files, nothing read natively).
 
     Polars' Parquet reader decodes in parallel and prunes row groups and pages by the whole
     predicate, which the IO plugin cannot match (design/open-reads.md, section 4). It reads the
-    table's own Parquet files of the snapshot's schema version when they are local files; their
-    deleted rows are dropped by a row index over the files (each file's offset is the running
-    sum of the file table's ``rows``: no file is opened to plan), which keeps row-group pruning.
-    External files, files of other schema versions and other storage go through the plugin."""
-    if not all(any(kind(f.type) for kind in _NATIVE_TYPES) for f in snapshot.schema):
+    table's own Parquet files when they are local files, one scan per schema version (an older
+    version's columns selected by column id, renamed and widened, an added column as nulls);
+    their deleted rows are dropped by a row index over the files (each file's offset is the
+    running sum of the file table's ``rows``: no file is opened to plan), which keeps row-group
+    pruning. External files, versions whose columns Polars cannot read as the snapshot's, and
+    other storage go through the plugin."""
+    if not _readable(snapshot.schema):
         return None, None
     files = snapshot.file_table(stats=False)
-    if not files.num_rows:
-        return None, None
-    locations = files["location"].to_pylist()
-    local = pa.array([_local_path(location) is not None for location in locations])
-    native = pc.and_(pc.and_(pc.invert(pc.match_substring(files["path"], "://")), local),
-                     pc.and_(pc.equal(files["format"], "parquet"),
-                             pc.equal(files["schema_id"], snapshot.schema_id)))
-    deleted = pc.greater(files["deleted_rows"], 0)
-    clean = files.filter(pc.and_(native, pc.invert(deleted)))
-    with_deletes = files.filter(pc.and_(native, deleted))
-    if (pc.sum(with_deletes["rows"]).as_py() or 0) >= 2 ** 32 - 1:
-        with_deletes = with_deletes.slice(0, 0)  # beyond a 32-bit row index: the plugin reads them
-    frames = []
-    options = {"schema": schema, "hive_partitioning": False}
-    if clean.num_rows:
-        frames.append(polars.scan_parquet(_paths_of(clean), **options))
-    if with_deletes.num_rows:
-        frames.append(_without_deleted(polars, snapshot, with_deletes, options))
-    taken = set(clean["path"].to_pylist()) | set(with_deletes["path"].to_pylist())
-    rest = [path for path in files["path"].to_pylist() if path not in taken]
+    local = pa.array([_local_path(location) is not None for location in files["location"].to_pylist()],
+                     pa.bool_())
+    own = pc.and_(pc.and_(pc.invert(pc.match_substring(files["path"], "://")), local),
+                  pc.equal(files["format"], "parquet"))
+    frames: list[pl.LazyFrame] = []
+    taken: set[str] = set()
+    deletes: list[pa.Table] = []  # read once, for the first version with deletes
+    for schema_id in sorted(set(files.filter(own)["schema_id"].to_pylist())):
+        written = snapshot.schema if schema_id == snapshot.schema_id else \
+            snapshot._versions.get(schema_id)
+        projection = _projection(polars, written, snapshot.schema) if written is not None \
+            else None
+        if written is None or projection is None:
+            continue
+        group = files.filter(pc.and_(own, pc.equal(files["schema_id"], schema_id)))
+        options = {"schema": polars.from_arrow(written.empty_table()).schema,
+                   "hive_partitioning": False}
+        deleted = pc.greater(group["deleted_rows"], 0)
+        clean, with_deletes = group.filter(pc.invert(deleted)), group.filter(deleted)
+        if (pc.sum(with_deletes["rows"]).as_py() or 0) >= 2 ** 32 - 1:
+            with_deletes = with_deletes.slice(0, 0)  # beyond a 32-bit row index: the plugin's
+        parts = []
+        if clean.num_rows:
+            parts.append(polars.scan_parquet(_paths_of(clean), **options))
+        if with_deletes.num_rows:
+            if not deletes:
+                deletes.append(snapshot.deletes())
+            parts.append(_without_deleted(polars, snapshot, with_deletes, deletes[0], options))
+        frames.extend(part if projection == [] else part.select(projection) for part in parts)
+        taken.update(clean["path"].to_pylist(), with_deletes["path"].to_pylist())
     if not frames:
         return None, None
+    rest = [path for path in files["path"].to_pylist() if path not in taken]
     return (frames[0] if len(frames) == 1 else polars.concat(frames, how="vertical")), rest
 
 
-def _without_deleted(polars: Any, snapshot: txn.Snapshot, files: pa.Table,
+def _readable(schema: pa.Schema) -> bool:
+    """Whether Polars reads every column of ``schema`` from Parquet as ``pl.from_arrow``
+    converts it."""
+    return all(any(kind(f.type) for kind in _NATIVE_TYPES) for f in schema)
+
+
+def _field_id(field: pa.Field) -> str | None:
+    return (field.metadata or {}).get(b"PARQUET:field_id", b"").decode() or None
+
+
+#: Widenings Polars' cast makes exactly as pyarrow's (integers, floats, decimal precision); a
+#: version with another (a date widened to a timestamp) is read by the plugin.
+_CASTS: tuple[Callable[[pa.DataType], bool], ...] = (
+    pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal128,
+)
+
+
+def _projection(polars: Any, written: pa.Schema, schema: pa.Schema) -> list[pl.Expr] | None:
+    """How a file written with ``written`` reads as ``schema``, matched by column id: ``[]``
+    when as it is, select expressions otherwise, None when Polars cannot (a column type it
+    does not read natively, a column without an id, another kind of type change)."""
+    if written.equals(schema, check_metadata=True):
+        return []
+    if not _readable(written):
+        return None
+    by_id = {_field_id(f): f for f in written}
+    if None in by_id or any(_field_id(f) is None for f in schema):
+        return None
+    types = polars.from_arrow(schema.empty_table()).schema
+    projection = []
+    for field in schema:
+        old = by_id.get(_field_id(field))
+        if old is None:
+            projection.append(polars.lit(None, dtype=types[field.name]).alias(field.name))
+            continue
+        if old.type != field.type and not any(k(old.type) and k(field.type) for k in _CASTS):
+            return None
+        projection.append(polars.col(old.name).cast(types[field.name]).alias(field.name))
+    return projection
+
+
+def _without_deleted(polars: Any, snapshot: txn.Snapshot, files: pa.Table, deletes: pa.Table,
                      options: dict[str, Any]) -> pl.LazyFrame:
-    """``scan_parquet`` of ``files`` (a file table) less the rows the snapshot deletes."""
+    """``scan_parquet`` of ``files`` (a file table) less the rows of ``deletes`` (the
+    snapshot's ``deletes()``) in them."""
     index = "__metatxn_row"
-    while index in snapshot.schema.names:
+    while index in snapshot.schema.names or index in options["schema"]:
         index += "_"
     rows = files["rows"].to_numpy()
     offsets = dict(zip(files["path"].to_pylist(), np.cumsum(rows) - rows, strict=True))
-    deletes = snapshot.deletes()
     deletes = deletes.filter(pc.is_in(deletes["path"], files["path"]))
     starts = np.array([offsets[p] for p in deletes["path"].to_pylist()], dtype=np.int64)
     dropped = polars.Series(starts + deletes["position"].to_numpy(), dtype=polars.get_index_type())
@@ -191,11 +252,12 @@ class _Source:
     def __call__(self, with_columns: list[str] | None, predicate: pl.Expr | None,
                  n_rows: int | None, batch_size: int | None) -> Iterator[pl.DataFrame]:
         pl = _polars()
+        batches: Iterator[pa.RecordBatch]
         if n_rows is not None:
-            # n_rows counts rows before the predicate (Polars pushes both for head().filter()).
-            head = self._scanner(with_columns, None, batch_size).head(n_rows) if n_rows > 0 \
-                else None
-            batches: Iterator[pa.RecordBatch] = iter(head.to_batches() if head is not None else [])
+            # n_rows counts rows before the predicate (Polars passes both for head(n).filter(p)),
+            # so the scanner gets no filter; head() stops reading once it has the rows.
+            head = self._scanner(with_columns, None, batch_size).head(max(n_rows, 0))
+            batches = iter(head.to_batches())
         else:
             filter = (_arrow_filter(predicate, self._snapshot.schema)
                       if predicate is not None else None)

@@ -299,7 +299,7 @@ def test_a_scan_that_fails_but_whose_files_all_read_again_is_a_storage_error(
         def to_table(self, *args: object, **kwargs: object) -> None:
             raise transient
 
-        count_rows = to_table
+        count_rows = scanner = to_table
 
     monkeypatch.setattr(txn.Snapshot, "_dataset", lambda *args, **kwargs: Flaky())
     for read in (lambda: table.to_arrow(), lambda: table.to_arrow(pc.field("id") > 2),
