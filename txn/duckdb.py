@@ -33,6 +33,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from indexes import field_id, nested_fields
+
 from . import InvalidOptionError, Snapshot, Table
 
 __all__ = ["register"]
@@ -42,8 +44,6 @@ __all__ = ["register"]
 _FILENAME = "__metatxn_filename"
 #: DuckDB's row-number column of ``read_parquet`` (it cannot be renamed).
 _ROW_NUMBER = "file_row_number"
-#: Where a column's id is (Parquet's field id, as pyarrow reads and writes it).
-_FIELD_ID = b"PARQUET:field_id"
 
 
 def _duckdb() -> Any:
@@ -111,30 +111,14 @@ def _local_path(location: str) -> str | None:
     return None if "://" in location else location
 
 
-def _field_id(field: pa.Field) -> int | None:
-    return int(field.metadata[_FIELD_ID]) if field.metadata and _FIELD_ID in field.metadata else None
-
-
-def _children(data_type: pa.DataType) -> list[pa.Field]:
-    """The fields nested in a struct, list or map type (none for any other)."""
-    if pa.types.is_struct(data_type):
-        return [data_type.field(i) for i in range(data_type.num_fields)]
-    if pa.types.is_map(data_type):
-        return [data_type.key_field, data_type.item_field]
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type) \
-            or pa.types.is_fixed_size_list(data_type):
-        return [data_type.value_field]
-    return []
-
-
 def _same_nested(source: pa.Field, target: pa.Field) -> bool:
     """Whether nested ``source`` reads as ``target`` by name alone: the same type and the same
     ids at every level (a struct field renamed or dropped and re-added needs an id mapping
     a cast cannot express)."""
     if source.type != target.type:
         return False
-    return all(_field_id(a) == _field_id(b) and _same_nested(a, b)
-               for a, b in zip(_children(source.type), _children(target.type), strict=True))
+    return all(field_id(a) == field_id(b) and _same_nested(a, b)
+               for a, b in zip(nested_fields(source.type), nested_fields(target.type), strict=True))
 
 
 class _View:
@@ -209,10 +193,10 @@ class _View:
             return False
         if written is self._schema:
             return True
-        by_id = {i: f for f in written if (i := _field_id(f)) is not None}
+        by_id = {i: f for f in written if (i := field_id(f)) is not None}
         for target in self._schema:
-            source = by_id.get(_field_id(target) or -1)
-            if source is not None and _children(target.type) and not _same_nested(source, target):
+            source = by_id.get(field_id(target) or -1)
+            if source is not None and nested_fields(target.type) and not _same_nested(source, target):
                 return False
         return True
 
@@ -251,10 +235,10 @@ class _View:
                 deletes: str | None) -> str:
         written = self._written(schema_id)
         same = written is self._schema
-        by_id = {i: f for f in written if (i := _field_id(f)) is not None}
+        by_id = {i: f for f in written if (i := field_id(f)) is not None}
         columns = []
         for target in self._schema:
-            source = target if same else by_id.get(_field_id(target) or -1)
+            source = target if same else by_id.get(field_id(target) or -1)
             kind = self._types[target.name]
             value = "NULL" if source is None else f"p.{_quoted(source.name)}"
             columns.append(f"CAST({value} AS {kind}) AS {_quoted(target.name)}")

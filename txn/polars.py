@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 import txn
+from indexes import field_id
 
 if TYPE_CHECKING:
     import polars as pl
@@ -174,10 +175,6 @@ def _readable(schema: pa.Schema) -> bool:
     return all(any(kind(f.type) for kind in _NATIVE_TYPES) for f in schema)
 
 
-def _field_id(field: pa.Field) -> str | None:
-    return (field.metadata or {}).get(b"PARQUET:field_id", b"").decode() or None
-
-
 #: Widenings Polars' cast makes exactly as pyarrow's (integers, floats, decimal precision); a
 #: version with another (a date widened to a timestamp) is read by the plugin.
 _CASTS: tuple[Callable[[pa.DataType], bool], ...] = (
@@ -193,13 +190,13 @@ def _projection(polars: Any, written: pa.Schema, schema: pa.Schema) -> list[pl.E
         return []
     if not _readable(written):
         return None
-    by_id = {_field_id(f): f for f in written}
-    if None in by_id or any(_field_id(f) is None for f in schema):
+    by_id = {field_id(f): f for f in written}
+    if None in by_id or any(field_id(f) is None for f in schema):
         return None
     types = polars.from_arrow(schema.empty_table()).schema
     projection = []
     for field in schema:
-        old = by_id.get(_field_id(field))
+        old = by_id.get(field_id(field))
         if old is None:
             projection.append(polars.lit(None, dtype=types[field.name]).alias(field.name))
             continue

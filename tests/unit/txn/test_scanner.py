@@ -255,3 +255,23 @@ def test_duckdb_and_polars_take_a_table_or_snapshot_by_name(tmp_path: Path) -> N
         (len(model), sum(model))]
     assert pl.from_arrow(snap.scanner(columns=["id"]).to_reader()).height == len(model)
     assert sorted(pl.DataFrame(t)["id"].to_list()) == sorted(model)
+
+
+def test_a_clean_under_a_long_scan_expires_it(tmp_path: Path) -> None:
+    """A scan pulled slowly while compaction and CLEAN FILES remove the files it reads: the
+    error says the snapshot expired, not that a file is damaged or gone."""
+    t = txn.create_table(str(tmp_path / "t"), FLAT, properties={
+        "clean.retain_commits": "1", "clean.retain_hours": "0", "maintenance.mode": "manual"})
+    for start in range(0, 400, 100):
+        t.append(flat_rows(range(start, start + 100)))
+    # Files with deletes are read one at a time, by metatxn (a dataset scan of files this
+    # small would have read them all ahead by now).
+    t.delete(pc.field("id").isin([0, 100, 200, 300]))
+    batches = t.scanner(batch_size=10).to_batches()
+    assert next(batches).num_rows == 9
+    t.compact("major")
+    t.append(flat_rows(range(1000, 1001)))
+    t.clean(force=True)
+    with pytest.raises(txn.SnapshotExpiredError):
+        for _ in batches:
+            pass
