@@ -54,6 +54,7 @@ bench-quick: install ## A smoke run of the benchmarks (about a minute)
 	$(BIN)/python -m bench.bench_mutations --quick
 	$(BIN)/python -m bench.bench_spark --quick
 	$(BIN)/python -m bench.bench_compaction --quick
+	$(BIN)/python -m bench.bench_open_reads --quick
 
 clean: ## Remove .venv, caches and the demo warehouse
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis .mypy_cache .ruff_cache *.egg-info
