@@ -215,8 +215,9 @@ class _View:
         deletes = self._snap.deletes()
         kept = deletes.filter(pc.is_in(deletes["location"], value_set=files["location"]))
         return pa.table({
-            _FILENAME: pa.array([_local_path(loc) for loc in kept["location"].to_pylist()],
-                                pa.string()),
+            # Local locations only (the native files): a file:// URL loses its scheme, as
+            # _local_path does, in one kernel over every deleted row.
+            _FILENAME: pc.replace_substring_regex(kept["location"], "^file://", ""),
             _ROW_NUMBER: kept["position"],
         })
 
