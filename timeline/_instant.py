@@ -56,7 +56,6 @@ class Action(Vocabulary):
 ACTIONS: Final = frozenset(Action)
 
 TIME_DIGITS: Final = 17
-_TIME_FORMAT: Final = "%Y%m%d%H%M%S"
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _STATE_ORDER: Final = {REQUESTED: 0, INFLIGHT: 1, COMPLETED: 2, ROLLEDBACK: 2}
 
@@ -151,7 +150,10 @@ def looks_like_instant(name: str) -> bool:
 def format_time(epoch_ms: int) -> str:
     """Format epoch milliseconds as a 17-digit UTC instant time."""
     moment = _EPOCH + timedelta(milliseconds=epoch_ms)
-    return f"{moment.strftime(_TIME_FORMAT)}{epoch_ms % 1000:03d}"
+    # Fields by hand: strftime's %Y does not pad years before 1000 to four digits, and such a
+    # time would sort after every real one.
+    return (f"{moment.year:04d}{moment.month:02d}{moment.day:02d}{moment.hour:02d}"
+            f"{moment.minute:02d}{moment.second:02d}{epoch_ms % 1000:03d}")
 
 
 @functools.lru_cache(maxsize=65536)

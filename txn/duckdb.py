@@ -16,7 +16,12 @@ schema version: a file written under an older version has its columns found by i
 cast, or null when added later). The other files (any storage but the local one, external ORC,
 CSV and JSON files, external files of a partitioned table, whose partition values live in folder
 names, and older versions whose nested columns changed shape) are read by metatxn and handed to
-DuckDB as an Arrow stream, in the same view: correct, but DuckDB pushes nothing into them.
+DuckDB as an Arrow stream, in the same view: correct, but DuckDB pushes nothing into them. So
+are files DuckDB would read otherwise than metatxn: paths with glob characters (``read_parquet``
+takes them as patterns), tables with durations or half floats (DuckDB reads the former as
+integers and has no half float: float16 columns become FLOAT), column names that differ only by
+case (DuckDB's identifiers ignore it), and external files with a column named like the scan's
+row number. Folder names are never read as values (``hive_partitioning=false``).
 
 Not guaranteed: an external file read by DuckDB is checked against what ADD SEGMENT recorded
 when :func:`register` runs, not at each query; the table's own files DuckDB reads are not
@@ -27,6 +32,7 @@ of the view fail with DuckDB's own error, not ``SnapshotExpiredError``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -104,11 +110,31 @@ def _literal(text: str) -> str:
 
 
 def _local_path(location: str) -> str | None:
-    """The path DuckDB opens a file of the local file system by (and names it by in
-    ``filename``), None for a file elsewhere."""
+    """The absolute path DuckDB opens a file of the local file system by (and names it by in
+    ``filename``; absolute, so the view outlives a change of working folder), None for a file
+    elsewhere."""
     if location.startswith("file://"):
-        return location[len("file://"):]
-    return None if "://" in location else location
+        return os.path.abspath(location[len("file://"):])
+    return None if "://" in location else os.path.abspath(location)
+
+
+#: Characters that make a ``read_parquet`` path a glob pattern: such a file is not given to
+#: DuckDB by name (it would read other files, or none).
+_GLOB = frozenset("*?[{")
+
+
+def _duckdb_reads(data_type: pa.DataType) -> bool:
+    """Whether DuckDB's Parquet reader gives ``data_type``'s values as pyarrow does: not for
+    durations (stored as plain INT64) and half floats, or a nested type holding them."""
+    if pa.types.is_duration(data_type) or pa.types.is_float16(data_type) \
+            or pa.types.is_interval(data_type):
+        return False
+    return all(_duckdb_reads(child.type) for child in nested_fields(data_type))
+
+
+def _distinct_names(schema: pa.Schema) -> bool:
+    """Whether ``schema``'s names differ other than by case: DuckDB's identifiers ignore it."""
+    return len({name.lower() for name in schema.names}) == len(schema.names)
 
 
 def _same_nested(source: pa.Field, target: pa.Field) -> bool:
@@ -121,6 +147,35 @@ def _same_nested(source: pa.Field, target: pa.Field) -> bool:
                for a, b in zip(nested_fields(source.type), nested_fields(target.type), strict=True))
 
 
+def _without_half_floats(data_type: pa.DataType) -> pa.DataType:
+    """``data_type`` with float32 for every float16 in it: DuckDB has no half float."""
+    if pa.types.is_float16(data_type):
+        return pa.float32()
+    if pa.types.is_struct(data_type):
+        return pa.struct([f.with_type(_without_half_floats(f.type)) for f in nested_fields(data_type)])
+    if pa.types.is_large_list(data_type):
+        return pa.large_list(data_type.value_field.with_type(_without_half_floats(data_type.value_type)))
+    if pa.types.is_list(data_type):
+        return pa.list_(data_type.value_field.with_type(_without_half_floats(data_type.value_type)))
+    return data_type
+
+
+class _Stream:
+    """The scanner's Arrow stream as DuckDB can take it: half floats widened to float32 (every
+    float16 value is exactly a float32). A fresh stream per call, as the scanner's."""
+
+    def __init__(self, scanner: Any) -> None:
+        self._scanner = scanner
+        self._schema = pa.schema([f.with_type(_without_half_floats(f.type)) for f in scanner.schema])
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        if self._schema == self._scanner.schema:
+            return self._scanner.__arrow_c_stream__(requested_schema)
+        reader = pa.RecordBatchReader.from_batches(
+            self._schema, (batch.cast(self._schema) for batch in self._scanner.to_batches()))
+        return reader.__arrow_c_stream__(requested_schema)
+
+
 class _View:
     """The SQL and the registered objects of one :func:`register` call."""
 
@@ -131,7 +186,8 @@ class _View:
         self._schema = snap.schema
         # DuckDB's spelling of each column's type: every scan casts to it, so all parts of the
         # view agree (a cast to the type a column has already is dropped by DuckDB's binder).
-        types = con.from_arrow(self._schema.empty_table()).types
+        types = con.from_arrow(pa.schema([f.with_type(_without_half_floats(f.type))
+                                          for f in self._schema]).empty_table()).types
         self._types = {field.name: str(kind) for field, kind in zip(self._schema, types, strict=True)}
 
     def _object(self, kind: str) -> str:
@@ -150,7 +206,6 @@ class _View:
         self._con.unregister(rest)
         if deleted.num_rows:
             self._con.register(deletes, self._deletes(deleted))
-        self._check_external(groups)
         for (schema_id, external), group in self._grouped(groups):
             selects.append(self._select(group, schema_id, external=external,
                                         deletes=deletes if pc.any(pc.greater(
@@ -159,10 +214,11 @@ class _View:
         if others.num_rows or not selects:
             # The scanner hands DuckDB a fresh stream each time it asks (once per query and
             # more): the view can be queried any number of times.
-            self._con.register(rest, self._snap._scanner(None, None, None,
-                                                         paths=others["path"].to_pylist()))
-            names = ", ".join(_quoted(f.name) for f in self._schema)
-            selects.append(f"SELECT {names} FROM {_quoted(rest)}")
+            self._con.register(rest, _Stream(self._snap._scanner(
+                None, None, None, paths=others["path"].to_pylist())))
+            # All columns as the stream has them, in the schema's order: naming them would
+            # resolve names that differ only by case to one column (DuckDB ignores case).
+            selects.append(f"SELECT * FROM {_quoted(rest)}")
         self._con.execute(f"CREATE OR REPLACE TEMP VIEW {_quoted(self._name)} AS "
                           + " UNION ALL BY NAME ".join(f"({s})" for s in selects))
 
@@ -174,10 +230,30 @@ class _View:
                 files["location"].to_pylist(), files["path"].to_pylist(),
                 files["format"].to_pylist(), files["schema_id"].to_pylist(), strict=True):
             external = "://" in path
-            keep.append(_local_path(location) is not None and file_format == "parquet"
+            local = _local_path(location)
+            keep.append(local is not None and file_format == "parquet"
+                        and not _GLOB.intersection(local)
                         and not (external and partitioned)
                         and self._expressible(schema_id))
-        return pa.array(keep, pa.bool_())
+        native = pa.array(keep, pa.bool_())
+        return pc.and_(native, pc.invert(self._clashing(files.filter(native), files)))
+
+    def _clashing(self, native: pa.Table, files: pa.Table) -> pa.Array:
+        """Which rows of ``files`` are external files among ``native`` whose own columns clash
+        with the columns the view's scan adds (they may hold columns the table does not):
+        DuckDB reads their footers to tell."""
+        external = native.filter(pc.match_substring(native["path"], "://"))
+        clash: set[str] = set()
+        if external.num_rows:
+            self._check_external(external)  # a clear error before DuckDB opens them
+            paths = {_local_path(loc): loc for loc in external["location"].to_pylist()}
+            listed = ", ".join(_literal(p) for p in paths if p is not None)
+            found = self._con.execute(
+                f"SELECT DISTINCT file_name FROM parquet_schema([{listed}]) "
+                f"WHERE lower(name) IN ({_literal(_ROW_NUMBER)}, {_literal(_FILENAME.lower())})"
+            ).fetchall()
+            clash = {paths[os.path.abspath(name)] for (name,) in found}
+        return pc.is_in(files["location"], pa.array(sorted(clash), pa.string()))
 
     def _written(self, schema_id: int) -> pa.Schema:
         """The schema files of version ``schema_id`` were written with."""
@@ -190,6 +266,9 @@ class _View:
         casts of whole columns (and read_parquet's row number does not clash with a column)."""
         written = self._written(schema_id)
         if any(f.name.lower() in (_ROW_NUMBER, _FILENAME) for f in written):
+            return False
+        if not all(_distinct_names(s) and all(_duckdb_reads(f.type) for f in s)
+                   for s in (written, self._schema)):
             return False
         if written is self._schema:
             return True
@@ -214,10 +293,11 @@ class _View:
         """The deleted rows of ``files`` (with deletes), as DuckDB names them in a scan."""
         deletes = self._snap.deletes()
         kept = deletes.filter(pc.is_in(deletes["location"], value_set=files["location"]))
+        # Each file's path once, then taken for every deleted row of it.
+        locations = pc.unique(kept["location"])
+        paths = pa.array([_local_path(loc) for loc in locations.to_pylist()], pa.string())
         return pa.table({
-            # Local locations only (the native files): a file:// URL loses its scheme, as
-            # _local_path does, in one kernel over every deleted row.
-            _FILENAME: pc.replace_substring_regex(kept["location"], "^file://", ""),
+            _FILENAME: paths.take(pc.index_in(kept["location"], value_set=locations)),
             _ROW_NUMBER: kept["position"],
         })
 
@@ -246,8 +326,10 @@ class _View:
         paths = ", ".join(_literal(_local_path(loc) or loc) for loc in files["location"].to_pylist())
         # External files may hold other columns besides the table's, and other types than the
         # table's: union_by_name makes one schema of them all (reading every footer at bind).
-        options = f"filename={_literal(_FILENAME)}, file_row_number=true" + (
-            ", union_by_name=true" if external else "")
+        # Folder names are not values: a partition's are the file's own columns (the table
+        # writes them), and an external folder named "k=1" says nothing about column k.
+        options = f"filename={_literal(_FILENAME)}, file_row_number=true, " \
+            "hive_partitioning=false" + (", union_by_name=true" if external else "")
         sql = f"SELECT {', '.join(columns)} FROM read_parquet([{paths}], {options}) AS p"
         if deletes is not None:
             sql += (f" ANTI JOIN {_quoted(deletes)} AS d ON p.{_FILENAME} = d.{_FILENAME}"

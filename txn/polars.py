@@ -148,8 +148,10 @@ def _native(polars: Any, snapshot: txn.Snapshot) -> tuple[pl.LazyFrame | None, l
         if written is None or projection is None:
             continue
         group = files.filter(pc.and_(own, pc.equal(files["schema_id"], schema_id)))
+        # Paths are names, not patterns (a table folder may be called "t[1]"), and folder
+        # names are not values (a partition's are in the files, which the table wrote).
         options = {"schema": polars.from_arrow(written.empty_table()).schema,
-                   "hive_partitioning": False}
+                   "hive_partitioning": False, "glob": False}
         deleted = pc.greater(group["deleted_rows"], 0)
         clean, with_deletes = group.filter(pc.invert(deleted)), group.filter(deleted)
         if (pc.sum(with_deletes["rows"]).as_py() or 0) >= 2 ** 32 - 1:

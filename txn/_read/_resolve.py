@@ -83,11 +83,11 @@ def completion_bound(as_of: str | datetime, instants: dict[str, Instant], view: 
             instant that has not completed.
     """
     if isinstance(as_of, datetime):
-        return time_of(as_of)
+        return _bound_of(as_of)
     if not isinstance(as_of, str):
         raise InvalidOptionError(f"as_of must be {AS_OF_FORMS}; got {type(as_of).__name__} {as_of!r}")
     if len(as_of) != _INSTANT_DIGITS or not (as_of.isascii() and as_of.isdigit()):
-        return time_of(_moment(as_of))
+        return _bound_of(_moment(as_of))
     try:
         parse_time(as_of)
     except ValueError as exc:
@@ -100,6 +100,15 @@ def completion_bound(as_of: str | datetime, instants: dict[str, Instant], view: 
             f"as_of names instant {as_of}, which is {instant.state}, not completed; "
             "a snapshot can only be taken at a completed instant")
     return instant.completed_at
+
+
+def _bound_of(moment: datetime) -> str:
+    """``moment`` as a completion bound. A moment past year 9999 in UTC (9999-12-31T23:00-02:00)
+    has no instant time: it bounds after every instant, as one before year 1 bounds before."""
+    try:
+        return time_of(moment)
+    except OverflowError:
+        return "9" * _INSTANT_DIGITS if moment.year > 1 else "0" * _INSTANT_DIGITS
 
 
 def _moment(text: str) -> datetime:

@@ -95,3 +95,18 @@ def test_anything_else_is_refused_naming_the_forms_and_nothing_changes(
         assert "ISO-8601 date or timestamp string" in message and "a datetime" in message
         assert "instant time" in message and repr(as_of) in message
     assert table.timeline() == before
+
+
+@pytest.mark.parametrize("early", ["0999-01-01", "0001-01-01T00:00:00", "1969-12-31",
+                                   datetime(999, 1, 1), datetime(1, 1, 1, tzinfo=UTC)])
+def test_moments_before_the_epoch_and_year_1000_are_before_everything(
+        table: txn.Table, early: object) -> None:
+    """Found by review: a year before 1000 made a 16-digit bound that sorted after every
+    instant (the latest snapshot instead of an empty one)."""
+    assert ids(table, early) == []
+    assert table.snapshot(early).instant is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("late", ["9999-12-31T23:59:59-01:00", datetime.max])
+def test_moments_past_year_9999_in_utc_are_after_everything(table: txn.Table, late: object) -> None:
+    assert ids(table, late) == list(range(9))

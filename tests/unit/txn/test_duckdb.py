@@ -367,3 +367,79 @@ def test_txn_duckdb_imports_without_duckdb() -> None:
                            timeout=120, check=False)
     assert found.returncode == 0, found.stderr
     assert found.stdout.strip() == "['register']"
+
+
+# -- found by review: paths, folder names, case and types DuckDB reads its own way -----------
+
+
+def test_a_table_folder_with_glob_characters_reads_its_own_files(tmp_path: Path) -> None:
+    """``read_parquet`` takes a path as a pattern: ``t[1]`` would match ``t1``, a decoy folder
+    beside it, and the deleted row would come back."""
+    t = txn.create_table(str(tmp_path / "t[1]"), SCHEMA)
+    t.append(rows([1, 2, 3]))
+    decoy = tmp_path / "t1" / "segment_0"
+    decoy.mkdir(parents=True)
+    for f in (tmp_path / "t[1]" / "segment_0").glob("*.parquet"):
+        (decoy / f.name).write_bytes(f.read_bytes())
+    t.delete(pc.field("id") == 2)
+    same_as_reference(t)
+    assert query(t)["id"].to_pylist() == [1, 3]
+
+
+def test_folder_names_are_not_values(tmp_path: Path) -> None:
+    """DuckDB's Hive detection would read ``k=999`` (an external folder) as column k, and
+    partition values it can cast (``0x10``) as numbers."""
+    schema = pa.schema([("id", pa.int64()), ("k", pa.int64())])
+    t = txn.create_table(str(tmp_path / "a"), schema)
+    write_file(tmp_path / "ext" / "k=999" / "part-0.parquet",
+               pa.table({"id": [1, 2], "k": [1, 2]}, schema=schema), "parquet")
+    t.add_segment(str(tmp_path / "ext" / "k=999"))
+    same_as_reference(t)
+    strings = pa.schema([("id", pa.int64()), ("p", pa.string())])
+    t = txn.create_table(str(tmp_path / "b"), strings, partition_by=["p"])
+    t.append(pa.table({"id": [1, 2, 3, 4], "p": ["0x10", "-0", " 7", "8"]}, schema=strings))
+    same_as_reference(t)
+    assert query(t, "select id from t where p = '0x10'")["id"].to_pylist() == [1]
+
+
+def test_names_that_differ_only_by_case(local_uri: str) -> None:
+    schema = pa.schema([("id", pa.int64()), ("ID", pa.int64())])
+    t = txn.create_table(local_uri, schema)
+    t.append(pa.table({"id": [1, 2], "ID": [100, 200]}, schema=schema))
+    found = query(t, "select * from t order by 1")
+    # DuckDB's identifiers ignore case: it renames the second; the values are the table's.
+    assert [c.to_pylist() for c in found.columns] == [[1, 2], [100, 200]]
+
+
+@pytest.mark.parametrize("kind", [pa.duration("s"), pa.float16()])
+def test_types_duckdbs_parquet_reader_reads_otherwise(local_uri: str, kind: pa.DataType) -> None:
+    import numpy as np
+
+    schema = pa.schema([("id", pa.int64()), ("x", kind)])
+    t = txn.create_table(local_uri, schema)
+    values = [np.float16(1.5), np.float16(2.5)] if kind == pa.float16() else [1, 2]
+    t.append(pa.table({"id": [1, 2], "x": pa.array(values, kind)}, schema=schema))
+    t.delete(pc.field("id") == 1)
+    assert query(t, "select id from t")["id"].to_pylist() == [2]
+    assert query(t, "select count(*) as n from t")["n"].to_pylist() == [1]
+
+
+def test_an_external_file_with_a_column_named_file_row_number(tmp_path: Path) -> None:
+    t = txn.create_table(str(tmp_path / "t"), FLAT)
+    extra = flat(range(3)).append_column("file_row_number", pa.array([7, 8, 9], pa.int64()))
+    write_file(tmp_path / "pq" / "part-0.parquet", extra, "parquet")
+    t.add_segment(tmp_path / "pq", "parquet")
+    t.delete(pc.field("id") == 1)
+    same_as_reference(t)
+
+
+def test_a_relative_table_path_outlives_a_change_of_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    t = txn.create_table("relative", SCHEMA)
+    t.append(rows([1, 2, 3]))
+    t.delete(pc.field("id") == 3)
+    con = duckdb.connect()
+    txn.duckdb.register(con, "t", t)
+    monkeypatch.chdir("/")
+    assert sorted(r for (r,) in con.sql("select id from t").fetchall()) == [1, 2]

@@ -429,3 +429,15 @@ def test_from_arrow_of_a_reader_and_the_capsule(table_uri: str) -> None:
     same_rows(pl.from_arrow(t.scanner().to_reader()), expected)  # type: ignore[arg-type]
     same_rows(pl.DataFrame(t.scanner()), expected)
     same_rows(pl.DataFrame(t.snapshot()), expected)
+
+
+def test_a_table_folder_with_glob_characters(tmp_path: Path) -> None:
+    """Found by review: ``scan_parquet`` took the table's paths as patterns (``t[1]`` matched
+    nothing, or a decoy folder ``t1`` beside it)."""
+    t = build(str(tmp_path / "t[1]"))
+    decoy = tmp_path / "t1"
+    decoy.mkdir()
+    t.delete(pc.field("id") == 5)
+    same_rows(txn.polars.scan(t).collect(), t.to_arrow())
+    t2 = build(str(tmp_path / "a**b"))
+    same_rows(txn.polars.scan(t2).collect(), t2.to_arrow())
