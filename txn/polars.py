@@ -20,6 +20,11 @@ pruning. Every batch is then filtered by the whole Polars predicate, so the answ
 own whatever part was translated (the translation keeps to what both agree on: Polars orders
 NaN above every float, pyarrow makes comparisons with NaN false).
 
+Not guaranteed: the files Polars reads itself are not checked as metatxn's reader checks each
+file, so a data file gone or damaged after :func:`scan` (a clean that expired the pinned
+snapshot, another table's file under its name) fails ``collect()`` with Polars' own error
+(``ComputeError``, ``SchemaError``), not ``SnapshotExpiredError`` or ``CorruptMetadataError``.
+
 ``import txn.polars`` works without Polars; :func:`scan` needs the extra
 (``pip install 'metatxn[polars]'``).
 """
