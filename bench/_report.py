@@ -385,3 +385,18 @@ def finish_run(report: Any, *, markdown: str, out: Path | None, write_json: Call
         log("WRONG RESULTS (exit status 1):\n" + "\n".join(f"  {w}" for w in wrong))
         return 1
     return 0
+
+
+@dataclass
+class Timing:
+    """Samples of one side, in milliseconds."""
+
+    samples: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def best(self) -> float:
+        return min(self.samples)

@@ -61,25 +61,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import txn
-from bench._report import load_average, machine_facts
+from bench._report import Timing, load_average, machine_facts
+from bench._tpch import DELETED_EVERY, DELETED_REMAINDER, TPCH_QUERIES
 
-QUERIES = {
-    "Q1": """
-        select l_returnflag, l_linestatus, sum(l_quantity) as sum_qty,
-               sum(l_extendedprice) as sum_base_price,
-               sum(l_extendedprice * (1 - l_discount)) as sum_disc_price,
-               sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)) as sum_charge,
-               avg(l_quantity) as avg_qty, avg(l_extendedprice) as avg_price,
-               avg(l_discount) as avg_disc, count(*) as count_order
-        from lineitem where l_shipdate <= date '1998-12-01' - interval '90' day
-        group by l_returnflag, l_linestatus order by l_returnflag, l_linestatus""",
-    "Q6": """
-        select sum(l_extendedprice * l_discount) as revenue from lineitem
-        where l_shipdate >= date '1994-01-01' and l_shipdate < date '1995-01-01'
-          and l_discount between 0.05 and 0.07 and l_quantity < 24""",
-}
-#: 0.1 % of the rows are deleted: line items whose order key has this remainder.
-DELETED_EVERY, DELETED_REMAINDER = 1000, 7
+#: The queries both engines run: DuckDB this SQL, Polars the same query as a lazy frame.
+QUERIES = {name: TPCH_QUERIES[name] for name in ("Q1", "Q6")}
 #: The table writer's row group (txn/_files/_writer.py), used for the plain files too.
 ROW_GROUP_ROWS = 128 * 1024
 MIB = 1024 * 1024
@@ -113,21 +99,6 @@ def polars_q6(lf: Any) -> Any:
 
 
 POLARS_QUERIES = {"Q1": polars_q1, "Q6": polars_q6}
-
-
-@dataclass
-class Timing:
-    """Samples of one side, in milliseconds."""
-
-    samples: list[float]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
-
-    @property
-    def best(self) -> float:
-        return min(self.samples)
 
 
 @dataclass
