@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -88,6 +88,23 @@ def _planned(context: TableContext, data: Any, merge: bool) -> tuple[Any, WriteS
     return data, write_schema(context, data, declared=declared)
 
 
+_T = TypeVar("_T")
+
+
+def _fresh(context: TableContext, data: Any, conform: Callable[[], _T]) -> _T:
+    """``conform()`` (the input checked against the handle's schema), or, when the input does
+    not fit that schema and the table's schema changed since this handle last read it (a
+    rename or an added column made elsewhere, or by a commit of this handle whose outcome it
+    never learned), ``conform()`` again against the latest. A stream is not read twice."""
+    try:
+        return conform()
+    except SchemaMismatchError:
+        known = context.version.version
+        if isinstance(data, pa.RecordBatchReader) or context.refresh().version == known:
+            raise
+        return conform()
+
+
 class _Conformed:
     """A keyed write's rows, conformed to the schema it plans with: conformed again to the
     latest version when a schema change that committed meanwhile made a merge plan again."""
@@ -95,11 +112,15 @@ class _Conformed:
     def __init__(self, context: TableContext, data: Any, merge: bool,
                  prepare: Callable[[pa.Table], pa.Table]) -> None:
         self._context, self._prepare, self._declared = context, prepare, not is_pandas(data)
-        source, self.schema = _planned(context, data, merge)
-        if merge and isinstance(source, pa.RecordBatchReader):
-            source = source.read_all()  # a reader is read once
-        self._source, self._merge = source, merge
-        self.rows = prepare(_materialize(context, source, self.schema, merge=merge))
+
+        def conform() -> tuple[Any, WriteSchema, pa.Table]:
+            source, schema = _planned(context, data, merge)
+            if merge and isinstance(source, pa.RecordBatchReader):
+                source = source.read_all()  # a reader is read once
+            return source, schema, prepare(_materialize(context, source, schema, merge=merge))
+
+        self._source, self.schema, self.rows = _fresh(context, data, conform)
+        self._merge = merge
 
     def current(self) -> tuple[pa.Table, WriteSchema]:
         """The rows and their schema, for a plan on the latest state."""
@@ -116,9 +137,14 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
     merge = merging(schema_mode, "append")
     columns = context.record_key_columns
     if not columns:  # reads nothing and conflicts with nothing
-        source, schema = _planned(context, data, merge)
-        # The first batch is read (and checked) before the instant begins: no rows, no commit.
-        first = first_and_rest(batches(source, schema.schema, fill_missing=merge))
+        def conform() -> tuple[Any, WriteSchema, Any]:
+            source, schema = _planned(context, data, merge)
+            # The first batch is read (and checked) before the instant begins: no rows, no
+            # commit.
+            return source, schema, first_and_rest(batches(source, schema.schema,
+                                                          fill_missing=merge))
+
+        source, schema, first = _fresh(context, data, conform)
         if first is None:
             log.info("append of no rows: nothing to commit")
             return None
@@ -128,8 +154,8 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
         return commit_once(context, write, extra)
 
     def prepare(rows: pa.Table) -> pa.Table:
-        check_not_null(rows, columns)
-        check_unique(rows, columns)
+        check_not_null(rows, context.record_key_columns)
+        check_unique(rows, context.record_key_columns)
         return rows
 
     conformed = _Conformed(context, data, merge, prepare)
@@ -139,7 +165,8 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
 
     def plan(state: State) -> Append:
         rows, schema = conformed.current()
-        refuse_existing_keys(find_keys(context, state, index_keys(rows, columns)), columns)
+        keys = context.record_key_columns  # a rename since the handle read them: the latest
+        refuse_existing_keys(find_keys(context, state, index_keys(rows, keys)), keys)
         return Append(rows=rows.to_batches(), read_at=state.read_at, current=state.deltas,
                       rows_bytes=rows.nbytes, schema=schema)
 
@@ -152,19 +179,25 @@ def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None 
     merge = merging(schema_mode, "overwrite")
     scope, values = overwrite_scope(context, partitions)
     columns = context.record_key_columns
-    source, schema = _planned(context, data, merge)
+
+    def conform() -> tuple[WriteSchema, Any]:
+        source, schema = _planned(context, data, merge)
+        if columns or values:
+            return schema, _materialize(context, source, schema, merge=merge)
+        # The first batch is read (and checked) before the instant begins.
+        return schema, first_and_rest(batches(source, schema.schema, fill_missing=merge))
+
+    schema, conformed = _fresh(context, data, conform)
     rows: Any
     if columns:
-        keyed = _materialize(context, source, schema, merge=merge)
-        check_not_null(keyed, columns)
-        check_unique(keyed, columns)
-        rows = keyed.to_batches()
+        check_not_null(conformed, context.record_key_columns)
+        check_unique(conformed, context.record_key_columns)
+        rows = conformed.to_batches()
     elif values:  # a named partition: every row is checked to belong to it before anything begins
-        named = _materialize(context, source, schema, merge=merge)
-        check_in_partition(named, values, schema.schema)
-        rows = named.to_batches()
-    else:  # the first batch is read (and checked) before the instant begins
-        first = first_and_rest(batches(source, schema.schema, fill_missing=merge))
+        check_in_partition(conformed, values, schema.schema)
+        rows = conformed.to_batches()
+    else:
+        first = conformed
         if first is None and scope is not None:
             log.info("overwrite of the partitions of no rows: nothing to commit")
             return None
@@ -180,11 +213,11 @@ def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None 
 def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = None,
            progress: Progress | None = None, schema_mode: object = None) -> Commit | None:
     merge = merging(schema_mode, "upsert")
-    columns = _require_key(context, "upsert")
+    _require_key(context, "upsert")
 
     def prepare(rows: pa.Table) -> pa.Table:
-        check_not_null(rows, columns)
-        return last_wins(rows, columns)  # the last row of a key in the batch wins
+        check_not_null(rows, context.record_key_columns)
+        return last_wins(rows, context.record_key_columns)  # the last row of a key in the batch wins
 
     conformed = _Conformed(context, data, merge, prepare)
     if conformed.rows.num_rows == 0:
@@ -192,7 +225,7 @@ def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
         return None
     def plan(state: State) -> Upsert:
         rows, schema = conformed.current()
-        existing = find_keys(context, state, index_keys(rows, columns))
+        existing = find_keys(context, state, index_keys(rows, context.record_key_columns))
         return Upsert(rows=rows.to_batches(), read_at=state.read_at, current=state.deltas,
                       deleted=_by_file(existing), rows_bytes=rows.nbytes, schema=schema)
 

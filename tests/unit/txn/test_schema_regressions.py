@@ -146,3 +146,28 @@ def test_validate_reads_the_statistics_of_a_dead_merge_write_in_its_own_schema(
     assert table.schema.names == ["k", "g", "v", "a"]
     report = table.validate()
     assert report.ok, [str(p) for p in report.problems]
+
+
+# -- found by the table machine's random examples while issue 25 was built --------------------
+
+KEYED = pa.schema([("k", pa.int64(), False), ("g", pa.string()), ("v", pa.int64())])
+
+
+@pytest.mark.parametrize("write", ["append", "upsert", "overwrite"])
+def test_a_stale_handle_takes_data_of_the_latest_schema(memory_uri: str, write: str) -> None:
+    """A rename committed elsewhere (or by this handle's own alter whose outcome it never
+    learned): data with the new names was refused against the names the handle knew (the
+    upsert of a renamed key column with a raw KeyError)."""
+    t = txn.create_table(memory_uri, KEYED, record_key="k")
+    t.append(pa.table({"k": [1, 2], "g": ["a", "b"], "v": [10, 20]}, schema=KEYED))
+    other = txn.open_table(memory_uri)
+    other.rename_column("k", "key")
+    other.rename_column("v", "value")
+    keys = [3, 4] if write == "append" else [2, 3]
+    getattr(t, write)(pa.table({"key": keys, "g": ["x", "y"], "value": [0, 0]}))
+    expected = {"append": [1, 2, 3, 4], "upsert": [1, 2, 3], "overwrite": [2, 3]}[write]
+    found = other.to_arrow()
+    assert found.column_names == ["key", "g", "value"]
+    assert sorted(found["key"].to_pylist()) == expected
+    with pytest.raises(txn.SchemaMismatchError):  # the old names are not the table's any more
+        t.append(pa.table({"k": [5], "g": ["e"], "v": [50]}))
