@@ -215,13 +215,13 @@ class ExternalSegments(MachineCore):
                 os.makedirs(os.path.join(folder, partition))
                 os.symlink(target, os.path.join(folder, partition, "part-0.parquet"))
             # The partitioning named as the table's current version names it. After a rename
-            # of the partition column the table's folders keep the old name, so the layout is
-            # refused before the link is looked at: refused either way, nothing written.
+            # of the partition column the table's folders keep the old name, so the layout may
+            # be refused before the link is looked at (a file link): refused, nothing written.
             option = f"{self.shape.name(G)}:string"
             renamed = partition.partition("=")[0] != self.shape.name(G)
             self._untouched_by(table, lambda: table.add_segment(folder, "parquet", partition=option),
                                txn.InvalidOptionError,
-                               "does not comply with the table's partitions" if renamed
-                               else "inside the table")
+                               "inside the table|does not comply with the table's partitions"
+                               if renamed else "inside the table")
         finally:
             shutil.rmtree(outside, ignore_errors=True)
