@@ -22,7 +22,17 @@ import pyarrow.dataset as ds
 from indexes import key_names
 from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
 
-from .._commit import Append, Delete, Overwrite, Progress, Update, Upsert, WriteSchema, current_schema
+from .._commit import (
+    Append,
+    Delete,
+    Overwrite,
+    Progress,
+    Update,
+    Upsert,
+    WriteSchema,
+    current_schema,
+    layout_names,
+)
 from .._context import TableContext
 from .._files import LiveDeltas, Positions, scan_file
 from .._read import snapshot_at
@@ -91,6 +101,13 @@ def _planned(context: TableContext, data: Any, merge: bool) -> tuple[Any, WriteS
 _T = TypeVar("_T")
 
 
+def _keys(context: TableContext, rows: pa.Table) -> list[str]:
+    """The record key columns as ``rows`` (conformed to some version) name them: a rename
+    since, by this handle or another, is followed by column id either way."""
+    names = layout_names(context, rows.schema, context.record_key_columns)
+    return names if len(names) == len(context.record_key_columns) else context.record_key_columns
+
+
 def _fresh(context: TableContext, data: Any, conform: Callable[[], _T]) -> _T:
     """``conform()`` (the input checked against the handle's schema), or, when the input does
     not fit that schema and the table's schema changed since this handle last read it (a
@@ -154,8 +171,8 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
         return commit_once(context, write, extra)
 
     def prepare(rows: pa.Table) -> pa.Table:
-        check_not_null(rows, context.record_key_columns)
-        check_unique(rows, context.record_key_columns)
+        check_not_null(rows, _keys(context, rows))
+        check_unique(rows, _keys(context, rows))
         return rows
 
     conformed = _Conformed(context, data, merge, prepare)
@@ -165,7 +182,7 @@ def append(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
 
     def plan(state: State) -> Append:
         rows, schema = conformed.current()
-        keys = context.record_key_columns  # a rename since the handle read them: the latest
+        keys = _keys(context, rows)
         refuse_existing_keys(find_keys(context, state, index_keys(rows, keys)), keys)
         return Append(rows=rows.to_batches(), read_at=state.read_at, current=state.deltas,
                       rows_bytes=rows.nbytes, schema=schema)
@@ -190,8 +207,8 @@ def overwrite(context: TableContext, data: Any, *, extra: dict[str, str] | None 
     schema, conformed = _fresh(context, data, conform)
     rows: Any
     if columns:
-        check_not_null(conformed, context.record_key_columns)
-        check_unique(conformed, context.record_key_columns)
+        check_not_null(conformed, _keys(context, conformed))
+        check_unique(conformed, _keys(context, conformed))
         rows = conformed.to_batches()
     elif values:  # a named partition: every row is checked to belong to it before anything begins
         check_in_partition(conformed, values, schema.schema)
@@ -216,8 +233,8 @@ def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
     _require_key(context, "upsert")
 
     def prepare(rows: pa.Table) -> pa.Table:
-        check_not_null(rows, context.record_key_columns)
-        return last_wins(rows, context.record_key_columns)  # the last row of a key in the batch wins
+        check_not_null(rows, _keys(context, rows))
+        return last_wins(rows, _keys(context, rows))  # the last row of a key in the batch wins
 
     conformed = _Conformed(context, data, merge, prepare)
     if conformed.rows.num_rows == 0:
@@ -225,7 +242,7 @@ def upsert(context: TableContext, data: Any, *, extra: dict[str, str] | None = N
         return None
     def plan(state: State) -> Upsert:
         rows, schema = conformed.current()
-        existing = find_keys(context, state, index_keys(rows, context.record_key_columns))
+        existing = find_keys(context, state, index_keys(rows, _keys(context, rows)))
         return Upsert(rows=rows.to_batches(), read_at=state.read_at, current=state.deltas,
                       deleted=_by_file(existing), rows_bytes=rows.nbytes, schema=schema)
 

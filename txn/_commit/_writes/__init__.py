@@ -18,6 +18,7 @@ from ._base import (
     Recorded,
     Write,
     Written,
+    layout_names,
     to_commit,
 )
 from ._compaction import Compaction, Merge, StreamFilesMerge
@@ -77,6 +78,7 @@ __all__ = [
     "finish",
     "generation_of",
     "in_range",
+    "layout_names",
     "next_versions",
     "producer_record",
     "run",
