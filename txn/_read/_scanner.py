@@ -157,14 +157,15 @@ class Scanner:
     def head(self, n: int = 5) -> pa.Table:
         """The first ``n`` rows of the scan; reading stops as soon as it has them (no
         readahead: the first file's first batches are all a scan without filter decodes)."""
-        count = _positive("n", n, 5) if n != 0 else 0
+        wanted = _positive("n", n, 5) if n != 0 else 0
         found: list[pa.RecordBatch] = []
-        if count:
-            batches = self._batches(min(self._batch_size, max(count, 1024)), readahead=False)
+        if wanted:
+            batches = self._batches(min(self._batch_size, max(wanted, 1024)), readahead=False)
             try:
                 for batch in batches:
-                    found.append(batch.slice(0, count - sum(b.num_rows for b in found)))
-                    if sum(b.num_rows for b in found) >= count:
+                    found.append(batch.slice(0, wanted))
+                    wanted -= found[-1].num_rows
+                    if not wanted:
                         break
             finally:
                 batches.close()  # closes Arrow's scan: no more row groups are read
