@@ -49,7 +49,9 @@ def test_a_scan_holds_a_fraction_of_the_table(tmp_path: Path) -> None:
     t = txn.create_table(str(tmp_path / "t"), schema)
     rng = np.random.default_rng(7)
     per = 400_000
-    for k in range(6):  # about 135 MB decoded: 4x the 32 MiB budget
+    # About 270 MB decoded, 8x the 32 MiB budget: the scan's floor (Arrow's thread pool and the
+    # allocator's slack, 50-100 MB whatever the budget) must stay small beside the table.
+    for k in range(12):
         t.append(pa.table([pa.array(np.arange(k * per, (k + 1) * per))]
                           + [pa.array(rng.random(per)) for _ in range(6)], schema=schema))
     t.delete(pc.equal(pc.bit_wise_and(pc.field("id"), 4095), 1))  # half the files, say
@@ -57,5 +59,5 @@ def test_a_scan_holds_a_fraction_of_the_table(tmp_path: Path) -> None:
     scanned, scan_growth = _growth(t.uri, "scan")
     whole, table_growth = _growth(t.uri, "arrow")
     assert scanned == whole == expected
-    assert table_growth > 100 << 20, "the table is large enough to tell"
+    assert table_growth > 200 << 20, "the table is large enough to tell"
     assert scan_growth < table_growth / 2, (scan_growth, table_growth)
