@@ -77,7 +77,7 @@ def _plain(value: object) -> object:
 def change_summary(s: ChangeSummary) -> dict[str, Any]:
     """One instant of ``metatxn changes``: ``instant``, ``completed_at``, ``operation``,
     ``inserted``, ``updated`` (post-images) and ``deleted`` rows."""
-    return dataclasses.asdict(s)
+    return msgspec.structs.asdict(s)
 
 
 def stream(i: StreamInfo) -> dict[str, Any]:

@@ -3,10 +3,10 @@ executable in a subprocess, as in test_cli.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
+import msgspec
 import pyarrow as pa
 import pytest
 
@@ -47,7 +47,7 @@ def test_changes_lists_each_data_instant_with_the_rows_it_changed(
         [instants[4], completed[instants[4]], "delete", "0", "0", "3"],
     ]
     listed = ok_json("changes", t.uri, "--since", instants[0])
-    assert listed == [dataclasses.asdict(s) for s in t.changes(instants[0]).summary()]
+    assert listed == [msgspec.structs.asdict(s) for s in t.changes(instants[0]).summary()]
     assert isinstance(listed, list) and listed[2] == {
         "instant": instants[3], "completed_at": completed[instants[3]], "operation": "upsert",
         "inserted": 1, "updated": 2, "deleted": 0}
