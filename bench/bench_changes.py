@@ -11,9 +11,14 @@ date, string comment):
   commit is instead an upsert (half of its rows reprice existing keys, half are new keys) and
   every 50th a delete of ``--rows / 5`` existing keys: change rows of every type.
 
-Tables keep their defaults (metadata compaction after every 10 commits in the writer, timeline
-archival past 30 instants). deltalake's are created with ``delta.enableChangeDataFeed=true``
-(appends with ``write_deltalake(mode="append")``, upserts with ``merge``, deletes with ``delete``).
+metatxn's tables keep their defaults (metadata compaction after every 10 commits in the writer,
+timeline archival past 30 instants). deltalake's are created with
+``delta.enableChangeDataFeed=true`` and keep its defaults (a checkpoint every 100 versions). Its
+``keyed`` table is written through its API (``write_deltalake(mode="append")``, ``merge``,
+``delete``), which slows down as versions accumulate, so it is built only up to 2,000 commits
+(``--quick``); its ``append`` table is written directly, commit by commit, as
+``write_deltalake`` would write it (``_DeltaLogWriter``: the same files and ``add`` actions, its
+checkpoints made by deltalake), because through the API 10,000 appends take hours here.
 Building takes minutes, so the tables are kept in ``--cache`` (default ``bench/out/changes-cache``)
 and reused by later runs with the same sizes (``--rebuild`` builds them again); nothing timed
 writes to them.
@@ -25,7 +30,8 @@ shared machine moves least):
 a. **changes**: ``t.changes(start).to_arrow()``, ``start`` the instant of the 11th-last commit
    (exclusive), so the window holds the last ``--last`` commits (default 10).
 b. **direct** (``append`` only): the same commits' data files read by pyarrow alone,
-   ``pa.concat_tables([pq.read_table(p) for p in paths])``, the paths taken (untimed) from
+   ``pa.concat_tables([pq.ParquetFile(p).read() for p in paths])`` (the fastest way tried;
+   ``pq.read_table(p)`` per file is timed too, as **read_table**), the paths taken (untimed) from
    ``t.snapshot().file_table()`` rows whose ``instant`` is in the window. Target: a / b < 2.
 c. **diff**: what a user without a change feed writes: both snapshots read whole
    (``t.snapshot(as_of=start).to_arrow()`` and ``t.to_arrow()``) and anti-joined both ways on
@@ -83,6 +89,10 @@ WORKLOADS = ("append", "keyed")
 SYSTEMS = ("metatxn", "deltalake")
 #: Every UPSERT_EVERY-th commit of the keyed workload is an upsert, every DELETE_EVERY-th a delete.
 UPSERT_EVERY, DELETE_EVERY = 10, 50
+#: deltalake's keyed table is built through its API (merge and delete write change data files,
+#: which only deltalake writes), whose commits slow down as versions accumulate: beyond this
+#: many commits the keyed workload runs without it (--quick runs it).
+DELTA_API_MAX_COMMITS = 2_000
 DEFAULT_CACHE = Path(__file__).resolve().parent / "out" / "changes-cache"
 #: Bumped when the workloads change, so that a cache of other tables is never reused.
 WORKLOAD_VERSION = 1
@@ -142,8 +152,14 @@ class Built:
     reused: bool
 
 
+def _writer_kind(system: str, workload: str) -> str:
+    """How ``system``'s table of ``workload`` is written: deltalake's appends directly to its
+    log (see _DeltaLogWriter), everything else through the library's own calls."""
+    return "deltalake-log" if (system, workload) == ("deltalake", "append") else system
+
+
 def _cache_name(system: str, workload: str, commits: int, rows: int) -> str:
-    return f"{system}-{workload}-{commits}x{rows}-v{WORKLOAD_VERSION}"
+    return f"{_writer_kind(system, workload)}-{workload}-{commits}x{rows}-v{WORKLOAD_VERSION}"
 
 
 def build(system: str, workload: str, commits: int, rows: int, cache: Path, rebuild: bool) -> Built:
@@ -157,7 +173,9 @@ def build(system: str, workload: str, commits: int, rows: int, cache: Path, rebu
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     step = steps(workload, commits, rows)
-    writer = (_MetatxnWriter if system == "metatxn" else _DeltaWriter)(path / "table", workload)
+    kind = {"metatxn": _MetatxnWriter, "deltalake": _DeltaWriter,
+            "deltalake-log": _DeltaLogWriter}[_writer_kind(system, workload)]
+    writer = kind(path / "table", workload)
     seconds, last_report = 0.0, time.monotonic()
     for i in range(commits):
         s = step(i)
@@ -212,6 +230,54 @@ class _DeltaWriter:
         else:
             keys = ", ".join(map(str, step.rows["o_orderkey"].to_pylist()))
             self.dt.delete(f"o_orderkey IN ({keys})", post_commithook_properties=self.hooks)
+
+
+class _DeltaLogWriter:
+    """deltalake's table of the append workload with its commits written directly: each append
+    one Parquet file (pyarrow, snappy) and one JSON commit of an ``add`` action, as
+    ``write_deltalake(mode="append")`` writes them, and every 100th version a checkpoint made
+    by deltalake itself (``DeltaTable(uri, version=v).create_checkpoint()``), as its default
+    ``delta.checkpointInterval`` does. The table is created by deltalake (change data feed on).
+
+    Why: through ``write_deltalake`` each append costs more the more versions the table has
+    (0.1 s at 1,500 versions, over 1 s of CPU past 3,000 on this machine: hours to 10,000);
+    written directly, 10,000 take about a minute. The reads measured are the same: an append
+    writes no change data files, so ``load_cdf`` reads the ``add`` actions' files.
+    """
+
+    def __init__(self, path: Path, workload: str) -> None:
+        import deltalake
+
+        if workload != "append":
+            raise ValueError("only appends are written directly")
+        self.deltalake = deltalake
+        deltalake.DeltaTable.create(str(path), ORDERS,
+                                    configuration={"delta.enableChangeDataFeed": "true"})
+        self.path, self.version = path, 0
+
+    def write(self, step: Step) -> None:
+        import uuid
+
+        self.version += 1
+        rows = step.rows
+        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        pq.write_table(rows, self.path / name, compression="snappy")
+        keys = pc.min_max(rows["o_orderkey"]).as_py()
+        now = int(time.time() * 1000)
+        stats = {"numRecords": rows.num_rows, "minValues": {"o_orderkey": keys["min"]},
+                 "maxValues": {"o_orderkey": keys["max"]},
+                 "nullCount": {c: rows[c].null_count for c in rows.column_names}}
+        actions = [
+            {"commitInfo": {"timestamp": now, "operation": "WRITE",
+                            "operationParameters": {"mode": "Append"},
+                            "clientVersion": "bench_changes"}},
+            {"add": {"path": name, "partitionValues": {}, "size": (self.path / name).stat().st_size,
+                     "modificationTime": now, "dataChange": True, "stats": json.dumps(stats)}},
+        ]
+        log_file = self.path / "_delta_log" / f"{self.version:020d}.json"
+        log_file.write_text("".join(json.dumps(a) + "\n" for a in actions))
+        if self.version % 100 == 0:
+            self.deltalake.DeltaTable(str(self.path), version=self.version).create_checkpoint()
 
 
 # -- measuring ---------------------------------------------------------------------------------
@@ -281,6 +347,12 @@ def measure(workload: str, tables: dict[str, Built], last: int, repeats: int, pr
         f"{', '.join(f'{k} {v:,}' for k, v in sorted(_by_type(changes).items()))}; "
         f"{t.snapshot().count():,} rows in the table")
     sides["changes"] = lambda: t.changes(start).to_arrow()
+    # Where (a)'s time goes: planning the window (commit metadata only) and reading it.
+    planned = t.changes(start)
+    sides["plan"] = lambda: t.changes(start)
+    sides["read"] = planned.to_arrow
+    uri = str(tables["metatxn"].path)
+    sides["open+changes"] = lambda: txn.open_table(uri).changes(start).to_arrow()
 
     if workload == "append":
         files = t.snapshot().file_table(stats=False)
@@ -288,6 +360,11 @@ def measure(workload: str, tables: dict[str, Built], last: int, repeats: int, pr
         paths = chosen["location"].to_pylist()
 
         def direct() -> pa.Table:
+            # The fastest of pyarrow's ways tried for ten small files (pq.read_table per file,
+            # or of the list, and a dataset's to_table() each take 1.5-2.5x as long here).
+            return pa.concat_tables([pq.ParquetFile(p).read() for p in paths])
+
+        def read_table() -> pa.Table:
             return pa.concat_tables([pq.read_table(p) for p in paths])
 
         plain = direct()
@@ -297,6 +374,7 @@ def measure(workload: str, tables: dict[str, Built], last: int, repeats: int, pr
                                 f"those commits wrote ({mine.num_rows} vs {plain.num_rows} rows)")
         result.facts.append(f"direct: {len(paths)} data files, {plain.num_rows:,} rows")
         sides["direct"] = direct
+        sides["read_table"] = read_table
 
     def snapshot_diff() -> tuple[pa.Table, pa.Table]:
         return diff(t.snapshot(as_of=start).to_arrow(), t.to_arrow())
@@ -328,6 +406,9 @@ def measure(workload: str, tables: dict[str, Built], last: int, repeats: int, pr
             return pa.RecordBatchReader.from_stream(
                 dt.load_cdf(starting_version=version - last + 1, ending_version=version)).read_all()
 
+        if dt.count() != t.snapshot().count():
+            result.wrong.append(f"{workload}: deltalake's table holds {dt.count()} rows, metatxn's "
+                                f"{t.snapshot().count()}")
         theirs = _delta_by_type(cdf())
         if {DELTA_TYPES[k]: v for k, v in kinds.items()} != theirs:
             result.wrong.append(f"{workload}: deltalake's feed has {theirs}, metatxn's {kinds}")
@@ -361,6 +442,7 @@ class Report:
     args: dict[str, Any]
     built: list[Built]
     measured: list[Measured]
+    notes: list[str]
 
 
 def _ratio_row(what: str, top: Timing | None, bottom: Timing | None, target: str,
@@ -380,7 +462,11 @@ def render(report: Report) -> str:
         t = m.timings
         rows = [[name, f"{timing.median:,.2f}", f"{timing.best:,.2f}"] for name, timing in t.items()]
         calls = {"changes": "t.changes(start).to_arrow()",
-                 "direct": "pq.read_table of those commits' files, concatenated",
+                 "plan": "t.changes(start): the window planned, nothing read",
+                 "read": "scanner.to_arrow() of a scanner planned once",
+                 "open+changes": "txn.open_table(uri).changes(start).to_arrow()",
+                 "direct": "pq.ParquetFile(p).read() of those commits' files, concatenated",
+                 "read_table": "pq.read_table(p) of the same files, concatenated",
                  "diff": "both snapshots to_arrow(), anti-joined both ways",
                  "load_cdf": "deltalake load_cdf(v - 9, v).read_all()"}
         sections.append("\n\n".join([
@@ -391,6 +477,7 @@ def render(report: Report) -> str:
             _markdown_table(["ratio", "median", "best", "target", "medians"], [
                 _ratio_row("changes / direct", t.get("changes"), t.get("direct"), "< 2x",
                            lambda r: r < 2),
+                _ratio_row("changes / read_table", t.get("changes"), t.get("read_table"), "", None),
                 _ratio_row("diff / changes", t.get("diff"), t.get("changes"), ">= 10x",
                            lambda r: r >= 10),
                 _ratio_row("changes / deltalake load_cdf", t.get("changes"), t.get("load_cdf"), "", None),
@@ -401,6 +488,8 @@ def render(report: Report) -> str:
     sections.append("\n\n".join(["### Building the tables (untimed for the figures above)",
                                  _markdown_table(["system", "workload", "seconds of writes", "this run"],
                                                  builds)]))
+    if report.notes:
+        sections.append("\n".join(["### Notes", "", *(f"- {n}" for n in report.notes)]))
     return "\n\n".join(sections) + "\n"
 
 
@@ -411,6 +500,7 @@ def write_json(report: Report, path: Path) -> None:
         "measured": [{"workload": m.workload, "facts": m.facts, "wrong": m.wrong,
                       "samples_ms": {k: v.samples for k, v in m.timings.items()}}
                      for m in report.measured],
+        "notes": report.notes,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, default=str) + "\n")
@@ -438,10 +528,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     machine = machine_facts(("metatxn", "pyarrow", "deltalake"))
     systems = [s for s in args.systems.split(",") if s]
-    built, measured = [], []
+    built, measured, notes = [], [], []
     for workload in [w for w in args.workloads.split(",") if w]:
-        tables = {system: build(system, workload, args.commits, args.rows, args.cache, args.rebuild)
-                  for system in systems}
+        tables = {}
+        for system in systems:
+            if _writer_kind(system, workload) == "deltalake" and args.commits > DELTA_API_MAX_COMMITS:
+                notes.append(f"deltalake `{workload}` not built at {args.commits:,} commits: through "
+                             "write_deltalake, merge and delete each commit costs more the more "
+                             f"versions the table has (over 1 s past 3,000 here); --commits "
+                             f"{DELTA_API_MAX_COMMITS:,} or less (--quick) measures it")
+                continue
+            tables[system] = build(system, workload, args.commits, args.rows, args.cache, args.rebuild)
         built += tables.values()
         if not args.build_only:
             measured.append(measure(workload, tables, args.last, args.repeats, args.profile))
@@ -449,7 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(measured[-1].profile, file=sys.stderr)
     machine = Machine(**{**machine.__dict__, "load_at_end": load_average()})
     report = Report(machine, {"commits": args.commits, "rows": args.rows, "last": args.last,
-                              "repeats": args.repeats, "cache": args.cache}, built, measured)
+                              "repeats": args.repeats, "cache": args.cache}, built, measured, notes)
     return finish_run(report, markdown=render(report), out=args.out, write_json=write_json,
                       wrong=[w for m in measured for w in m.wrong], began=began, log=log)
 
