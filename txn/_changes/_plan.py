@@ -69,6 +69,9 @@ class FileSlice(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     only: list[tuple[str, int]] = msgspec.field(default_factory=list)
     #: Deltas whose positions are not the instant's rows: deleted before it, or replaced by it.
     minus: list[tuple[str, int]] = msgspec.field(default_factory=list)
+    #: Deltas among ``minus`` that cleaning may have removed: replaced ones, whose positions
+    #: their replacement (also in ``minus``) holds; read when present.
+    replaced: list[str] = msgspec.field(default_factory=list)
     #: An external file's record at ADD SEGMENT (size, rows, version, modified ms), so a file
     #: changed since is refused, as every read of the table refuses it.
     record: tuple[int, int, str | None, int | None] | None = None
@@ -148,7 +151,7 @@ class FileRecords:
         #: Files the window's instants added, known without the metadata table.
         self.known: dict[str, FileStatus] = {}
         self._files: dict[str, FileInfo] | None = None
-        self._deltas: dict[str, list[tuple[str, int, str]]] = {}
+        self._deltas: dict[str, list[tuple[str, int, str, bool]]] = {}
 
     def _load(self) -> dict[str, FileInfo]:
         if self._files is None:
@@ -158,9 +161,9 @@ class FileRecords:
             self._files = {row.pop("path"): FileInfo(**{k: v for k, v in row.items()
                                                           if v is not None})
                            for row in files.select(["path", *fields]).to_pylist()}
-            for row in deletes.select(["path", "file", "rows", "instant"]).to_pylist():
+            for row in deletes.select(["path", "file", "rows", "instant", "deleted"]).to_pylist():
                 self._deltas.setdefault(row["file"], []).append(
-                    (row["path"], row["rows"], row["instant"]))
+                    (row["path"], row["rows"], row["instant"], bool(row["deleted"])))
         return self._files
 
     def file(self, key: str) -> FileInfo:
@@ -176,11 +179,20 @@ class FileRecords:
                 "completed commit deleted rows of)", "no record")
         return record
 
-    def deltas(self, key: str, before: str) -> list[tuple[str, int]]:
-        """The deltas written on data file ``key`` by instants other than ``before``."""
+    def deltas(self, key: str, before: str) -> tuple[list[tuple[str, int]], list[str]]:
+        """The deltas written on data file ``key`` by instants other than ``before``, and those
+        of them that are tombstoned (replaced, or removed with the file).
+
+        Their union is what was deleted of the file just before ``before`` removed it: deltas
+        only add positions (a replaced delta's are in its replacement) and none completes
+        after the file's removal. A tombstoned one that cleaning removed (a window past the
+        floor is refused, so only a replaced one) is covered by its replacement.
+        """
         self._load()
-        return [(path, rows) for path, rows, instant in self._deltas.get(key, ())
-                if instant != before]
+        found = [(path, rows, tombstoned) for path, rows, instant, tombstoned
+                 in self._deltas.get(key, ()) if instant != before]
+        return ([(path, rows) for path, rows, _ in found],
+                [path for path, _, tombstoned in found if tombstoned])
 
 
 def _delta_file(delta: str, file: str) -> bool:
@@ -223,8 +235,9 @@ def plan_instant(instant: str, completed_at: str, metadata: CommitMetadata, keye
         deletes.append(_record_slice(delta.file, records.file(delta.file), DELETED,
                                      [(delta.path, delta.rows)], replaced))
     for path in metadata.files_removed:
-        deletes.append(_record_slice(path, records.file(path), DELETED, [],
-                                     records.deltas(path, instant)))
+        before, replaced = records.deltas(path, instant)
+        deletes.append(msgspec.structs.replace(
+            _record_slice(path, records.file(path), DELETED, [], before), replaced=replaced))
     inserts = [_status_slice(status, INSERTED, own_deltas.get(path, []))
                for path, status in added.items()]
     if not deletes and not inserts:

@@ -164,7 +164,7 @@ class ChangeReader:
         store = self._opened()
         if piece.record is not None:
             store.external_reader().recorded.setdefault(piece.key, ExternalRecord(*piece.record))
-        minus = self._positions(store, piece.minus)
+        minus = self._positions(store, piece.minus, set(piece.replaced))
         only = None
         if piece.only:
             only = np.setdiff1d(self._positions(store, piece.only), minus, assume_unique=True)
@@ -182,9 +182,17 @@ class ChangeReader:
                                      batch_size=batch_size, only=only)
 
     @staticmethod
-    def _positions(store: DataStore, deltas: Sequence[tuple[str, int]]) -> Positions:
-        found = [read_positions(store, path, None if rows == UNKNOWN_ROWS else rows)
-                 for path, rows in deltas]
+    def _positions(store: DataStore, deltas: Sequence[tuple[str, int]],
+                   replaced: set[str] | None = None) -> Positions:
+        """The union of ``deltas``' positions; a ``replaced`` one that is gone is skipped (its
+        replacement, among ``deltas``, holds its positions)."""
+        found = []
+        for path, rows in deltas:
+            try:
+                found.append(read_positions(store, path, None if rows == UNKNOWN_ROWS else rows))
+            except FileNotFoundError:
+                if path not in (replaced or ()):
+                    raise
         return np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
 
 

@@ -349,3 +349,21 @@ def test_a_clean_racing_a_feed_read_raises_expired(table_uri: str, clock: FakeCl
     table.clean()
     with pytest.raises(txn.SnapshotExpiredError):
         feed.to_arrow()
+
+
+def test_a_window_ending_before_a_clean_reads_a_removed_file_whose_replaced_delta_is_gone(
+        table_uri: str, clock: FakeClock) -> None:
+    """The records at the window's end still list a delta the clean (completed after the end)
+    deleted because a later delta replaced it; the replacement holds its positions."""
+    table = txn.create_table(table_uri, SCHEMA, clock=clock,
+                             properties={"clean.retain_commits": "2", "clean.retain_hours": "0"})
+    commits = []
+    for write in (lambda: table.append(rows(range(6))), lambda: table.delete(pc.field("id") == 0),
+                  lambda: table.delete(pc.field("id") == 1), lambda: table.append(rows([20])),
+                  lambda: table.overwrite(rows([30]))):
+        clock.advance(1_000)
+        commits.append(write())
+    assert table.clean().files, "the replaced delta (and nothing a retained snapshot needs) goes"
+    feed = table.changes(commits[3].instant, commits[4].instant).to_arrow()
+    assert _kinds(feed) == [(2, "delete"), (3, "delete"), (4, "delete"), (5, "delete"),
+                            (20, "delete"), (30, "insert")]
