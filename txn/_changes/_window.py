@@ -51,7 +51,7 @@ def bounds(context: TableContext, view: TimelineView, start: object, end: object
 
 
 def _bound(context: TableContext, view: TimelineView, value: object, name: str) -> str:
-    if value == EARLIEST:
+    if value in (EARLIEST, BEFORE_ALL):  # BEFORE_ALL: the end of a window of an empty table
         return BEFORE_ALL
     if not isinstance(value, (str, datetime)):
         raise InvalidOptionError(

@@ -252,6 +252,13 @@ def test_windows_are_exclusive_at_start_inclusive_at_end_and_chain(plain: txn.Ta
         assert plain.changes(start_at, commits[1].instant).to_arrow()["id"].to_pylist() == [1]
 
 
+def test_the_end_of_a_window_of_an_empty_table_starts_the_next_one(plain: txn.Table) -> None:
+    empty = plain.changes("earliest")
+    assert empty.to_arrow().num_rows == 0 and empty.end == empty.start
+    plain.append(rows([1]))
+    assert plain.changes(empty.end).to_arrow()["id"].to_pylist() == [1]
+
+
 def test_columns_filter_counts_and_summary(keyed: txn.Table, clock: FakeClock) -> None:
     first = keyed.append(rows(range(5)))
     clock.advance(10)
