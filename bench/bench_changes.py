@@ -174,9 +174,11 @@ def build(system: str, workload: str, commits: int, rows: int, cache: Path, rebu
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     step = steps(workload, commits, rows)
-    kind = {"metatxn": _MetatxnWriter, "deltalake": _DeltaWriter,
-            "deltalake-log": _DeltaLogWriter}[_writer_kind(system, workload)]
-    writer = kind(path / "table", workload)
+    kind = _writer_kind(system, workload)
+    writer: _MetatxnWriter | _DeltaWriter | _DeltaLogWriter = (
+        _MetatxnWriter(path / "table", workload) if kind == "metatxn"
+        else _DeltaLogWriter(path / "table", workload) if kind == "deltalake-log"
+        else _DeltaWriter(path / "table", workload))
     seconds, last_report = 0.0, time.monotonic()
     for i in range(commits):
         s = step(i)
@@ -536,9 +538,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     machine = machine_facts(("metatxn", "pyarrow", "deltalake"))
     systems = [s for s in args.systems.split(",") if s]
-    built, measured, notes = [], [], []
+    built: list[Built] = []
+    measured: list[Measured] = []
+    notes: list[str] = []
     for workload in [w for w in args.workloads.split(",") if w]:
-        tables = {}
+        tables: dict[str, Built] = {}
         for system in systems:
             if _writer_kind(system, workload) == "deltalake" and args.commits > DELTA_API_MAX_COMMITS:
                 notes.append(f"deltalake `{workload}` not built at {args.commits:,} commits: through "
