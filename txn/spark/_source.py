@@ -10,7 +10,11 @@ process (see design/spark.md):
   worker, without Spark) commits once (``PendingWrite.resume(ticket).commit``); ``abort()``
   rolls the instant back unless it completed.
 * ``reader()`` resolves the snapshot (option ``asOf``) on the planning worker, one partition per
-  data file; tasks read their file with pyarrow and drop deleted positions.
+  data file; tasks read their file with pyarrow and drop deleted positions. With a change option
+  (``startingInstant``, ``readChangeFeed``, ...) it reads a window of the change feed instead
+  (:mod:`._change_read`).
+* ``streamReader()`` (``spark.readStream.format("metatxn")``): the change feed as a stream, exactly
+  once (:mod:`._stream_source`; options in :mod:`._change_options`).
 
 Writes create the table where none exists, from the DataFrame's schema and the options
 ``partitionBy``, ``recordKey``, ``sortBy`` and ``properties.<key>``; ``mergeSchema=true`` (or
