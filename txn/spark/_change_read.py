@@ -45,7 +45,7 @@ def added_rows() -> pc.Expression:
 
 
 class ChangeReader(DataSourceReader):
-    """The batch read of one window of changes (planned when the reader is made)."""
+    """The batch read of one window of changes."""
 
     def __init__(self, uri: str, options: ChangeOptions, schema: Any) -> None:
         if options.starting is None:
@@ -60,13 +60,16 @@ class ChangeReader(DataSourceReader):
             raise InvalidOptionError("maxFilesPerTrigger and maxRowsPerTrigger limit a stream's "
                                      "micro-batches (spark.readStream); a batch read takes neither")
         self._target = arrow_target(schema)
-        filter = None if options.change_feed else added_rows()
-        scanner = open_table(uri).changes(options.starting, options.ending, filter=filter)
-        self._partitions = [ChangePartition(scanner, part) for part in scanner.parts()]
+        self._uri = uri
+        self._options = options
 
     def partitions(self) -> list[InputPartition]:
+        # Planned here and not kept: PySpark pickles this reader into every task with ``read``.
+        filter = None if self._options.change_feed else added_rows()
+        scanner = open_table(self._uri).changes(self._options.starting, self._options.ending,
+                                                filter=filter)
         # Spark wants at least one partition of a batch read: an empty window reads one of nothing.
-        return list(self._partitions) or [ChangePartition(None, None)]
+        return [ChangePartition(scanner, part) for part in scanner.parts()] or [ChangePartition(None, None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ChangePartition)

@@ -159,6 +159,10 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ceiling: str | None = None
         self._snapshot: tuple[str, Any, list[DataFile]] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # PySpark pickles the reader with ``read`` into the tasks: without the planner's caches.
+        return {**self.__dict__, "_table": None, "_snapshot": None}
+
     @property
     def table(self) -> txn.Table:
         if self._table is None:
