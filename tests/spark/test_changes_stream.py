@@ -154,6 +154,32 @@ def test_an_ending_instant_is_refused_for_a_stream(spark: Any, table: txn.Table,
     assert "InvalidOptionError" in str(caught.value)
 
 
+def test_a_write_that_completes_after_a_later_one_is_streamed_once(spark: Any, table: txn.Table,
+                                                                   tmp_path: Path) -> None:
+    """Offsets are completion bounds: a write that began first and completed last is in the
+    micro-batch after the one that read the later-begun write, never skipped, never twice."""
+    checkpoint = tmp_path / "checkpoint"
+    assert ids(run(spark, table.uri, checkpoint)) == list(range(10))
+    slow = table.begin_write("append")  # begins first...
+    table.append(orders(range(20, 22)))  # ...this begins later and completes first
+    assert slow.instant < table.history()[0].instant
+    assert ids(run(spark, table.uri, checkpoint)) == [20, 21]
+    slow.commit([txn.write_files(slow.ticket, orders(range(10, 13)))])
+    assert ids(run(spark, table.uri, checkpoint)) == [10, 11, 12]
+    assert run(spark, table.uri, checkpoint) == []
+
+
+def test_table_services_move_a_stream_on_without_rows(spark: Any, table: txn.Table,
+                                                      tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    run(spark, table.uri, checkpoint, startingInstant="earliest", readChangeFeed="true")
+    assert table.compact("custom", segments=[s.id for s in table.segments()]) is not None
+    assert run(spark, table.uri, checkpoint, startingInstant="earliest", readChangeFeed="true") == []
+    table.append(orders(range(10, 12)))
+    feed = run(spark, table.uri, checkpoint, startingInstant="earliest", readChangeFeed="true")
+    assert ids(feed) == [10, 11] and set(feed[0]["_change_type"].to_pylist()) == {"insert"}
+
+
 def test_a_replayed_first_batch_reads_the_window_its_offset_was_logged_with(table: txn.Table) -> None:
     """Spark asks ``initialOffset`` again when it replays a first batch that did not finish; the
     logged end offset alone must decide what the batch reads (no Spark needed: the reader's
