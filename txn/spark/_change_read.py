@@ -62,12 +62,12 @@ class ChangeReader(DataSourceReader):
         self._target = arrow_target(schema)
         self._uri = uri
         self._options = options
+        self._start: str = options.starting
 
     def partitions(self) -> list[InputPartition]:
         # Planned here and not kept: PySpark pickles this reader into every task with ``read``.
         filter = None if self._options.change_feed else added_rows()
-        scanner = open_table(self._uri).changes(self._options.starting, self._options.ending,
-                                                filter=filter)
+        scanner = open_table(self._uri).changes(self._start, self._options.ending, filter=filter)
         # Spark wants at least one partition of a batch read: an empty window reads one of nothing.
         return [ChangePartition(scanner, part) for part in scanner.parts()] or [ChangePartition(None, None)]
 
