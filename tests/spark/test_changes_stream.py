@@ -180,6 +180,33 @@ def test_table_services_move_a_stream_on_without_rows(spark: Any, table: txn.Tab
     assert ids(feed) == [10, 11] and set(feed[0]["_change_type"].to_pylist()) == {"insert"}
 
 
+def test_a_stream_keeps_the_columns_it_was_defined_with(spark: Any, table: txn.Table,
+                                                        tmp_path: Path) -> None:
+    from .helpers import wait_for
+
+    checkpoint = tmp_path / "checkpoint"
+    batches: list[pa.Table] = []
+    query = (spark.readStream.format("metatxn").load(table.uri).writeStream
+             .foreachBatch(lambda frame, _: batches.append(frame.toArrow()))
+             .option("checkpointLocation", str(checkpoint)).trigger(processingTime="1 second").start())
+    try:
+        wait_for(lambda: len(ids(batches)) == 10, "the first snapshot")
+        with table.update_schema() as update:
+            update.add_column("note", pa.string())
+        table.append(orders(range(10, 12)).append_column("note", pa.array(["a", "b"])))
+        wait_for(lambda: len(ids(batches)) == 12, "the rows appended after the new column")
+    finally:
+        query.stop()
+    assert {tuple(b.column_names) for b in batches} == {tuple(ORDERS.names)}
+    # Defined again (same checkpoint) it has the new column; older windows give it as nulls.
+    table.append(orders(range(12, 13)).append_column("note", pa.array(["c"])))
+    again = pa.concat_tables(run(spark, table.uri, checkpoint))
+    assert again.column_names == [*ORDERS.names, "note"] and again["note"].to_pylist() == ["c"]
+    older = pa.concat_tables(run(spark, table.uri, tmp_path / "older", startingInstant="earliest"))
+    assert sorted(zip(older["id"].to_pylist(), older["note"].to_pylist(), strict=True))[9:] == [
+        (9, None), (10, "a"), (11, "b"), (12, "c")]
+
+
 def test_a_replayed_first_batch_reads_the_window_its_offset_was_logged_with(table: txn.Table) -> None:
     """Spark asks ``initialOffset`` again when it replays a first batch that did not finish; the
     logged end offset alone must decide what the batch reads (no Spark needed: the reader's
