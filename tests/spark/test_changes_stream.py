@@ -234,6 +234,30 @@ def test_a_replayed_first_batch_reads_the_window_its_offset_was_logged_with(tabl
     assert rows(again, end, again.latestOffset(end, ReadAllAvailable())) == [13, 14]
 
 
+def test_each_trigger_admits_the_next_instants_including_those_completed_since(table: txn.Table) -> None:
+    """The reader plans each instant once and keeps what it planned; instants completing between
+    triggers still join the window, in completion order."""
+    from pyspark.sql.streaming.datasource import ReadMaxFiles
+
+    from txn.spark._change_options import ChangeOptions
+    from txn.spark._stream_source import ChangeStreamReader
+    from txn.spark._types import spark_schema
+
+    reader = ChangeStreamReader(table.uri, ChangeOptions(starting="earliest", max_files=1),
+                                spark_schema(ORDERS))
+    at = reader.initialOffset()
+    windows = []
+    for round in range(4):
+        if round == 2:
+            table.append(orders(range(10, 12)))
+        end = reader.latestOffset(at, ReadMaxFiles(1))
+        windows.append(sorted(i for part in reader.partitions(at, end) for batch in reader.read(part)
+                              for i in batch["id"].to_pylist()))
+        at = end
+    assert windows == [list(range(5)), list(range(5, 10)), [10, 11], []]
+    assert reader.latestOffset(at, ReadMaxFiles(1)) == at
+
+
 # -- a chain of tables, killed and restarted -------------------------------------------------------
 
 #: The downstream job: a stream of the source's changes into the target, 10 rows a micro-batch,

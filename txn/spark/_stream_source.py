@@ -52,14 +52,14 @@ from ._changes import arrow_target
 from ._types import conform
 
 if TYPE_CHECKING:
-    from .. import ChangeScanner
+    from .. import ChangeInstant, ChangeScanner
 
 #: The completion bound before the table's first instant (``ChangeScanner.start`` of
 #: ``"earliest"``).
 NO_BOUND = "0" * 17
 
 #: The change types a stream without ``readChangeFeed`` emits: the rows commits added.
-ADDED = ("insert", "update_postimage")
+ADDED = (str(txn.ChangeType.INSERT), str(txn.ChangeType.UPDATE_POSTIMAGE))
 
 
 def moment(bound: str) -> str | datetime:
@@ -158,10 +158,17 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: The latest bound when ``Trigger.AvailableNow`` started the query (None: no ceiling).
         self._ceiling: str | None = None
         self._snapshot: tuple[str, Any, list[DataFile]] | None = None
+        #: Instants planned already (completed in ``(_planned_from, _planned_to]``, those that
+        #: change rows): a window once passed never changes, so each trigger plans only the
+        #: instants completed since the last one, not the whole backlog again.
+        self._planned: list[ChangeInstant] = []
+        self._planned_from: str | None = None
+        self._planned_to = NO_BOUND
 
     def __getstate__(self) -> dict[str, Any]:
         # PySpark pickles the reader with ``read`` into the tasks: without the planner's caches.
-        return {**self.__dict__, "_table": None, "_snapshot": None}
+        return {**self.__dict__, "_table": None, "_snapshot": None, "_planned": [],
+                "_planned_from": None}
 
     @property
     def table(self) -> txn.Table:
@@ -217,16 +224,29 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ceiling = self._ceiling
         if ceiling is not None and at.bound >= ceiling:
             return start
-        scanner = self.table.changes(moment(at.bound), None if ceiling is None else moment(ceiling))
-        instants = scanner.instants()
-        if scanner.end <= at.bound:
+        instants, reach = self._instants_after(at.bound, ceiling)
+        if reach <= at.bound:
             return start
         taken = admitted([(i.files, i.rows) for i in instants], files, rows) if instants else 0
         # Past the last admitted instant when a limit cut the window; else to the window's end,
         # past the table services after it (they emit nothing), so the stream's start never
         # lags behind what cleaning keeps.
-        bound = instants[taken - 1].completed_at if taken < len(instants) else scanner.end
+        bound = instants[taken - 1].completed_at if taken < len(instants) else reach
         return {**Position(bound).offset(), "from": at.offset()}
+
+    def _instants_after(self, bound: str, ceiling: str | None) -> tuple[list[ChangeInstant], str]:
+        """The instants that change rows and completed after ``bound`` (up to ``ceiling``), in
+        completion order, and the completion bound they were planned to."""
+        if self._planned_from is None or not self._planned_from <= bound <= self._planned_to:
+            self._planned, self._planned_to = [], bound
+        if ceiling is None or self._planned_to < ceiling:
+            scanner = self.table.changes(moment(self._planned_to),
+                                         None if ceiling is None else moment(ceiling))
+            self._planned.extend(scanner.instants())
+            self._planned_to = max(self._planned_to, scanner.end)
+        self._planned = [i for i in self._planned if i.completed_at > bound]
+        self._planned_from = bound
+        return list(self._planned), self._planned_to
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # nothing to release: positions live in Spark's checkpoint, files in the table
@@ -243,6 +263,8 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._snapshot
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if end == start:  # no new offset (its "from" names the batch before: nothing to read)
+            return []
         first = Position.of(end.get("from", start))
         last = Position.of(end)
         found: list[InputPartition] = []
@@ -269,7 +291,8 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             n for n in names if partition.reader.schema.get_field_index(n) >= 0])
         if self._options.change_feed:
             count = rows.num_rows
-            rows = rows.append_column("_change_type", pa.repeat(pa.scalar("insert"), count)) \
+            inserted = pa.scalar(str(txn.ChangeType.INSERT))
+            rows = rows.append_column("_change_type", pa.repeat(inserted, count)) \
                 .append_column("_commit_instant", pa.repeat(pa.scalar(partition.instant), count)) \
                 .append_column("_commit_time", pa.repeat(_instant_time(partition.bound), count))
         for batch in rows.to_batches():
