@@ -96,6 +96,21 @@ def test_read_changes_refuses_bad_arguments(spark: Any, keyed: Any) -> None:
         txn.spark.read_changes(spark, table.uri, appended, columns=["id", "nope"])
 
 
+def test_a_window_past_what_clean_kept_is_refused_whole(spark: Any, tmp_path: Path) -> None:
+    table = txn.create_table(str(tmp_path / "cleaned"), ORDERS,
+                             properties={"clean.retain_commits": "1", "clean.retain_hours": "0"})
+    table.append(orders(range(10)))
+    table.overwrite(orders(range(50, 55)))
+    table.append(orders(range(60, 62)))
+    table.clean()
+    with pytest.raises(txn.SnapshotExpiredError, match="oldest instant a window may start at"):
+        txn.spark.read_changes(spark, table.uri, "earliest")
+    txn.spark.register(spark)
+    with pytest.raises(Exception, match="SnapshotExpiredError") as caught:
+        spark.readStream.format("metatxn").option("startingInstant", "earliest").load(table.uri)
+    assert "oldest instant a window may start at" in str(caught.value)
+
+
 def test_the_format_reads_a_window_of_changes_as_a_batch(spark: Any, keyed: Any) -> None:
     table, (appended, upserted, _) = keyed
     txn.spark.register(spark)
