@@ -2,23 +2,22 @@
 
 It starts a local SparkSession (``local[2]``), generates a TPC-H-like ``orders`` dataset in Spark
 and loads it into ``<warehouse>/orders`` in four loads with :func:`txn.spark.write` (four
-segments: Spark's executors write the data files, this process commits each load once). The
-first load creates the table from the DataFrame's schema and the layout options it is given,
-as a Delta or Hudi write to a new path does. A MINOR compaction (rewritten by Spark's executors)
-then merges segments 0-3 into ``0.1``, as CarbonData's walk-through does. It then
-upserts a Spark DataFrame of repriced existing orders and new ones, deletes some orders by a
-predicate (both through the record-level index and delete deltas: no data file is rewritten),
-and a downstream job reads only what changed since the last instant it processed (the change
-feed, ``t.changes``: the upsert's pre- and post-images, its inserts and the deletes, read from
-those commits' own files and delete deltas). It then reads one week of orders with
-:func:`txn.spark.read` (showing how many files the snapshot skips) and aggregates it in
-Spark, and reads the same week as of the last load (time travel: the compacted segments' files
-are still there). CLEAN FILES then deletes the compacted segments'
-files (the table keeps a short retention, two commits, so that the demo has something to clean)
-and the same time travel is refused with its reason. Last: SHOW SEGMENTS (of the walk-through's
-segments only ``0.1`` is left, as in CarbonData; the compacted ones are in its history), the
-timeline and a validation report. Its tables (SHOW SEGMENTS among them) are printed by the
-command line's renderer (``_render``), as ``metatxn segments`` prints them.
+segments: Spark's executors write the data files, this process commits each load once). The first
+load creates the table from the DataFrame's schema and the layout options it is given, as a Delta
+or Hudi write to a new path does. A MINOR compaction (rewritten by Spark's executors) then merges
+segments 0-3 into ``0.1``, as CarbonData's walk-through does. It then upserts a Spark DataFrame
+of repriced existing orders and new ones, deletes some orders by a predicate (both through the
+record-level index and delete deltas: no data file is rewritten), and a downstream job reads only
+what changed since the last instant it processed (the change feed, ``t.changes``: the upsert's
+pre- and post-images, its inserts and the deletes, read from those commits' own files and delete
+deltas). It then reads one week of orders with :func:`txn.spark.read` (showing how many files the
+snapshot skips) and aggregates it in Spark, and reads the same week as of the last load (time
+travel: the compacted segments' files are still there). CLEAN FILES then deletes the compacted
+segments' files (the table keeps a short retention, two commits, so that the demo has something
+to clean) and the same time travel is refused with its reason. Last: SHOW SEGMENTS (of the
+walk-through's segments only ``0.1`` is left, as in CarbonData; the compacted ones are in its
+history), the timeline and a validation report. Its tables (SHOW SEGMENTS among them) are printed
+by the command line's renderer (``_render``), as ``metatxn segments`` prints them.
 """
 
 from __future__ import annotations
