@@ -172,6 +172,8 @@ class RetentionFloor:
     source: RetentionSource = RetentionSource.METADATA
     #: CLEAN FILES' floor (None: no clean removed a file snapshots read).
     files_from: str | None = None
+    #: False when the record predates ``files_from`` and ``resolvable_from`` stands in for it.
+    files_exact: bool = True
 
     def help(self) -> str:
         """The ``Help:`` line of an expired snapshot's error: which property keeps more."""
@@ -207,7 +209,8 @@ def _floor_of(data: bytes) -> RetentionFloor:
             parse_time(retention.files_from)
     # A record from before files_from was kept: any clean's floor is at most resolvable_from.
     files_from = retention.files_from if retention.files_known else retention.resolvable_from
-    return RetentionFloor(retention.resolvable_from, retention.source, files_from)
+    return RetentionFloor(retention.resolvable_from, retention.source, files_from,
+                          retention.files_known)
 
 
 class _DeltaRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -101,9 +101,12 @@ def expired(storage: Storage, start: str, given: object,
                 f"windows starting at or after {floor.files_from} are readable")
     shown = EARLIEST if isinstance(given, str) and given == EARLIEST else repr(given)
     return SnapshotExpiredError(
-        f"the changes since {shown} (completion bound {start}) are no longer retained: CLEAN FILES "
-        f"removed data files or delete deltas of instants in the window; {readable}\n"
-        f"{RETENTION_HELP}")
+        f"the changes since {shown} (completion bound {start}) are no longer retained: "
+        + ("CLEAN FILES removed data files or delete deltas of instants in the window"
+           if floor.files_exact else
+           f"the table's retention record (written before CLEAN FILES' floor was kept apart) "
+           f"expires what completed before {floor.files_from}")
+        + f"; {readable}\n{RETENTION_HELP}")
 
 
 def check_readable(context: TableContext, start: str, given: object) -> None:

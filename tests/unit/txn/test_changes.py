@@ -472,8 +472,9 @@ def test_a_retention_record_from_before_files_from_limits_the_feed_at_its_floor(
     old = b'{"kind":"retention","resolvable_from":"%s","source":"metadata"}' % (
         commits[1].instant.encode())
     storage_of(table_uri).put("_metadata/retention.json", old)
-    with pytest.raises(txn.SnapshotExpiredError, match=commits[1].instant):
+    with pytest.raises(txn.SnapshotExpiredError, match=commits[1].instant) as expired:
         table.changes(commits[0].instant)
+    assert "written before CLEAN FILES' floor was kept apart" in str(expired.value)
     assert table.changes(table.history()[1].completed_at).to_arrow()["id"].to_pylist() == [2]
 
 
