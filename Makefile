@@ -47,6 +47,7 @@ bench: install ## Benchmarks against deltalake and pyiceberg (long: builds 10,00
 	$(BIN)/python -m bench.bench_mutations --out bench/out/mutations.json
 	$(BIN)/python -m bench.bench_spark
 	$(BIN)/python -m bench.bench_compaction --out bench/out/compaction.json
+	$(BIN)/python -m bench.bench_changes --out bench/out/changes.json
 
 bench-quick: install ## A smoke run of the benchmarks (about a minute)
 	$(BIN)/pip install -q -r bench/requirements.txt
@@ -55,6 +56,7 @@ bench-quick: install ## A smoke run of the benchmarks (about a minute)
 	$(BIN)/python -m bench.bench_spark --quick
 	$(BIN)/python -m bench.bench_compaction --quick
 	$(BIN)/python -m bench.bench_open_reads --quick
+	$(BIN)/python -m bench.bench_changes --quick
 
 clean: ## Remove .venv, caches and the demo warehouse
 	rm -rf $(VENV) warehouse .pytest_cache .hypothesis .mypy_cache .ruff_cache *.egg-info
