@@ -9,7 +9,8 @@ This module assembles the machine and runs it; the machine itself lives in
 model), ``injection`` and ``crashes`` (faults at every storage call, and recovery), ``commits``
 (one write, judged), ``writes``, ``transactions`` (``t.transaction()``), ``external`` (ADD
 SEGMENT), ``streams``, ``segments`` (compaction, DELETE SEGMENT), ``services`` (CLEAN FILES,
-maintenance, archival), ``reads`` (reads, lookups, time travel) and ``invariants``. The package
+maintenance, archival), ``reads`` (reads, lookups, time travel), ``invariants`` and ``changes``
+(the change feed replayed onto the model after every step). The package
 docstring is the map, and says where a new kind of commit adds its actions and rules.
 
 ``TableMachine`` combines the capability mixins; ``machine_on`` binds it to a backend (memory
@@ -37,6 +38,7 @@ import txn
 from tests.conftest import FakeClock
 from tests.faults import InjectedFault
 from tests.property.table_machine import (
+    ChangeFeed,
     Commits,
     Crashes,
     ExternalSegments,
@@ -82,7 +84,7 @@ from tests.property.table_machine.internals import TABLE_CONFIG_PATH, decode_con
 from timeline import open_storage
 
 
-class TableMachine(Invariants, Commits, Writes, Transactions, SchemaChanges, ExternalSegments,
+class TableMachine(Invariants, ChangeFeed, Commits, Writes, Transactions, SchemaChanges, ExternalSegments,
                    Streams, Segments, Services, Reads, Crashes):
     """Drive one table through writes, reads and crashes; subclasses choose the backend and
     whether the table is keyed (and add the ``act`` rule with the actions that fit it)."""

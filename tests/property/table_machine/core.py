@@ -145,6 +145,8 @@ class MachineCore(RuleBasedStateMachine):
         self.steps = 0
         #: The table's schema as of the last acknowledged commit (``schema`` changes it).
         self.shape = BASE
+        #: Acknowledged commits whose change-feed window was checked (``changes``).
+        self.changes_checked = 0
 
     @initialize(retain_commits=st.sampled_from(RETENTIONS), shards=st.sampled_from(SHARDS),
                 delta_threshold=st.sampled_from(DELTA_THRESHOLDS),
