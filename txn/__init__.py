@@ -40,9 +40,14 @@ from timeline import (
     WorkerEnvironmentError,
 )
 
+from ._changes import ChangePart, ChangeScanner
 from ._files import open_storage
 from ._read import FileReader, Scanner, Snapshot
 from ._results import (
+    CHANGE_COLUMNS,
+    ChangeInstant,
+    ChangeSummary,
+    ChangeType,
     CleanReason,
     Commit,
     CommitProperties,
@@ -73,7 +78,13 @@ from ._twophase import (
 from ._write import Transaction
 
 __all__ = [
+    "CHANGE_COLUMNS",
     "Action",
+    "ChangeInstant",
+    "ChangePart",
+    "ChangeScanner",
+    "ChangeSummary",
+    "ChangeType",
     "CleanReason",
     "CleanResult",
     "Commit",

@@ -12,7 +12,8 @@ import pyarrow.dataset as ds
 
 from timeline import Clock, Instant, InvalidOptionError, Storage, system_clock
 
-from . import _external, _read, _schema, _segments, _streams, _twophase, _write
+from . import _changes, _external, _read, _schema, _segments, _streams, _twophase, _write
+from ._changes import ChangeScanner
 from ._commit import maintain, protocol_of
 from ._context import (
     IdFactory,
@@ -747,6 +748,36 @@ class Table:
         record batch with bounded memory: see ``Snapshot.scanner`` and :class:`txn.Scanner`."""
         return self.snapshot(as_of).scanner(columns, filter, batch_size,
                                             memory_budget=memory_budget)
+
+    def changes(self, start: str | datetime, end: str | datetime | None = None, *,
+                columns: list[str] | None = None, filter: ds.Expression | None = None,
+                batch_size: int | None = None) -> ChangeScanner:
+        """The rows changed by the instants that completed after ``start`` and up to ``end``:
+        Hudi's incremental query, Delta's change data feed (design/changes.md).
+
+        ``start`` (exclusive) and ``end`` (inclusive) are what ``as_of`` accepts (an instant
+        time, meaning its completion; a ``datetime``; an ISO-8601 string); ``start`` may also be
+        ``"earliest"``; ``end`` defaults to the newest completed instant. Instants count by
+        *completion* time, so a write that began before another but completed after it is in the
+        window holding its completion: consecutive windows (the next one starting at the last
+        one's ``end``) see every change exactly once.
+
+        Each row has ``columns`` of the table (all by default, in the schema as of ``end``) and
+        ``_change_type`` (``insert``, ``update_preimage``, ``update_postimage``, ``delete``),
+        ``_commit_instant`` and ``_commit_time``; ``filter`` may use both. Table services
+        (compaction, hand-off, clean) and schema changes emit no rows. The window is planned
+        now from commit metadata only; rows are read when the scanner is iterated, only from the
+        files and delete deltas the window's instants wrote or deleted from.
+
+        Raises:
+            InvalidOptionError: a bound of another form, an instant not completed, ``end``
+                before ``start``, unknown ``columns`` or a ``filter`` that does not apply.
+            SnapshotExpiredError: cleaning removed what changes after ``start`` need (the
+                message names the oldest instant a window may start at; the table property
+                ``changes.retain_commits`` keeps more).
+        """
+        return _changes.changes(self._context, start, end, columns=columns, filter=filter,
+                                batch_size=batch_size)
 
     def lookup(self, keys: Any) -> pa.Table:
         """Where the rows with these record keys live, from the record-level index.

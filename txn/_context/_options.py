@@ -245,6 +245,10 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
     "clean.retain_hours": (
         _WholeNumber(0, 87_600, "hours"),
         "CLEAN FILES keeps what time travel this many hours back needs"),
+    "changes.retain_commits": (
+        _WholeNumber(1, 100_000, "commits"),
+        "the change feed (Table.changes) of at least this many latest data commits stays "
+        "readable: CLEAN FILES and metadata cleaning keep what it needs"),
     "clean.trash_hours": (
         _WholeNumber(0, 87_600, "hours"),
         "CLEAN FILES keeps orphan files (of no segment) in the table's trash this long"),
@@ -350,6 +354,10 @@ def metadata_options(properties: dict[str, str]) -> MetadataOptions:
             ("metadata.compact_after", "compact_after"), ("metadata.retain_commits", "retain_commits"))
         if key in properties
     }
+    if "changes.retain_commits" in properties:  # the change feed's history needs old snapshots
+        overrides["retain_commits"] = max(int(properties["changes.retain_commits"]),
+                                          overrides.get("retain_commits",
+                                                        MetadataOptions().retain_commits))
     return MetadataOptions(**overrides)
 
 
@@ -369,7 +377,9 @@ def clean_options(properties: dict[str, str]) -> CleanOptions:
     """The CLEAN FILES options a table's properties select."""
     defaults = CleanOptions()
     return CleanOptions(
-        retain_commits=int(properties.get("clean.retain_commits", defaults.retain_commits)),
+        # The change feed reads what time travel to its window's start reads: the larger wins.
+        retain_commits=max(int(properties.get("clean.retain_commits", defaults.retain_commits)),
+                           int(properties.get("changes.retain_commits", 0))),
         retain_hours=int(properties.get("clean.retain_hours", defaults.retain_hours)),
         trash_hours=int(properties.get("clean.trash_hours", defaults.trash_hours)),
     )

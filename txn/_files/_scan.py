@@ -196,7 +196,8 @@ def scan_file(store: DataStore, path: str, schema: pa.Schema, *, filter: ds.Expr
 def scan_file_batches(store: DataStore, path: str, schema: pa.Schema, *,
                       filter: ds.Expression | None, columns: Sequence[str],
                       deleted: Positions | None = None, file_format: str = "parquet",
-                      written: pa.Schema | None = None, batch_size: int = _FILE_BATCH
+                      written: pa.Schema | None = None, batch_size: int = _FILE_BATCH,
+                      only: Positions | None = None
                       ) -> Iterator[tuple[pa.RecordBatch, Positions]]:
     """The live rows of ``path`` matching ``filter``, in batches of at most ``batch_size`` rows
     before deletes and the filter drop some: each batch with ``columns`` of them and the rows'
@@ -209,6 +210,9 @@ def scan_file_batches(store: DataStore, path: str, schema: pa.Schema, *,
 
     ``filter`` must already be checked against ``schema`` (callers bind it to the schema first),
     so every error while scanning is the file's.
+
+    ``only``: the positions (sorted) of the rows wanted, before ``deleted`` and ``filter`` drop
+    some (the change feed's deleted rows); row groups holding none of them are not decoded.
 
     Raises (when the batch that meets the problem is due):
         ObjectNotFoundError: the data file is gone.
@@ -224,6 +228,9 @@ def scan_file_batches(store: DataStore, path: str, schema: pa.Schema, *,
             table, found = store.external_reader().scan(
                 path, file_format, filter=filter, columns=columns, deleted=deleted, schema=schema,
                 written=written)
+        if only is not None:
+            wanted = np.isin(found, only)
+            table, found = table.filter(pa.array(wanted)), found[wanted]
         offset = 0
         for batch in table.to_batches(max_chunksize=batch_size):
             yield _as(batch, result_schema), found[offset:offset + batch.num_rows]
@@ -238,7 +245,7 @@ def scan_file_batches(store: DataStore, path: str, schema: pa.Schema, *,
         if written is not None and same_columns(written, schema):
             written = None
         parts = _scan_groups(fragment, starts, schema, filter, columns, deleted, written,
-                             batch_size)
+                             batch_size, only)
         while True:  # each batch decoded under reading_file: its errors name the file
             try:
                 batch, found = next(parts)
@@ -257,7 +264,8 @@ def _as(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 def _scan_groups(fragment: ds.ParquetFileFragment, starts: np.ndarray, schema: pa.Schema,
                  filter: ds.Expression | None, columns: Sequence[str],
                  deleted: Positions | None, written: pa.Schema | None,
-                 batch_size: int) -> Iterator[tuple[pa.RecordBatch, Positions]]:
+                 batch_size: int, only: Positions | None = None
+                 ) -> Iterator[tuple[pa.RecordBatch, Positions]]:
     if written is None:
         groups = fragment.split_by_row_group(filter, schema=schema) if filter is not None \
             else fragment.split_by_row_group(schema=schema)
@@ -269,6 +277,10 @@ def _scan_groups(fragment: ds.ParquetFileFragment, starts: np.ndarray, schema: p
         projection = version_projection(written, schema)
     for group in groups:
         first = int(starts[group.row_groups[0].id])
+        if only is not None:
+            low, high = np.searchsorted(only, [first, int(starts[group.row_groups[0].id + 1])])
+            if low == high:
+                continue  # none of the wanted rows is in this row group: not decoded
         for part in group.to_batches(schema=schema if written is None else written,
                                      columns=projection, batch_size=batch_size,
                                      use_threads=False):
@@ -283,6 +295,11 @@ def _scan_groups(fragment: ds.ParquetFileFragment, starts: np.ndarray, schema: p
                 # deleted is sorted: the positions inside this batch are one slice of it
                 low, high = np.searchsorted(deleted, [first, first + part.num_rows])
                 keep[deleted[low:high] - first] = False
+            if only is not None:
+                low, high = np.searchsorted(only, [first, first + part.num_rows])
+                wanted = np.zeros(part.num_rows, dtype=bool)
+                wanted[only[low:high] - first] = True
+                keep &= wanted
             if filter is not None:
                 keep &= np.asarray(pc.fill_null(part[_MATCH], False).to_numpy(zero_copy_only=False),
                                    dtype=bool)

@@ -1,5 +1,6 @@
 """Rows a user hands in: conforming them to the table schema, and their record keys."""
 
+from ._codes import key_codes
 from ._conform import conforms
 from ._data import batches, first_and_rest
 from ._keys import (
@@ -23,6 +24,7 @@ __all__ = [
     "describe",
     "first_and_rest",
     "index_keys",
+    "key_codes",
     "keys_argument",
     "last_wins",
     "repeated",

@@ -26,6 +26,7 @@ ALLOWED = {
     "_context": {"_files", "_results"},
     "_commit": {"_context", "_files", "_results", "_rows", "_schema"},
     "_read": {"_context", "_files", "_results", "_schema"},
+    "_changes": {"_context", "_files", "_read", "_results", "_rows"},
     "_write": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_schema"},
     "_segments": {"_commit", "_context", "_files", "_read", "_results", "_rows", "_write"},
     "_external": {"_commit", "_context", "_files", "_results", "_rows", "_write"},
