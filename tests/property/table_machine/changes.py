@@ -20,14 +20,17 @@ commit in completion order with the rows of the snapshot it made current. So aft
   emitted a row among them; the scanner's bounds are the completions of the commits named;
 * table services emit no row: compaction (the hand-off too), ALTER TABLE, DROP STREAM (clean
   and rollback are no data instants, so no window ever names them);
-* what each operation emits: appends, ADD SEGMENT and stream batches only inserts, deletes only
-  deletes, an update pre- and postimages in pairs; keyed, an upsert, update or transaction gives
-  each key it rewrote one ``update_preimage`` and one ``update_postimage``, a key it only took
-  out a ``delete``, one it only wrote an ``insert``, and no key twice on either side;
-* a window whose start the model still retains (the rule of time travel: ``metadata.retain_commits``
-  and the floor the cleans so far may have published) must be read; an older one may instead
-  raise ``SnapshotExpiredError`` (naming the oldest instant still readable), never return rows
-  that are not exactly the model's.
+* what each operation emits (design/changes.md's table): appends, ADD SEGMENT and stream
+  batches only inserts, deletes and DELETE SEGMENT only deletes, an update pre- and postimages
+  in pairs, an overwrite (and an unkeyed transaction) deletes and inserts; keyed, an upsert,
+  update or transaction gives each key it rewrote one ``update_preimage`` and one
+  ``update_postimage``, a key it only took out a ``delete``, one it only wrote an ``insert``,
+  and no key twice on either side; ``summary()`` counts the rows of each instant by kind;
+* retention: a window whose start is below the retention floor (``retention.json``, the floor
+  of time travel) raises ``SnapshotExpiredError``, never rows; any other window is read,
+  whatever archival moved off the active timeline; and the floor never expires a window whose
+  start the model still retains (the rule of time travel: ``metadata.retain_commits`` and the
+  floor the cleans so far may have published).
 
 The windows are read through the long-lived reader (its cache extended at every step) and, one
 step in three, through a table opened now.
@@ -63,8 +66,13 @@ ADDS = frozenset({"insert", "update_postimage"})
 SILENT = frozenset({"compact", "alter_table", "drop_stream"})
 
 
-#: Operations that only add rows: inserts.
-INSERTS_ONLY = frozenset({"append", "add_segment", "stream"})
+#: The change types each operation may emit (design/changes.md); keyed upserts, updates and
+#: transactions are judged key by key (``IMAGES``).
+KINDS = {
+    "append": {"insert"}, "add_segment": {"insert"}, "stream": {"insert"}, "delete": {"delete"},
+    "update": {"update_preimage", "update_postimage"}, "overwrite": {"delete", "insert"},
+    "delete_segments": {"delete"}, "transaction": {"delete", "insert"},
+}
 
 
 #: Keyed operations whose rewritten keys come as pre- and postimages (the others delete and
@@ -125,8 +133,16 @@ class ChangeFeed(MachineCore):
         start = "earliest" if start_commit is None else self._bound(start_commit, form)
         end = None if open_end else self._bound(end_commit, form)
         retained = self._changes_retained(first)
+        # The floor of time travel is the change feed's (design/changes.md, "Retention"): a
+        # window starting below it is refused whole, any other is read, archived or not.
+        floor = self.reader._context.metadata.retention_floor()
+        start_bound = start_commit.completed_at if start_commit else "0" * 17
+        expired = floor is not None and start_bound < floor.resolvable_from
+        assert not (retained and expired), (
+            f"the retention floor {floor} expires the window after commit {first + 1} of "
+            f"{len(self.acked)}, which the model retains")
         what = (f"changes({start!r}, {end!r}) (commits {first + 2}-{last + 1} of {len(self.acked)}, "
-                f"{'retained' if retained else 'beyond retention'})")
+                f"{'below the retention floor' if expired else 'readable'})")
         k_name = self.shape.names[0]
         condition = pc.field(k_name) >= k_at_least if k_at_least is not None else None
         try:
@@ -140,11 +156,13 @@ class ChangeFeed(MachineCore):
             else:
                 data = scanner.to_arrow()
         except txn.SnapshotExpiredError as exc:
-            assert not retained, f"{what}: {exc!r}"
-            event("change feed beyond retention: expired")
+            assert expired, f"{what}: {exc!r}"
+            assert "no longer retained" in str(exc), exc
+            event("change feed below the retention floor: expired")
             return
+        assert not expired, f"{what}: read {data.num_rows} rows of a window below the floor {floor}"
         if not retained:
-            event("change feed beyond retention: read")
+            event("change feed beyond the model's retention: read")
         self._check_bounds(scanner, start_commit, end_commit, open_end, what)
         changes = self._changes_of(data, within, what)
         self._check_instants(instants, changes, within, what)
@@ -171,8 +189,21 @@ class ChangeFeed(MachineCore):
                 f"missing {sorted((want - got).elements())[:5]}")
         if len(within) > 1:
             event("change feed: a window of several commits replayed")
+            if k_at_least is None:
+                self._check_summary(scanner.summary(), changes, what)
         if by_parts:
             event("change feed: read part by part")
+
+    def _check_summary(self, summary: list[txn.ChangeSummary], changes: list[Change],
+                       what: str) -> None:
+        """``summary()``: per instant that emitted rows, its rows counted by kind."""
+        counted: dict[str, Counter[str]] = {}
+        for _, kind, instant in changes:
+            counted.setdefault(instant, Counter())[kind] += 1
+        got = {s.instant: (s.inserted, s.updated, s.deleted) for s in summary
+               if s.inserted or s.updated or s.deleted}
+        want = {i: (c["insert"], c["update_postimage"], c["delete"]) for i, c in counted.items()}
+        assert got == want, f"{what}: summary {got}; the rows count {want}"
 
     def _check_bounds(self, scanner: txn.ChangeScanner, start_commit: Acked | None,
                       end_commit: Acked, open_end: bool, what: str) -> None:
@@ -217,13 +248,12 @@ class ChangeFeed(MachineCore):
         return changes
 
     def _shape_of(self, schema: pa.Schema, within: list[Acked], what: str) -> Shape:
-        """The model's shape the change rows come in: the table's as of the window's end, or
-        now."""
-        for shape in (within[-1].shape, self.shape):
-            if [(f.name, str(f.type)) for f in schema] == [(c.name, str(c.type)) for c in shape.columns]:
-                return shape
-        raise AssertionError(f"{what}: schema {schema}; the model has {within[-1].shape.arrow()} "
-                             f"at the window's end, {self.shape.arrow()} now")
+        """The model's shape the change rows come in: the table's as of the window's end."""
+        shape = within[-1].shape
+        got = [(f.name, str(f.type)) for f in schema]
+        assert got == [(c.name, str(c.type)) for c in shape.columns], (
+            f"{what}: schema {got}; the model has {shape.arrow()} at the window's end")
+        return shape
 
     def _check_instants(self, instants: list[txn.ChangeInstant], changes: list[Change],
                         within: list[Acked], what: str) -> None:
@@ -248,12 +278,9 @@ class ChangeFeed(MachineCore):
             assert not emitted, label
             event(f"change feed: {commit.operation} emits nothing")
             return
-        if commit.operation in INSERTS_ONLY:
-            assert set(kinds) <= {"insert"}, label
-        elif commit.operation == "delete":
-            assert set(kinds) <= {"delete"}, label
-        elif commit.operation == "update":
-            assert set(kinds) <= {"update_preimage", "update_postimage"}, label
+        if not (self.keyed and commit.operation in IMAGES):
+            assert set(kinds) <= KINDS[commit.operation], label
+        if commit.operation == "update":
             assert kinds["update_preimage"] == kinds["update_postimage"], label
         if not self.keyed:
             return
@@ -269,5 +296,3 @@ class ChangeFeed(MachineCore):
                 assert kind == want, f"{label}: key {row[0]} as {kind}, expected {want}"
             if both:
                 event(f"change feed: keyed {commit.operation} with pre- and postimages")
-        else:
-            assert not kinds["update_preimage"] and not kinds["update_postimage"], label
