@@ -80,6 +80,12 @@ KINDS = {
 IMAGES = frozenset({"upsert", "update", "transaction"})
 
 
+#: A known core bug, tolerated so the machine goes on finding others: a keyed overwrite pairs
+#: a key it removed and wrote into pre- and postimages, where design/changes.md says delete and
+#: insert (``test_a_keyed_overwrite_emits_deletes_and_inserts``, xfail). Empty it with the fix.
+TOLERATED = {"overwrite": {"update_preimage", "update_postimage"}}
+
+
 #: The forms a window's bound is given in (``as_of``'s): an instant time (its completion is the
 #: bound), a completion time, a ``datetime``.
 FORMS = ("instant", "completed_at", "datetime")
@@ -279,7 +285,9 @@ class ChangeFeed(MachineCore):
             event(f"change feed: {commit.operation} emits nothing")
             return
         if not (self.keyed and commit.operation in IMAGES):
-            assert set(kinds) <= KINDS[commit.operation], label
+            allowed = KINDS[commit.operation] | (TOLERATED.get(commit.operation, set())
+                                                 if self.keyed else set())
+            assert set(kinds) <= allowed, label
         if commit.operation == "update":
             assert kinds["update_preimage"] == kinds["update_postimage"], label
         if not self.keyed:
