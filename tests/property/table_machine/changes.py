@@ -49,7 +49,7 @@ from hypothesis.stateful import invariant
 
 import txn
 from tests.property.table_machine.core import MachineCore
-from tests.property.table_machine.model import Acked, Row, Shape
+from tests.property.table_machine.model import Acked, Row, Shape, _row_key
 from timeline import parse_time
 
 #: The change columns every change row ends with (``txn.CHANGE_COLUMNS``).
@@ -191,8 +191,9 @@ class ChangeFeed(MachineCore):
             got = +rows
             assert got == want, (
                 f"{what}: replayed to {commit.operation} {commit.instant}, {sum(got.values())} "
-                f"rows, model {sum(want.values())}; extra {sorted((got - want).elements())[:5]}, "
-                f"missing {sorted((want - got).elements())[:5]}")
+                f"rows, model {sum(want.values())}; extra "
+                f"{sorted((got - want).elements(), key=_row_key)[:5]}, missing "
+                f"{sorted((want - got).elements(), key=_row_key)[:5]}")
         if len(within) > 1:
             event("change feed: a window of several commits replayed")
             if k_at_least is None:
