@@ -26,8 +26,10 @@ from ._metadata_table import (
     MetadataOptions,
     MetadataSnapshot,
     MetadataTable,
+    RetentionFloor,
     RetentionSource,
     SnapshotExpiredError,
+    retention_floor_of,
 )
 from ._record_index import RecordIndex, index_schema, key_names, matching, merge_entries
 from ._records import (
@@ -88,6 +90,7 @@ __all__ = [
     "MetadataTable",
     "ProducerKind",
     "RecordIndex",
+    "RetentionFloor",
     "RetentionSource",
     "SegmentEntry",
     "SegmentStatus",
@@ -113,6 +116,7 @@ __all__ = [
     "nested_fields",
     "purges",
     "removed",
+    "retention_floor_of",
     "segment_sort_key",
     "shard_folder",
     "shard_of",

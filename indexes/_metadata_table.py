@@ -154,14 +154,24 @@ class _Retention(msgspec.Struct, frozen=True, kw_only=True, tag="retention", tag
     resolvable_from: str
     #: Who set it. Records written before the field existed were written by metadata cleaning.
     source: RetentionSource = RetentionSource.METADATA
+    #: The highest floor CLEAN FILES published: data files that only snapshots completed before
+    #: it read may be gone. None: no clean published one; absent in records written before the
+    #: field (then ``resolvable_from`` is the safe answer). The change feed reads commit metadata
+    #: and files, not old metadata blocks, so only this floor limits it (design/changes.md).
+    files_from: str | None = None
+    #: Whether ``files_from`` is recorded (records written before it was kept say nothing).
+    files_known: bool = False
 
 
 @dataclass(frozen=True)
 class RetentionFloor:
-    """``retention.json``: snapshots completed before ``resolvable_from`` are expired."""
+    """``retention.json``: snapshots completed before ``resolvable_from`` are expired, and data
+    files read only by snapshots completed before ``files_from`` may be gone."""
 
     resolvable_from: str
     source: RetentionSource = RetentionSource.METADATA
+    #: CLEAN FILES' floor (None: no clean removed a file snapshots read).
+    files_from: str | None = None
 
     def help(self) -> str:
         """The ``Help:`` line of an expired snapshot's error: which property keeps more."""
@@ -172,6 +182,32 @@ class RetentionFloor:
 
 
 _retention_decoder = msgspec.json.Decoder(_Retention)
+
+
+def retention_floor_of(storage: Storage) -> RetentionFloor | None:
+    """The table's ``retention.json`` (None: nothing cleaned), read from its storage alone (a
+    worker that holds no metadata table).
+
+    Raises:
+        CorruptMetadataError: ``retention.json`` cannot be decoded.
+    """
+    try:
+        data = storage.read(RETENTION_PATH)
+    except FileNotFoundError:
+        return None
+    return _floor_of(data)
+
+
+def _floor_of(data: bytes) -> RetentionFloor:
+    with decoding(RETENTION_PATH, "a JSON retention record (kind 'retention') with a "
+                                  "17-digit resolvable_from"):
+        retention = _retention_decoder.decode(data)
+        parse_time(retention.resolvable_from)
+        if retention.files_from is not None:
+            parse_time(retention.files_from)
+    # A record from before files_from was kept: any clean's floor is at most resolvable_from.
+    files_from = retention.files_from if retention.files_known else retention.resolvable_from
+    return RetentionFloor(retention.resolvable_from, retention.source, files_from)
 
 
 class _DeltaRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -888,11 +924,7 @@ class MetadataTable:
             data = self.storage.read(RETENTION_PATH)
         except FileNotFoundError:
             return None
-        with decoding(RETENTION_PATH, "a JSON retention record (kind 'retention') with a "
-                                      "17-digit resolvable_from"):
-            retention = _retention_decoder.decode(data)
-            parse_time(retention.resolvable_from)
-        return RetentionFloor(retention.resolvable_from, retention.source)
+        return _floor_of(data)
 
     def raise_retention(self, resolvable_from: str, *, source: RetentionSource, lease: Lease) -> str:
         """Expire the snapshots completed before ``resolvable_from``: publish it in
@@ -907,11 +939,21 @@ class MetadataTable:
         lease.ensure_held(verify=False)
         parse_time(resolvable_from)
         current = self.retention_floor()
+        files_from = current.files_from if current is not None else None
+        if source == RetentionSource.CLEAN:
+            files_from = max(files_from or resolvable_from, resolvable_from)
         if current is not None and current.resolvable_from >= resolvable_from:
+            if files_from != current.files_from:  # a clean below metadata cleaning's floor
+                self._put_retention(current.resolvable_from, current.source, files_from)
             return current.resolvable_from
-        self.storage.put(RETENTION_PATH, msgspec.json.encode(
-            _Retention(resolvable_from=resolvable_from, source=source)))
+        self._put_retention(resolvable_from, source, files_from)
         return resolvable_from
+
+    def _put_retention(self, resolvable_from: str, source: RetentionSource,
+                       files_from: str | None) -> None:
+        self.storage.put(RETENTION_PATH, msgspec.json.encode(_Retention(
+            resolvable_from=resolvable_from, source=source, files_from=files_from,
+            files_known=True)))
 
     def _check_resolvable(self, bound: str) -> None:
         floor = self.retention_floor()

@@ -16,7 +16,7 @@ of files (design/changes.md, "What each operation emits"):
 Table services (compaction, hand-off, clean, rollback, index upkeep) and schema or property
 changes emit nothing. Planning reads no data file: the commit metadata of the window's instants
 (the newest first, stopping at ``start``) and, only when an instant deleted or removed rows of a
-file it did not write, the ``files`` and ``deletes`` records of the metadata table at ``end``
+file it did not write, the latest ``files`` and ``deletes`` records of the metadata table
 (which keep removed files' records until CLEAN FILES purges them, and a window past that is
 refused before it is read).
 """
@@ -29,8 +29,7 @@ from typing import Final
 import msgspec
 import pyarrow as pa
 
-from indexes import DELETES, FILES
-from timeline import CorruptMetadataError, InvalidOptionError, TimelineView
+from timeline import CorruptMetadataError
 
 from .._context import DATA_ACTIONS, CommitMetadata, TableContext
 from .._files import DELTA_SUFFIX, FileStatus, delta_path, is_external
@@ -99,6 +98,8 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
     end: str
     parts: list[ChangePart]
     instants: list[ChangeInstant]
+    #: False in a scanner unpickled on a worker: the plan stays with the scanner that made it.
+    planned: bool = True
 
 
 _commit = msgspec.json.Decoder(CommitMetadata)
@@ -235,16 +236,15 @@ def plan_instant(instant: str, completed_at: str, metadata: CommitMetadata, keye
         deletes.append(_record_slice(delta.file, records.file(delta.file), DELETED,
                                      [(delta.path, delta.rows)], replaced))
     for path in metadata.files_removed:
-        before, replaced = records.deltas(path, instant)
+        before, tombstoned = records.deltas(path, instant)
         deletes.append(msgspec.structs.replace(
-            _record_slice(path, records.file(path), DELETED, [], before), replaced=replaced))
+            _record_slice(path, records.file(path), DELETED, [], before), replaced=tombstoned))
     inserts = [_status_slice(status, INSERTED, own_deltas.get(path, []))
                for path, status in added.items()]
     if not deletes and not inserts:
         return None, []
     operation = str(metadata.operation)
-    pairing = (PAIRING_KEYS if keyed and deletes and inserts
-               else PAIRING_UPDATE if metadata.operation == Operation.UPDATE else PAIRING_NONE)
+    pairing = _pairing(metadata, keyed) if deletes and inserts else PAIRING_NONE
     entry = ChangeInstant(instant=instant, completed_at=completed_at, operation=operation,
                           files=_files(deletes + inserts),
                           rows=metadata.rows_added + metadata.rows_deleted)
@@ -256,6 +256,18 @@ def plan_instant(instant: str, completed_at: str, metadata: CommitMetadata, keye
     return entry, [ChangePart(instant=instant, completed_at=completed_at, operation=operation,
                               files=_files([piece]), rows=piece.rows, slices=[piece])
                    for piece in inserts]
+
+
+def _pairing(metadata: CommitMetadata, keyed: bool) -> str:
+    """How an instant that both deleted and wrote rows labels them. An overwrite (alone, or in
+    a transaction) and DELETE SEGMENT replace data wholesale: deletes and inserts, as Delta's
+    feed shows an overwrite, even where a key happens to come back."""
+    if metadata.operation in (Operation.OVERWRITE, Operation.DELETE_SEGMENTS) \
+            or Operation.OVERWRITE in metadata.operations:
+        return PAIRING_NONE
+    if keyed:
+        return PAIRING_KEYS
+    return PAIRING_UPDATE if metadata.operation == Operation.UPDATE else PAIRING_NONE
 
 
 def _files(slices: list[FileSlice]) -> int:
@@ -274,15 +286,3 @@ def plan_window(context: TableContext, start: str, end: str, keyed: bool,
             instants.append(entry)
             parts.extend(found)
     return Window(start=start, end=end, parts=parts, instants=instants)
-
-
-def end_records(context: TableContext, view: TimelineView, end: str,
-                travel: Callable[[], dict[str, str] | None]) -> FileRecords:
-    """The ``files`` and ``deletes`` records at ``end``, resolved on first use."""
-    def resolve() -> tuple[pa.Table, pa.Table]:
-        metadata = context.metadata_at(view, end, (FILES, DELETES), travel())
-        if metadata.files is None or metadata.deletes is None:
-            raise InvalidOptionError("the metadata table did not resolve files and deletes")
-        return metadata.files, metadata.deletes
-    return FileRecords(resolve)
-

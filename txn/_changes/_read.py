@@ -4,7 +4,8 @@ A part is read slice by slice, deletes before inserts (the order the plan lists 
 decoded at a time. A keyed instant that both deleted and wrote rows (an upsert, a transaction,
 a keyed update) is read twice: first only its key columns, to find the keys it both deleted and
 wrote (an update: pre- and post-image), then every column, labelled from what the first pass
-found. Its memory is then one byte per changed row, besides the batch being read.
+found. Between the passes it holds the instant's key columns and one int64 code per changed
+row, besides the batch being read.
 
 The reader pickles small (the table's location and storage options, the schema of each version,
 the record key), so an engine ships it with parts to its workers.
@@ -41,6 +42,7 @@ from ._plan import (
     ChangePart,
     FileSlice,
 )
+from ._window import expired
 
 #: The types of the change columns.
 CHANGE_FIELDS = (pa.field(CHANGE_TYPE, pa.string(), nullable=False),
@@ -60,6 +62,16 @@ def change_schema(schema: pa.Schema) -> pa.Schema:
 
 def commit_time(completed_at: str) -> datetime:
     return datetime.fromtimestamp(parse_time(completed_at) / 1000, tz=timezone.utc)
+
+
+def _filtered(batch: pa.RecordBatch, filter: ds.Expression, part: ChangePart) -> pa.RecordBatch:
+    """``batch``'s rows matching ``filter``; a filter that fails on the values (a cast that
+    overflows, a division by zero) is the caller's: ``InvalidOptionError``."""
+    try:
+        return batch.filter(filter)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise InvalidOptionError(f"filter {filter} failed on the change rows of instant "
+                                 f"{part.instant}: {exc}") from None
 
 
 class ChangeReader:
@@ -88,6 +100,13 @@ class ChangeReader:
     @property
     def record_key(self) -> list[str]:
         return list(self._record_key)
+
+    def check_retained(self, start: str) -> None:
+        """On a worker (no table handle): raise ``SnapshotExpiredError`` if CLEAN FILES reached
+        the window that starts at ``start`` since it was planned."""
+        error = expired(self._opened().storage, start, start)
+        if error is not None:
+            raise error
 
     def __getstate__(self) -> dict[str, Any]:
         return {"uri": self._uri, "storage_options": self._storage_options,
@@ -138,7 +157,7 @@ class ChangeReader:
                     [*batch.columns, kinds, pa.repeat(instant, rows), pa.repeat(moment, rows)],
                     schema=change_schema(batch.schema))
                 if filter is not None:
-                    labelled = labelled.filter(filter)
+                    labelled = _filtered(labelled, filter, part)
                     if not labelled.num_rows:
                         continue
                 yield labelled.select(output.names)

@@ -59,7 +59,8 @@ class ChangeScanner:
         """Internal: ``Table.changes`` makes it. ``check_retained`` raises
         ``SnapshotExpiredError`` if cleaning expired the window since it was planned."""
         table_schema = reader.schema
-        self._columns = check_columns(table_schema, columns) or table_schema.names
+        wanted = check_columns(table_schema, columns)
+        self._columns = table_schema.names if wanted is None else wanted
         self._schema = change_schema(pa.schema([table_schema.field(n) for n in self._columns]))
         self._filter: ds.Expression | None = check_filter(
             change_schema(table_schema), filter)
@@ -92,12 +93,12 @@ class ChangeScanner:
     def instants(self) -> list[ChangeInstant]:
         """The window's instants that change rows, in completion order (table services and
         schema changes, which change none, are not listed)."""
-        return list(self._window.instants)
+        return list(self._planned().instants)
 
     def parts(self) -> list[ChangePart]:
         """The window's units of work, in completion order: one per instant, or one per file of
         an instant that only added rows. Give some to each worker with this scanner."""
-        return list(self._window.parts)
+        return list(self._planned().parts)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -118,12 +119,24 @@ class ChangeScanner:
         except (FileNotFoundError, TxnError, OSError, pa.ArrowException) as exc:
             if isinstance(exc, SnapshotExpiredError):
                 raise
+            # A clean since the window was planned: expired, not damaged.
             if self._check_retained is not None:
-                self._check_retained()  # a clean since the window was planned: expired
+                self._check_retained()
+            else:  # a worker, without the table's handle
+                self._reader.check_retained(self.start)
             raise
 
+    def _planned(self) -> Window:
+        """The plan, which a scanner unpickled on a worker does not carry."""
+        if not self._window.planned:
+            raise InvalidOptionError(
+                "this ChangeScanner was unpickled without its plan: a worker reads the parts it "
+                "is given with read_part(part); to_batches, to_arrow, count_rows, summary, "
+                "instants and parts need the scanner Table.changes made")
+        return self._window
+
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        for part in self._window.parts:
+        for part in self._planned().parts:
             yield from self.read_part(part)
 
     def to_reader(self) -> pa.RecordBatchReader:
@@ -146,7 +159,7 @@ class ChangeScanner:
         (``updated``: rows updated, each one pre-image and one post-image)."""
         counting = self._counting()
         counts: dict[str, Counter[str]] = {}
-        for part in self._window.parts:
+        for part in self._planned().parts:
             held = counts.setdefault(part.instant, Counter())
             for batch in counting.read_part(part):
                 held.update(dict(zip(*_value_counts(batch[CHANGE_TYPE]), strict=True)))
@@ -169,7 +182,8 @@ class ChangeScanner:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_window"] = msgspec.structs.replace(self._window, parts=[], instants=[])
+        state["_window"] = msgspec.structs.replace(self._window, parts=[], instants=[],
+                                                   planned=False)
         state["_check_retained"] = None
         return state
 

@@ -248,7 +248,7 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
     "changes.retain_commits": (
         _WholeNumber(1, 100_000, "commits"),
         "the change feed (Table.changes) of at least this many latest data commits stays "
-        "readable: CLEAN FILES and metadata cleaning keep what it needs"),
+        "readable: CLEAN FILES keeps what it needs"),
     "clean.trash_hours": (
         _WholeNumber(0, 87_600, "hours"),
         "CLEAN FILES keeps orphan files (of no segment) in the table's trash this long"),
@@ -354,10 +354,6 @@ def metadata_options(properties: dict[str, str]) -> MetadataOptions:
             ("metadata.compact_after", "compact_after"), ("metadata.retain_commits", "retain_commits"))
         if key in properties
     }
-    if "changes.retain_commits" in properties:  # the change feed's history needs old snapshots
-        overrides["retain_commits"] = max(int(properties["changes.retain_commits"]),
-                                          overrides.get("retain_commits",
-                                                        MetadataOptions().retain_commits))
     return MetadataOptions(**overrides)
 
 
@@ -377,9 +373,9 @@ def clean_options(properties: dict[str, str]) -> CleanOptions:
     """The CLEAN FILES options a table's properties select."""
     defaults = CleanOptions()
     return CleanOptions(
-        # The change feed reads what time travel to its window's start reads: the larger wins.
+        # A feed of the last N commits starts after the (N+1)-th: it reads the files live then.
         retain_commits=max(int(properties.get("clean.retain_commits", defaults.retain_commits)),
-                           int(properties.get("changes.retain_commits", 0))),
+                           int(properties.get("changes.retain_commits", -1)) + 1),
         retain_hours=int(properties.get("clean.retain_hours", defaults.retain_hours)),
         trash_hours=int(properties.get("clean.trash_hours", defaults.trash_hours)),
     )

@@ -20,7 +20,7 @@ import pytest
 
 import txn
 from tests.conftest import FakeClock
-from tests.unit.txn.helpers import SCHEMA, rows
+from tests.unit.txn.helpers import SCHEMA, rows, storage_of
 
 REMOVED = {"delete", "update_preimage"}
 ADDED = {"insert", "update_postimage"}
@@ -252,6 +252,13 @@ def test_windows_are_exclusive_at_start_inclusive_at_end_and_chain(plain: txn.Ta
         assert plain.changes(start_at, commits[1].instant).to_arrow()["id"].to_pylist() == [1]
 
 
+def test_the_end_of_a_window_of_an_empty_table_starts_the_next_one(plain: txn.Table) -> None:
+    empty = plain.changes("earliest")
+    assert empty.to_arrow().num_rows == 0 and empty.end == empty.start
+    plain.append(rows([1]))
+    assert plain.changes(empty.end).to_arrow()["id"].to_pylist() == [1]
+
+
 def test_columns_filter_counts_and_summary(keyed: txn.Table, clock: FakeClock) -> None:
     first = keyed.append(rows(range(5)))
     clock.advance(10)
@@ -353,8 +360,8 @@ def test_a_clean_racing_a_feed_read_raises_expired(table_uri: str, clock: FakeCl
 
 def test_a_window_ending_before_a_clean_reads_a_removed_file_whose_replaced_delta_is_gone(
         table_uri: str, clock: FakeClock) -> None:
-    """The records at the window's end still list a delta the clean (completed after the end)
-    deleted because a later delta replaced it; the replacement holds its positions."""
+    """A removed file whose first delta a later one replaced, and CLEAN FILES then deleted:
+    the window ending before the clean reads the file less the replacement's positions."""
     table = txn.create_table(table_uri, SCHEMA, clock=clock,
                              properties={"clean.retain_commits": "2", "clean.retain_hours": "0"})
     commits = []
@@ -367,3 +374,103 @@ def test_a_window_ending_before_a_clean_reads_a_removed_file_whose_replaced_delt
     feed = table.changes(commits[3].instant, commits[4].instant).to_arrow()
     assert _kinds(feed) == [(2, "delete"), (3, "delete"), (4, "delete"), (5, "delete"),
                             (20, "delete"), (30, "insert")]
+
+
+# -- found by the independent review ------------------------------------------------------------
+
+
+def test_an_end_past_the_newest_completion_ends_at_it_so_the_next_window_misses_nothing(
+        plain: txn.Table, clock: FakeClock) -> None:
+    first = plain.append(rows(range(3)))
+    for end in (datetime.fromtimestamp(clock.now_ms / 1000 + 3600, tz=timezone.utc),
+                "29991231000000000"):
+        feed = plain.changes(first.instant, end)
+        assert feed.end == plain.history()[0].completed_at, "capped at what the listing saw"
+        clock.advance(10)
+        late = plain.append(rows([len(plain.to_arrow()) + 10]))
+        assert plain.changes(feed.end).to_arrow()["_commit_instant"].to_pylist() == [late.instant]
+
+
+def test_changes_retain_commits_keeps_that_many_commits_readable(
+        table_uri: str, clock: FakeClock) -> None:
+    """The window over the last N commits starts after the (N+1)-th: an overwrite N commits
+    back needs the files it removed, which clean.retain_commits=N alone would let go."""
+    table = txn.create_table(table_uri, SCHEMA, clock=clock, properties={
+        "clean.retain_commits": "1", "clean.retain_hours": "0", "changes.retain_commits": "2"})
+    commits = []
+    for write in (lambda: table.append(rows(range(3))), lambda: table.overwrite(rows([50])),
+                  lambda: table.append(rows([60]))):
+        clock.advance(1_000)
+        commits.append(write())
+    table.clean()
+    assert _kinds(table.changes(commits[0].instant).to_arrow()) == [
+        (0, "delete"), (1, "delete"), (2, "delete"), (50, "insert"), (60, "insert")]
+
+
+def test_metadata_cleaning_never_limits_the_feed(table_uri: str, clock: FakeClock) -> None:
+    table = txn.create_table(table_uri, SCHEMA, clock=clock, properties={
+        "metadata.compact_after": "2", "metadata.retain_commits": "2"})
+    commits = [table.append(rows([i])) for i in range(12)]
+    with pytest.raises(txn.SnapshotExpiredError):  # time travel is limited by it...
+        table.snapshot(as_of=commits[0].instant)
+    feed = table.changes("earliest")  # ...the change feed, which reads no old metadata, is not
+    assert sorted(feed.to_arrow()["id"].to_pylist()) == list(range(12))
+    assert_feed_replays_from(table, commits[-2].instant)
+
+
+def assert_feed_replays_from(table: txn.Table, start: str) -> None:
+    before = table.snapshot(as_of=start).to_arrow()
+    after = table.to_arrow()
+    assert replayed(before, table.changes(start).to_arrow()) == Counter(
+        _key(r, after.column_names) for r in after.to_pylist())
+
+
+def test_an_unpickled_scanner_refuses_what_needs_the_plan_and_a_worker_sees_expiry(
+        table_uri: str, clock: FakeClock) -> None:
+    table = txn.create_table(table_uri, SCHEMA, clock=clock,
+                             properties={"clean.retain_commits": "1", "clean.retain_hours": "0"})
+    commits = _churn(table, clock)
+    feed = table.changes(commits[0].instant)
+    worker = pickle.loads(pickle.dumps(feed))
+    for needs_plan in (worker.to_arrow, worker.count_rows, worker.summary, worker.instants,
+                       worker.parts):
+        with pytest.raises(txn.InvalidOptionError, match="unpickled without its plan"):
+            needs_plan()
+    table.clean()
+    with pytest.raises(txn.SnapshotExpiredError):
+        for part in feed.parts():
+            list(worker.read_part(part))
+
+
+def test_a_keyed_overwrite_emits_deletes_and_inserts(keyed: txn.Table, clock: FakeClock) -> None:
+    first = keyed.append(rows(range(3)))
+    clock.advance(10)
+    keyed.overwrite(rows([1, 5]))
+    assert _kinds(keyed.changes(first.instant).to_arrow()) == [
+        (0, "delete"), (1, "delete"), (1, "insert"), (2, "delete"), (5, "insert")]
+
+
+def test_a_filter_failing_on_the_values_and_no_columns(plain: txn.Table) -> None:
+    plain.append(rows([300]))
+    with pytest.raises(txn.InvalidOptionError, match="failed on the change rows"):
+        plain.changes("earliest", filter=pc.field("id").cast(pa.int8()) > 0).to_arrow()
+    bare = plain.changes("earliest", columns=[])
+    assert bare.to_arrow().column_names == list(txn.CHANGE_COLUMNS)
+    assert bare.count_rows() == 1
+
+
+def test_a_retention_record_from_before_files_from_limits_the_feed_at_its_floor(
+        table_uri: str, clock: FakeClock) -> None:
+    """retention.json written before CLEAN FILES' floor was kept apart: its one floor may be
+    a clean's, so the feed takes it (never a window whose files may be gone)."""
+    commits = []
+    table = txn.create_table(table_uri, SCHEMA, clock=clock)
+    for i in range(3):
+        clock.advance(10)
+        commits.append(table.append(rows([i])))
+    old = b'{"kind":"retention","resolvable_from":"%s","source":"metadata"}' % (
+        commits[1].instant.encode())
+    storage_of(table_uri).put("_metadata/retention.json", old)
+    with pytest.raises(txn.SnapshotExpiredError, match=commits[1].instant):
+        table.changes(commits[0].instant)
+    assert table.changes(table.history()[1].completed_at).to_arrow()["id"].to_pylist() == [2]
