@@ -314,15 +314,11 @@ def test_a_resumed_clean_rollback_restores_no_file_a_later_clean_removed(memory_
     assert writer.validate().ok
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug (issue 26): design/changes.md says an overwrite emits the rows it removed as "
-    "delete and the rows it wrote as insert (as Delta's change feed shows an overwrite); on a "
-    "keyed table the feed pairs a key the overwrite removed and wrote into update_preimage and "
-    "update_postimage; with the fix, drop this xfail and table_machine/changes.py's TOLERATED"))
 def test_a_keyed_overwrite_emits_deletes_and_inserts(memory_uri: str) -> None:
     """A keyed overwrite that writes a key it also removed emits a ``delete`` of the old row and
-    an ``insert`` of the new one, never pre- and postimages (found by the change-feed invariant,
-    ``table_machine/changes.py``: a keyed run's append, ADD SEGMENT, append, overwrite)."""
+    an ``insert`` of the new one, never pre- and postimages (design/changes.md; found by the
+    change-feed invariant, ``table_machine/changes.py``: a keyed run's append, ADD SEGMENT,
+    append, overwrite; fixed in 0500c75)."""
     table = txn.create_table(memory_uri, pa.schema([("k", pa.int64()), ("v", pa.int64())]),
                              record_key="k")
     append = table.append(pa.table({"k": [0, 1], "v": [0, 0]}))

@@ -26,11 +26,12 @@ commit in completion order with the rows of the snapshot it made current. So aft
   update or transaction gives each key it rewrote one ``update_preimage`` and one
   ``update_postimage``, a key it only took out a ``delete``, one it only wrote an ``insert``,
   and no key twice on either side; ``summary()`` counts the rows of each instant by kind;
-* retention: a window whose start is below the retention floor (``retention.json``, the floor
-  of time travel) raises ``SnapshotExpiredError``, never rows; any other window is read,
-  whatever archival moved off the active timeline; and the floor never expires a window whose
-  start the model still retains (the rule of time travel: ``metadata.retain_commits`` and the
-  floor the cleans so far may have published).
+* retention: a window whose start is below CLEAN FILES' floor (``retention.json``'s
+  ``files_from``) raises ``SnapshotExpiredError``, never rows; any other window is read,
+  whatever metadata cleaning and archival did (``metadata.retain_commits`` 3 archives as the
+  run goes); and that floor never expires a window whose start the model still retains (no
+  clean so far may have published a floor above it: ``clean.retain_commits`` at that clean,
+  ``force``: the latest).
 
 The windows are read through the long-lived reader (its cache extended at every step) and, one
 step in three, through a table opened now.
@@ -80,11 +81,6 @@ KINDS = {
 IMAGES = frozenset({"upsert", "update", "transaction"})
 
 
-#: A known core bug, tolerated so the machine goes on finding others: a keyed overwrite pairs
-#: a key it removed and wrote into pre- and postimages, where design/changes.md says delete and
-#: insert (``test_a_keyed_overwrite_emits_deletes_and_inserts``, xfail). Empty it with the fix.
-TOLERATED = {"overwrite": {"update_preimage", "update_postimage"}}
-
 
 #: The forms a window's bound is given in (``as_of``'s): an instant time (its completion is the
 #: bound), a completion time, a ``datetime``.
@@ -123,10 +119,10 @@ class ChangeFeed(MachineCore):
 
     def _changes_retained(self, first: int) -> bool:
         """Whether a window starting after commit ``first`` (-1: before the first) must be read:
-        its start snapshot is one time travel must resolve (``Reads._check_the_past_rows``)."""
+        no clean so far may have published a floor above its start (``clean_floor``, as time
+        travel has it). Metadata cleaning and archival never limit the feed."""
         n = first + 1
-        return len(self.acked) - n < self.retain_commits and (
-            n > self.clean_floor if n else self.clean_floor == 0)
+        return n > self.clean_floor if n else self.clean_floor == 0
 
     def _check_window(self, table: txn.Table, first: int, last: int, form: str, *,
                       open_end: bool = False, by_parts: bool = False,
@@ -139,13 +135,15 @@ class ChangeFeed(MachineCore):
         start = "earliest" if start_commit is None else self._bound(start_commit, form)
         end = None if open_end else self._bound(end_commit, form)
         retained = self._changes_retained(first)
-        # The floor of time travel is the change feed's (design/changes.md, "Retention"): a
-        # window starting below it is refused whole, any other is read, archived or not.
+        # CLEAN FILES' floor (retention.json's files_from) limits the feed (design/changes.md,
+        # "Retention"): a window starting below it is refused whole, any other is read,
+        # whatever metadata cleaning and archival did.
         floor = self.reader._context.metadata.retention_floor()
+        files_from = floor.files_from if floor is not None else None
         start_bound = start_commit.completed_at if start_commit else "0" * 17
-        expired = floor is not None and start_bound < floor.resolvable_from
+        expired = files_from is not None and start_bound < files_from
         assert not (retained and expired), (
-            f"the retention floor {floor} expires the window after commit {first + 1} of "
+            f"CLEAN FILES' floor {files_from} expires the window after commit {first + 1} of "
             f"{len(self.acked)}, which the model retains")
         what = (f"changes({start!r}, {end!r}) (commits {first + 2}-{last + 1} of {len(self.acked)}, "
                 f"{'below the retention floor' if expired else 'readable'})")
@@ -166,9 +164,9 @@ class ChangeFeed(MachineCore):
             assert "no longer retained" in str(exc), exc
             event("change feed below the retention floor: expired")
             return
-        assert not expired, f"{what}: read {data.num_rows} rows of a window below the floor {floor}"
+        assert not expired, f"{what}: read {data.num_rows} rows of a window below the floor {files_from}"
         if not retained:
-            event("change feed beyond the model's retention: read")
+            event("change feed beyond the cleans' retention: read")
         self._check_bounds(scanner, start_commit, end_commit, open_end, what)
         changes = self._changes_of(data, within, what)
         self._check_instants(instants, changes, within, what)
@@ -286,9 +284,7 @@ class ChangeFeed(MachineCore):
             event(f"change feed: {commit.operation} emits nothing")
             return
         if not (self.keyed and commit.operation in IMAGES):
-            allowed = KINDS[commit.operation] | (TOLERATED.get(commit.operation, set())
-                                                 if self.keyed else set())
-            assert set(kinds) <= allowed, label
+            assert set(kinds) <= KINDS[commit.operation], label
         if commit.operation == "update":
             assert kinds["update_preimage"] == kinds["update_postimage"], label
         if not self.keyed:

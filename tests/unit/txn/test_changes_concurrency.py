@@ -124,13 +124,11 @@ def test_random_interleavings_of_late_completions_read_each_row_once(memory_uri:
     exactly once, in the window that holds its commit's completion."""
     chooser = random.Random(seed)
     table = txn.create_table(memory_uri, SCHEMA)
-    # A first commit before the consumer starts (test_the_end_of_a_window_on_an_empty_table_...).
-    first = table.append(rows([0]))
     consumer = txn.open_table(memory_uri)
     since, windows = "earliest", []
     open_writes: list[Begun] = []
-    commits: dict[str, tuple[txn.Commit, list[int]]] = {first.instant: (first, [0])}
-    next_id = 1
+    commits: dict[str, tuple[txn.Commit, list[int]]] = {}
+    next_id = 0
 
     def ids(n: int) -> list[int]:
         nonlocal next_id
@@ -179,11 +177,9 @@ def test_writer_threads_racing_a_consumer_thread_deliver_each_row_once(memory_ur
     """Three writer threads, each beginning two-phase appends and committing them after a random
     pause (so completions overtake each other), and a consumer thread reading window after window
     meanwhile: every row arrives exactly once."""
-    table = txn.create_table(memory_uri, SCHEMA, properties={"heartbeat.interval_ms": "30000"})
-    # A first commit before the consumer starts (test_the_end_of_a_window_on_an_empty_table_...).
-    table.append(rows([-1]))
+    txn.create_table(memory_uri, SCHEMA, properties={"heartbeat.interval_ms": "30000"})
     errors: list[BaseException] = []
-    written: list[int] = [-1]
+    written: list[int] = []
     lock = threading.Lock()
     done = threading.Event()
     got: Counter[int] = Counter()
@@ -228,11 +224,9 @@ def test_writer_threads_racing_a_consumer_thread_deliver_each_row_once(memory_ur
     assert got == Counter(written) and len(written) >= 15
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug (issue 26): on a table with no instant ChangeScanner.end is '0'*17, which "
-    "changes() then refuses as a start (InvalidOptionError: year 0 is out of range), so a "
-    "consumer that starts before the first commit cannot go on from its window's end"))
 def test_the_end_of_a_window_on_an_empty_table_starts_the_next_window(memory_uri: str) -> None:
+    """A consumer that starts before the first commit goes on from its window's end ('0'*17:
+    refused as a start before 30c4ad8)."""
     table = txn.create_table(memory_uri, SCHEMA)
     empty = table.changes("earliest")
     assert empty.to_arrow().num_rows == 0
