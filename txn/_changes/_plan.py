@@ -28,6 +28,7 @@ from typing import Final
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from timeline import CorruptMetadataError
 
@@ -144,28 +145,20 @@ class FileInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FileRecords:
-    """The ``files`` and ``deletes`` records at the window's end, read once, when an instant
-    deletes rows of a file it did not write (removed files' records included)."""
+    """The latest ``files`` and ``deletes`` records, resolved once, when an instant deletes rows
+    of a file it did not write (removed files' records included). Looked up in Arrow, one file
+    at a time: the partitions grow with the table, a window's lookups with the window."""
 
     def __init__(self, resolve: Callable[[], tuple[pa.Table, pa.Table]]) -> None:
         self._resolve = resolve
         #: Files the window's instants added, known without the metadata table.
         self.known: dict[str, FileStatus] = {}
-        self._files: dict[str, FileInfo] | None = None
-        self._deltas: dict[str, list[tuple[str, int, str, bool]]] = {}
+        self._tables: tuple[pa.Table, pa.Table] | None = None
 
-    def _load(self) -> dict[str, FileInfo]:
-        if self._files is None:
-            files, deletes = self._resolve()
-            fields = [name for name in ("format", "schema_id", "rows", "size", "version",
-                                        "modified_ms") if name in files.column_names]
-            self._files = {row.pop("path"): FileInfo(**{k: v for k, v in row.items()
-                                                          if v is not None})
-                           for row in files.select(["path", *fields]).to_pylist()}
-            for row in deletes.select(["path", "file", "rows", "instant", "deleted"]).to_pylist():
-                self._deltas.setdefault(row["file"], []).append(
-                    (row["path"], row["rows"], row["instant"], bool(row["deleted"])))
-        return self._files
+    def _load(self) -> tuple[pa.Table, pa.Table]:
+        if self._tables is None:
+            self._tables = self._resolve()
+        return self._tables
 
     def file(self, key: str) -> FileInfo:
         status = self.known.get(key)
@@ -173,12 +166,15 @@ class FileRecords:
             return FileInfo(format=status.format, schema_id=status.schema_id, rows=status.rows,
                             size=status.size, version=status.version,
                             modified_ms=status.modified_ms)
-        record = self._load().get(key)
-        if record is None:
+        files = self._load()[0]
+        found = files.filter(pc.equal(files["path"], key))
+        if not found.num_rows:
             raise CorruptMetadataError(
                 key, "a file record in the metadata table's files partition (a data file a "
                 "completed commit deleted rows of)", "no record")
-        return record
+        row = found.slice(0, 1).to_pylist()[0]
+        return FileInfo(**{name: row[name] for name in FileInfo.__struct_fields__
+                           if row.get(name) is not None})
 
     def deltas(self, key: str, before: str) -> tuple[list[tuple[str, int]], list[str]]:
         """The deltas written on data file ``key`` by instants other than ``before``, and those
@@ -189,11 +185,12 @@ class FileRecords:
         after the file's removal. A tombstoned one that cleaning removed (a window past the
         floor is refused, so only a replaced one) is covered by its replacement.
         """
-        self._load()
-        found = [(path, rows, tombstoned) for path, rows, instant, tombstoned
-                 in self._deltas.get(key, ()) if instant != before]
-        return ([(path, rows) for path, rows, _ in found],
-                [path for path, _, tombstoned in found if tombstoned])
+        deletes = self._load()[1]
+        found = deletes.filter(pc.and_(pc.equal(deletes["file"], key),
+                                       pc.not_equal(deletes["instant"], before)))
+        rows = found.select(["path", "rows", "deleted"]).to_pylist()
+        return ([(r["path"], r["rows"]) for r in rows],
+                [r["path"] for r in rows if r["deleted"]])
 
 
 def _delta_file(delta: str, file: str) -> bool:

@@ -28,7 +28,10 @@ from .._files import (
     ExternalReader,
     ExternalRecord,
     Positions,
+    is_external,
+    read_data_file,
     read_positions,
+    read_whole_file,
     scan_file_batches,
 )
 from .._results import CHANGE_TYPE, COMMIT_INSTANT, COMMIT_TIME, ChangeType
@@ -188,13 +191,24 @@ class ChangeReader:
         if piece.only:
             only = np.setdiff1d(self._positions(store, piece.only), minus, assume_unique=True)
             minus = np.empty(0, np.int64)
-        written = None
+        written: pa.Schema | None = None
         if piece.schema_id != self._schema_id:
             written = self._versions.get(piece.schema_id)
             if written is None:
                 raise InvalidOptionError(
                     f"{piece.key}: written with table version {piece.schema_id}, which this change "
                     "feed's reader does not know; expected a part of the feed it came from")
+        if only is None and not len(minus) and not is_external(piece.key):
+            # Every row of one of the table's files (a write's new file): one read of the
+            # projected columns, as a snapshot reads a clean file; no position bookkeeping.
+            whole = (read_whole_file(store, piece.key, self.schema, columns) if written is None
+                     else read_data_file(store, piece.key, self.schema, columns=columns,
+                                         written=written))
+            offset = 0
+            for batch in whole.to_batches(max_chunksize=batch_size):
+                yield batch, np.arange(offset, offset + batch.num_rows, dtype=np.int64)
+                offset += batch.num_rows
+            return
         yield from scan_file_batches(store, piece.key, self.schema, filter=None, columns=columns,
                                      deleted=minus if len(minus) else None,
                                      file_format=piece.format, written=written,

@@ -69,7 +69,10 @@ def _bound(context: TableContext, view: TimelineView, value: object, name: str) 
             and value.isdigit():
         # An instant archived off the active timeline: the archive knows its completion.
         archived = {i.time: i for i in context.timeline.history()}
-    return completion_bound(value, archived, view)
+    try:
+        return completion_bound(value, archived, view)
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"changes {name}: {exc}") from None
 
 
 def _completions(view: TimelineView) -> set[str]:
@@ -111,9 +114,15 @@ def check_readable(context: TableContext, start: str, given: object) -> None:
             oldest instant a window may start at and the properties that keep more.
     """
     def oldest(floor: str) -> Instant | None:
-        history = sorted((i for i in context.timeline.history() if i.is_completed
-                          and i.action in DATA_ACTIONS), key=lambda i: i.completed_at or "")
-        return next((i for i in history if (i.completed_at or "") >= floor), None)
+        # Newest first, down to the floor: the archive is read only as far back as it.
+        found = None
+        for record in context.timeline.completed_newest_first():
+            if (record.completed_at or "") < floor:
+                break
+            if record.action in DATA_ACTIONS:
+                found = Instant(time=record.time, action=record.action, state="completed",
+                                completed_at=record.completed_at)
+        return found
 
     error = expired(context.storage, start, given, oldest)
     if error is not None:

@@ -2,20 +2,22 @@
 
 It starts a local SparkSession (``local[2]``), generates a TPC-H-like ``orders`` dataset in Spark
 and loads it into ``<warehouse>/orders`` in four loads with :func:`txn.spark.write` (four
-segments: Spark's executors write the data files, this process commits each load once). The
-first load creates the table from the DataFrame's schema and the layout options it is given,
-as a Delta or Hudi write to a new path does. A MINOR compaction (rewritten by Spark's executors)
-then merges segments 0-3 into ``0.1``, as CarbonData's walk-through does. It then
-upserts a Spark DataFrame of repriced existing orders and new ones, deletes some orders by a
-predicate (both through the record-level index and delete deltas: no data file is rewritten),
-reads one week of orders with :func:`txn.spark.read` (showing how many files the snapshot skips)
-and aggregates it in Spark, and reads the same week as of the last load (time travel: the
-compacted segments' files are still there). CLEAN FILES then deletes the compacted segments'
-files (the table keeps a short retention, two commits, so that the demo has something to clean)
-and the same time travel is refused with its reason. Last: SHOW SEGMENTS (of the walk-through's
-segments only ``0.1`` is left, as in CarbonData; the compacted ones are in its history), the
-timeline and a validation report. Its tables (SHOW SEGMENTS among them) are printed by the
-command line's renderer (``_render``), as ``metatxn segments`` prints them.
+segments: Spark's executors write the data files, this process commits each load once). The first
+load creates the table from the DataFrame's schema and the layout options it is given, as a Delta
+or Hudi write to a new path does. A MINOR compaction (rewritten by Spark's executors) then merges
+segments 0-3 into ``0.1``, as CarbonData's walk-through does. It then upserts a Spark DataFrame
+of repriced existing orders and new ones, deletes some orders by a predicate (both through the
+record-level index and delete deltas: no data file is rewritten), and a downstream job reads only
+what changed since the last instant it processed (the change feed, ``t.changes``: the upsert's
+pre- and post-images, its inserts and the deletes, read from those commits' own files and delete
+deltas). It then reads one week of orders with :func:`txn.spark.read` (showing how many files the
+snapshot skips) and aggregates it in Spark, and reads the same week as of the last load (time
+travel: the compacted segments' files are still there). CLEAN FILES then deletes the compacted
+segments' files (the table keeps a short retention, two commits, so that the demo has something
+to clean) and the same time travel is refused with its reason. Last: SHOW SEGMENTS (of the
+walk-through's segments only ``0.1`` is left, as in CarbonData; the compacted ones are in its
+history), the timeline and a validation report. Its tables (SHOW SEGMENTS among them) are printed
+by the command line's renderer (``_render``), as ``metatxn segments`` prints them.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from txn import CompactionKind
 
 from .._table import Table, create_table, open_table
 from . import _render
-from ._render import segments_table, show, streams_table, timeline_table
+from ._render import changes_table, segments_table, show, streams_table, timeline_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -206,6 +208,8 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     print(f"delete {deleted.instant}: {deleted.rows_deleted:,} rows; delete deltas hold "
           f"{delta_bytes:,} bytes in all; {table.snapshot().count():,} rows now ({_ms(started)})")
 
+    _downstream(table, commits[-1].instant, first_repriced["o_orderkey"])
+
     legacy = os.path.join(warehouse, "legacy_orders")
     _step("ADD SEGMENT: an existing Parquet folder (last year's orders, written by plain Spark, "
           f"Hive-partitioned by o_orderstatus) joins the table in place: {legacy}")
@@ -271,6 +275,26 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     _streaming(spark, warehouse)
     print(f"\ndone in {time.perf_counter() - began:.1f} s")
     return table
+
+
+def _downstream(table: Table, processed: str, repriced_key: int) -> None:
+    """A downstream job that last processed instant ``processed`` (the last load) reads only the
+    rows changed since: the compaction changed none, the upsert gives pre- and post-images of
+    the orders it repriced and inserts of the new ones, the delete its deleted rows."""
+    _step(f"change feed: a downstream job reads only what changed since instant {processed}, the "
+          "last it processed (t.changes)")
+    started = time.perf_counter()
+    feed = table.changes(processed)
+    changed = feed.to_arrow()
+    show(changes_table(feed.summary()))
+    print(f"{changed.num_rows:,} change rows, read from those instants' own files and delete deltas; "
+          f"the compaction in between changed no row; the table holds {table.snapshot().count():,} "
+          f"rows ({_ms(started)})")
+    for row in changed.filter(pc.field("o_orderkey") == repriced_key).to_pylist():
+        print(f"  order {repriced_key}: {row['_change_type']:<16} o_totalprice {row['o_totalprice']}, "
+              f"instant {row['_commit_instant']}")
+    print(f"its next run starts after {feed.end} (the window's end): "
+          f"{table.changes(feed.end).count_rows()} rows so far")
 
 
 def _streaming(spark: SparkSession, warehouse: str) -> None:

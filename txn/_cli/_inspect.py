@@ -1,5 +1,5 @@
 """The commands that look at a table and change nothing: describe, segments, timeline,
-partitions, streams and validate."""
+changes, partitions, streams and validate."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from txn import InvalidOptionError, Table, open_table
 from . import _json
 from ._progress import working
 from ._render import (
+    changes_table,
     columns_table,
     moment,
     partitions_table,
@@ -88,6 +89,21 @@ def timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def changes(args: argparse.Namespace) -> int:
+    """What each instant completed in ``(--since, --until]`` changed, from the change feed's
+    summary (``t.changes(since, until).summary()``): the bounds are passed as given, so every
+    form ``t.changes`` accepts works here and its errors are reported as they are."""
+    scanner = _open(args).changes(args.since, args.until)
+    found = scanner.summary()
+    if args.json:
+        _json.emit([_json.change_summary(s) for s in found])
+    elif found:
+        show(changes_table(found))
+    else:
+        show(f"no changes: no data instant completed in ({scanner.start}, {scanner.end}]")
+    return 0
+
+
 def partitions(args: argparse.Namespace) -> int:
     t = _open(args)
     if not t.partition_by:
@@ -150,6 +166,19 @@ def register(commands: Commands) -> None:
                             "one what it did (t.history()): Operation, Segment, Rows +/- and "
                             "Files +/- (added, removed), Bytes + (written) and Duration (from "
                             "request to completion).")
+    parser = add_command(
+        commands, "changes", changes, "what each instant changed since an instant",
+        description="The change feed's summary (t.changes(since, until).summary()): one row per "
+                    "data instant that completed after --since and no later than --until, in "
+                    "completion order: its instant, completion time, operation, and the rows it "
+                    "inserted, updated (post-images) and deleted. Table services (compaction, "
+                    "clean, rollback) change no rows and are not listed.")
+    parser.add_argument("--since", required=True, metavar="INSTANT",
+                        help="exclusive: an instant time (as 'metatxn timeline' lists them; its "
+                             "completion is the bound), an ISO-8601 time (UTC unless it has an "
+                             "offset), or 'earliest' (before the first instant)")
+    parser.add_argument("--until", metavar="INSTANT",
+                        help="inclusive, the same forms (default: the latest completed instant)")
     add_command(commands, "partitions", partitions, "SHOW PARTITIONS: partitions holding live data")
     add_command(commands, "streams", streams, "SHOW STREAMS: the table's streams and producers",
                 description="SHOW STREAMS: every stream not dropped, then every idempotent producer "

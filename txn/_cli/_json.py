@@ -21,7 +21,17 @@ import pyarrow as pa
 
 from indexes import field_id, nested_fields
 from timeline import Instant
-from txn import CleanResult, Commit, HistoryEntry, SchemaVersion, Segment, StreamInfo, Table, ValidationReport
+from txn import (
+    ChangeSummary,
+    CleanResult,
+    Commit,
+    HistoryEntry,
+    SchemaVersion,
+    Segment,
+    StreamInfo,
+    Table,
+    ValidationReport,
+)
 
 
 def emit(document: object) -> None:
@@ -62,6 +72,12 @@ _ENTRY_FIELDS = tuple(f for f in HistoryEntry.__struct_fields__
 
 def _plain(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
+
+
+def change_summary(s: ChangeSummary) -> dict[str, Any]:
+    """One instant of ``metatxn changes``: ``instant``, ``completed_at``, ``operation``,
+    ``inserted``, ``updated`` (post-images) and ``deleted`` rows."""
+    return msgspec.structs.asdict(s)
 
 
 def stream(i: StreamInfo) -> dict[str, Any]:

@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     _maintain.register(commands)
     demo = commands.add_parser("demo", help="run the demonstration pipeline on local Spark",
                                description="Run the demonstration pipeline on local Spark: loads, "
-                                           "compaction, upsert, delete, ADD SEGMENT, time travel, "
+                                           "compaction, upsert, delete, a change feed reader, ADD "
+                                           "SEGMENT, time travel, "
                                            "CLEAN FILES and a streaming table.")
     demo.add_argument("--warehouse", default="warehouse",
                       help="folder for the demo's tables, recreated (default: %(default)s)")

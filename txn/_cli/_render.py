@@ -30,7 +30,7 @@ from rich.text import Text
 
 from indexes import field_id, nested_fields
 from timeline import Instant, parse_time
-from txn import HistoryEntry, SchemaVersion, Segment, SegmentStatus, StreamInfo
+from txn import ChangeSummary, HistoryEntry, SchemaVersion, Segment, SegmentStatus, StreamInfo
 
 from .._files import hive_value
 from .._results import load_time_taken, segment_size
@@ -225,6 +225,17 @@ def _did(entry: HistoryEntry | None) -> tuple[str, ...]:
             f"+{entry.rows_added:,} -{entry.rows_deleted:,}",
             f"+{entry.files_added:,} -{entry.files_removed:,}", size(entry.bytes_added),
             load_time_taken(start, start + timedelta(milliseconds=entry.duration_ms)))
+
+
+CHANGES_HEADERS = ("Instant", "Completed At", "Operation", "Inserted", "Updated", "Deleted")
+
+
+def changes_table(summaries: Iterable[ChangeSummary]) -> Table:
+    """``metatxn changes``: per instant of the window, in completion order, the rows it
+    inserted, updated (post-images: each update also has its pre-image) and deleted."""
+    return table(CHANGES_HEADERS, (
+        (s.instant, s.completed_at, s.operation, f"{s.inserted:,}", f"{s.updated:,}", f"{s.deleted:,}")
+        for s in summaries), numeric=("Inserted", "Updated", "Deleted"))
 
 
 def partitions_table(partitions: Iterable[dict[str, object]]) -> Table:

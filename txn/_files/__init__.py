@@ -51,6 +51,7 @@ from ._scan import (
     raise_for_files,
     read_data_file,
     read_files,
+    read_whole_file,
     scan_file,
     scan_file_batches,
 )
@@ -140,6 +141,7 @@ __all__ = [
     "read_format",
     "read_marker",
     "read_positions",
+    "read_whole_file",
     "reading_file",
     "renamed_partition",
     "same_stored",

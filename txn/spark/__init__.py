@@ -12,6 +12,7 @@ from ._session import quiet_third_party_warnings
 # Before pyspark's Arrow helpers are imported: they warn about pandas 3 on import.
 quiet_third_party_warnings()
 
+from ._changes import read_changes  # noqa: E402
 from ._compact import compact  # noqa: E402
 from ._read import count, create_view, read  # noqa: E402
 from ._session import local_session  # noqa: E402
@@ -29,6 +30,7 @@ __all__ = [
     "create_view",
     "local_session",
     "read",
+    "read_changes",
     "register",
     "sql",
     "write",

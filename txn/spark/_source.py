@@ -10,7 +10,11 @@ process (see design/spark.md):
   worker, without Spark) commits once (``PendingWrite.resume(ticket).commit``); ``abort()``
   rolls the instant back unless it completed.
 * ``reader()`` resolves the snapshot (option ``asOf``) on the planning worker, one partition per
-  data file; tasks read their file with pyarrow and drop deleted positions.
+  data file; tasks read their file with pyarrow and drop deleted positions. With a change option
+  (``startingInstant``, ``readChangeFeed``, ...) it reads a window of the change feed instead
+  (:mod:`._change_read`).
+* ``streamReader()`` (``spark.readStream.format("metatxn")``): the change feed as a stream, exactly
+  once (:mod:`._stream_source`; options in :mod:`._change_options`).
 
 Writes create the table where none exists, from the DataFrame's schema and the options
 ``partitionBy``, ``recordKey``, ``sortBy`` and ``properties.<key>``; ``mergeSchema=true`` (or
@@ -37,6 +41,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
 )
@@ -44,7 +49,10 @@ from pyspark.sql.datasource import (
 import txn
 
 from .. import DataFile, FileReader, InvalidOptionError, open_table
+from ._change_options import ChangeOptions, change_options
+from ._change_read import ChangeReader, change_schema
 from ._sql._catalog import set_warehouse
+from ._stream_source import ChangeStreamReader
 from ._tables import Layout, layout_of_options, resolve, schema_mode_of_options
 from ._types import conform, spark_schema, table_schema
 from ._workers import ensure_workers_run_metatxn
@@ -60,6 +68,18 @@ def _path(options: Mapping[str, str]) -> str:
     return path
 
 
+def _change_read(options: Mapping[str, str]) -> ChangeOptions | None:
+    """The options of a read of changes (a stream's, or a batch read naming any change option),
+    checked; None for a snapshot read (``asOf`` or nothing), whose options are not."""
+    if all(name.lower() in ("path", "asof") for name in options):
+        return None
+    if "asof" in (name.lower() for name in options):
+        raise InvalidOptionError("format('metatxn') option asOf reads a snapshot; it cannot be "
+                                 "combined with the options of a read of changes (startingInstant, "
+                                 "endingInstant, readChangeFeed, maxFilesPerTrigger, maxRowsPerTrigger)")
+    return change_options(options)
+
+
 class MetatxnDataSource(DataSource):
     """``format("metatxn")``."""
 
@@ -68,11 +88,23 @@ class MetatxnDataSource(DataSource):
         return "metatxn"
 
     def schema(self) -> Any:
+        table = open_table(_path(self.options))
+        changes = _change_read(self.options)
+        if changes is not None:
+            return spark_schema(change_schema(table, changes))
         # The snapshot's schema: a read as of an older instant has that instant's columns.
-        return spark_schema(open_table(_path(self.options)).snapshot(self.options.get("asof")).schema)
+        return spark_schema(table.snapshot(self.options.get("asof")).schema)
 
     def reader(self, schema: Any) -> DataSourceReader:
+        changes = _change_read(self.options)
+        if changes is not None:
+            return ChangeReader(_path(self.options), changes, schema)
         return _Reader(_path(self.options), self.options.get("asof"), schema)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        options = {k: v for k, v in self.options.items() if k.lower() != "asof"}
+        return ChangeStreamReader(_path(self.options), change_options(options), schema,
+                                  as_of=len(options) < len(self.options))
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
         return _Writer(_path(self.options), overwrite, layout_of_options(self.options), schema,

@@ -7,6 +7,7 @@ Clocks are injected (``FakeClock``), so instants and completion times are determ
 
 from __future__ import annotations
 
+import decimal
 import pickle
 from collections import Counter
 from datetime import datetime, timezone
@@ -474,3 +475,21 @@ def test_a_retention_record_from_before_files_from_limits_the_feed_at_its_floor(
     with pytest.raises(txn.SnapshotExpiredError, match=commits[1].instant):
         table.changes(commits[0].instant)
     assert table.changes(table.history()[1].completed_at).to_arrow()["id"].to_pylist() == [2]
+
+
+def test_every_type_reads_back_as_the_snapshot_has_it(table_uri: str) -> None:
+    schema = pa.schema([
+        ("id", pa.int64(), False), ("u", pa.uint32()), ("ts", pa.timestamp("ns", tz="Europe/Paris")),
+        ("sec", pa.timestamp("s")), ("d", pa.decimal128(12, 3)), ("s", pa.large_string()),
+        ("b", pa.binary()), ("l", pa.list_(pa.int16())),
+        ("st", pa.struct([("x", pa.float32()), ("y", pa.string())])), ("day", pa.date32()),
+        ("dur", pa.duration("us")), ("f16", pa.float16())])
+    data = pa.table({
+        "id": [1, 2], "u": [1, 4_000_000_000], "ts": [1, 2], "sec": [3, 4],
+        "d": [decimal.Decimal("1.5"), None], "s": ["a", "b"], "b": [b"x", None],
+        "l": [[1, 2], []], "st": [{"x": 1.0, "y": "p"}, None], "day": [1, 2], "dur": [5, 6],
+        "f16": pa.array([1.0, 2.0], pa.float16())}, schema=schema)
+    table = txn.create_table(table_uri, schema)
+    table.append(data)
+    feed = table.changes("earliest", columns=schema.names).to_arrow()
+    assert feed.select(schema.names).equals(table.to_arrow())

@@ -86,8 +86,9 @@ def test_the_executable_is_installed_and_its_help_lists_every_command() -> None:
     assert result.returncode == 0
     # argparse puts a name longer than its column (delete-segment) on a line of its own
     listed = dict(re.findall(r"^    (\S+)(?: +|\n {18})(\S.*)$", result.stdout, re.MULTILINE))
-    assert set(listed) == {"describe", "segments", "timeline", "partitions", "streams", "compact",
-                           "clean", "validate", "add-segment", "delete-segment", "drop-stream", "demo"}
+    assert set(listed) == {"describe", "segments", "timeline", "changes", "partitions", "streams",
+                           "compact", "clean", "validate", "add-segment", "delete-segment",
+                           "drop-stream", "demo"}
     assert all(listed.values()), "each command has a one-line help"
     unknown = metatxn("frobnicate", "x")
     assert unknown.returncode == 2 and "invalid choice" in unknown.stderr, "argparse's usage error"
@@ -564,11 +565,16 @@ def test_the_demo_loads_reads_time_travels_and_validates(
     assert "SHOW HISTORY SEGMENTS adds 3, 2, 1, 0" in out
     assert [i.action for i in table.timeline()] == ["commit"] * 4 + ["compaction"] + ["commit"] * 3 + [
         "clean"]
-    for step in ("== load", "== compact MINOR", "== upsert", "== delete", "== ADD SEGMENT",
+    for step in ("== load", "== compact MINOR", "== upsert", "== delete", "== change feed", "== ADD SEGMENT",
                  "== selective read", "== time travel", "== CLEAN FILES", "== SHOW SEGMENTS",
                  "== timeline", "== validate"):
         assert step in out
     assert "untouched by CLEAN FILES" in out
+    # the downstream job: since the last load, the upsert and the delete (not the compaction)
+    feed = out.split("== change feed", 1)[1].split("\n== ", 1)[0]
+    assert [cells[2] for cells in body(feed.split("\n", 1)[1])[:2]] == ["upsert", "delete"]
+    assert "update_preimage" in feed and "update_postimage" in feed
+    assert "the compaction in between changed no row" in feed and "0 rows so far" in feed
     # SHOW SEGMENTS through the command line's renderer: CarbonData's columns, then ours
     assert re.search(r"^ID\s+Status\s+Load Start Time\s+Load Time Taken\s+Partition\s+Data Size\s+"
                      r"Index Size\s+File Format\s+Merged To\s+Rows\s+Path$", out, re.MULTILINE)

@@ -16,7 +16,9 @@ Stream statements first (:mod:`._streams`), then by the statement's first words:
 ``INSERT INTO t``                              metatxn's table: :mod:`._insert`
 ``DROP TABLE t``                               metatxn's table: refused (not supported)
 anything else                                  ``spark.sql``, metatxn tables it reads replaced
-                                               by fresh views (:mod:`._select`)
+                                               by fresh views (:mod:`._select`), and
+                                               ``table_changes(...)`` calls by views of their
+                                               change rows (:mod:`._changes`)
 =============================================  ==============================================
 
 "metatxn's table" means a table of that name exists in the warehouse; a statement about any

@@ -31,6 +31,7 @@ from sqlglot import exp
 from ... import InvalidOptionError
 from .._read import read
 from ._catalog import Catalog, TableName
+from ._changes import change_views
 from ._tree import name_of, parse
 
 #: First words of statements that may read tables by name: parsed to find metatxn tables.
@@ -116,8 +117,18 @@ def _keeps_views(tree: exp.Expression) -> bool:
 
 @contextmanager
 def fresh_views(spark: Any, catalog: Catalog, text: str) -> Iterator[str]:
-    """``text`` reading fresh views of the metatxn tables it names (dropped on exit, unless the
-    statement creates a view or a cached table over them)."""
+    """``text`` reading fresh views of the metatxn tables it names, and of the change feeds its
+    ``table_changes(...)`` calls read (:mod:`._changes`); dropped on exit, unless the statement
+    creates a view or a cached table over them."""
+    tree = parse(text) if "table_changes" in text.lower() else None
+    keep = tree is not None and _keeps_views(tree)
+    with change_views(spark, catalog, text, keep=keep) as changed, _table_views(spark, catalog, changed) \
+            as rewritten:
+        yield rewritten
+
+
+@contextmanager
+def _table_views(spark: Any, catalog: Catalog, text: str) -> Iterator[str]:
     tree = parse(text)
     found = references(tree, catalog) if tree is not None else []
     if tree is None or not found:
