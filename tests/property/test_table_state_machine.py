@@ -9,7 +9,8 @@ This module assembles the machine and runs it; the machine itself lives in
 model), ``injection`` and ``crashes`` (faults at every storage call, and recovery), ``commits``
 (one write, judged), ``writes``, ``transactions`` (``t.transaction()``), ``external`` (ADD
 SEGMENT), ``streams``, ``segments`` (compaction, DELETE SEGMENT), ``services`` (CLEAN FILES,
-maintenance, archival), ``reads`` (reads, lookups, time travel) and ``invariants``. The package
+maintenance, archival), ``reads`` (reads, lookups, time travel), ``invariants`` and ``changes``
+(the change feed replayed onto the model after every step). The package
 docstring is the map, and says where a new kind of commit adds its actions and rules.
 
 ``TableMachine`` combines the capability mixins; ``machine_on`` binds it to a backend (memory
@@ -37,6 +38,7 @@ import txn
 from tests.conftest import FakeClock
 from tests.faults import InjectedFault
 from tests.property.table_machine import (
+    ChangeFeed,
     Commits,
     Crashes,
     ExternalSegments,
@@ -82,7 +84,7 @@ from tests.property.table_machine.internals import TABLE_CONFIG_PATH, decode_con
 from timeline import open_storage
 
 
-class TableMachine(Invariants, Commits, Writes, Transactions, SchemaChanges, ExternalSegments,
+class TableMachine(Invariants, ChangeFeed, Commits, Writes, Transactions, SchemaChanges, ExternalSegments,
                    Streams, Segments, Services, Reads, Crashes):
     """Drive one table through writes, reads and crashes; subclasses choose the backend and
     whether the table is keyed (and add the ``act`` rule with the actions that fit it)."""
@@ -310,3 +312,18 @@ def test_a_resumed_clean_rollback_restores_no_file_a_later_clean_removed(memory_
         load(k)
     assert not inner.exists(removed), "the rollback restored a file a later clean removed"
     assert writer.validate().ok
+
+
+def test_a_keyed_overwrite_emits_deletes_and_inserts(memory_uri: str) -> None:
+    """A keyed overwrite that writes a key it also removed emits a ``delete`` of the old row and
+    an ``insert`` of the new one, never pre- and postimages (design/changes.md; found by the
+    change-feed invariant, ``table_machine/changes.py``: a keyed run's append, ADD SEGMENT,
+    append, overwrite; fixed in 0500c75)."""
+    table = txn.create_table(memory_uri, pa.schema([("k", pa.int64()), ("v", pa.int64())]),
+                             record_key="k")
+    append = table.append(pa.table({"k": [0, 1], "v": [0, 0]}))
+    overwrite = table.overwrite(pa.table({"k": [0], "v": [1]}))
+    assert append is not None and overwrite is not None
+    got = table.changes(append.instant, overwrite.instant).to_arrow()
+    assert sorted(zip(got["_change_type"].to_pylist(), got["k"].to_pylist(), strict=True)) == [
+        ("delete", 0), ("delete", 1), ("insert", 0)]

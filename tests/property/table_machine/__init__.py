@@ -18,7 +18,9 @@ Where things are:
   ``schema.SchemaChanges`` (add, drop, rename and widen columns, set and unset a property,
   writes with ``schema_mode="merge"``: the model's ``Shape``, by which every write builds its
   data and every read is checked);
-* ``invariants.Invariants``: every ``@invariant``.
+* ``invariants.Invariants``: every ``@invariant`` but the change feed's;
+* ``changes.ChangeFeed``: the change feed (``t.changes``) of every window of acknowledged
+  commits, replayed onto the model after every step.
 
 The mixins call each other through ``self``: only the assembled ``TableMachine`` has them all.
 Hypothesis collects rules, initializers and invariants from the members of the machine's class,
@@ -53,6 +55,7 @@ rules off for a run (``TableMachine._act``). A rule that only checks and restore
 change what the derandomized ``ci`` profile draws; the profiles themselves stay as they are.
 """
 
+from tests.property.table_machine.changes import ChangeFeed
 from tests.property.table_machine.commits import Commits
 from tests.property.table_machine.crashes import Crashes
 from tests.property.table_machine.external import ExternalSegments
@@ -66,6 +69,7 @@ from tests.property.table_machine.transactions import Transactions
 from tests.property.table_machine.writes import Writes
 
 __all__ = [
+    "ChangeFeed",
     "Commits",
     "Crashes",
     "ExternalSegments",

@@ -137,7 +137,8 @@ class Commits(MachineCore):
             if expected.on_commit is not None:
                 expected.on_commit()
             self._record(Acked(instant=found.time, completed_at=found.completed_at,
-                               operation=operation, serial=serial, rows=expected.after),
+                               operation=operation, serial=serial, rows=expected.after,
+                               operations=expected.operations),
                          self._segments_after(expected, found.time, metadata))
             self._progressed(expected, metadata, serial)
             event(f"committed: {expected.label or operation}")

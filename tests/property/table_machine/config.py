@@ -44,6 +44,11 @@ CLEAN_RETENTIONS = (2, 4)
 TRASH_HOURS = (0, 1)
 
 
+#: changes.retain_commits: unset (the change feed reaches as far back as CLEAN FILES kept), or 3
+#: (clean then keeps at least 4 commits: a feed of the last 3 starts after the 4th last).
+CHANGES_RETENTIONS = (None, None, 3)
+
+
 #: maintenance.mode: writers maintain the table after their commits, or only the maintainer does.
 MAINTENANCE_MODES = ("inline", "manual")
 
@@ -52,7 +57,8 @@ def properties(retain_commits: int, *, shards: int | None, delta_threshold: int,
                level_threshold: tuple[int, int] = LEVEL_THRESHOLDS[0],
                clean_retain: int = CLEAN_RETENTIONS[0], trash_hours: int = TRASH_HOURS[0],
                maintenance: str = MAINTENANCE_MODES[0], streaming: bool = False,
-               stream_max: int | None = None, auto_handoff: bool = True) -> dict[str, str]:
+               stream_max: int | None = None, auto_handoff: bool = True,
+               changes_retain: int | None = None) -> dict[str, str]:
     chosen = {
         "maintenance.mode": maintenance,
         # Compact the metadata table every second commit; keep what time travel to the last
@@ -76,6 +82,8 @@ def properties(retain_commits: int, *, shards: int | None, delta_threshold: int,
     }
     if shards is not None:
         chosen["record_index.shards"] = str(shards)
+    if changes_retain is not None:
+        chosen["changes.retain_commits"] = str(changes_retain)
     if streaming:
         chosen["streaming"] = "true"
         chosen["streaming.auto_handoff"] = str(auto_handoff).lower()

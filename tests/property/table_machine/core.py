@@ -7,7 +7,8 @@ resolve until a clean says otherwise (and, with retention fencing archival, the 
 never archived), or 3, so the data timeline is archived and metadata cleaned as the run goes:
 the snapshots of the last 3 commits must then resolve, older ones may instead raise
 SnapshotExpiredError, and none may ever return wrong rows. A streaming table's streaming
-properties are drawn there too.
+properties are drawn there too, and ``changes.retain_commits`` (unset, or 3: CLEAN FILES then
+keeps at least 4 commits, which time travel and the change feed must still reach).
 
 ``MachineCore`` holds the state of a run (the model: acknowledged commits, segments, streams,
 apps, failed writes and instants; the processes: the writer, a long-lived reader, a reader whose
@@ -34,6 +35,7 @@ from indexes import METADATA_FOLDER, field_id
 from tests.conftest import FakeClock
 from tests.property.table_machine.actions import Counted, KeySpec
 from tests.property.table_machine.config import (
+    CHANGES_RETENTIONS,
     CLEAN_RETENTIONS,
     DATA_ACTIONS,
     DELTA_THRESHOLDS,
@@ -100,6 +102,8 @@ class MachineCore(RuleBasedStateMachine):
         self.clean_retain = CLEAN_RETENTIONS[0]
         #: Whether clean.retain_commits is set (at create it is; ``schema``'s unset removes it).
         self.retain_set = True
+        #: changes.retain_commits (None: unset): CLEAN FILES keeps at least one commit more.
+        self.changes_retain: int | None = None
         #: Acknowledged commits before this index may have been cleaned past (time travel to
         #: them may raise SnapshotExpiredError): what the cleans so far may have published.
         self.clean_floor = 0
@@ -145,6 +149,8 @@ class MachineCore(RuleBasedStateMachine):
         self.steps = 0
         #: The table's schema as of the last acknowledged commit (``schema`` changes it).
         self.shape = BASE
+        #: Acknowledged commits whose change-feed window was checked (``changes``).
+        self.changes_checked = 0
 
     @initialize(retain_commits=st.sampled_from(RETENTIONS), shards=st.sampled_from(SHARDS),
                 delta_threshold=st.sampled_from(DELTA_THRESHOLDS),
@@ -153,11 +159,13 @@ class MachineCore(RuleBasedStateMachine):
                 trash_hours=st.sampled_from(TRASH_HOURS),
                 maintenance=st.sampled_from(MAINTENANCE_MODES),
                 streaming=st.sampled_from([True, True, False]),
-                stream_max=st.sampled_from(STREAM_MAX_SIZES), auto_handoff=st.booleans())
+                stream_max=st.sampled_from(STREAM_MAX_SIZES), auto_handoff=st.booleans(),
+                changes_retain=st.sampled_from(CHANGES_RETENTIONS))
     def create(self, retain_commits: int, shards: int, delta_threshold: int,
                level_threshold: tuple[int, int], clean_retain: int, trash_hours: int,
                maintenance: str, streaming: bool, stream_max: int | None,
-               auto_handoff: bool) -> None:
+               auto_handoff: bool, changes_retain: int | None) -> None:
+        self.changes_retain = changes_retain
         self.streaming = streaming
         self.stream_max = stream_max
         self.auto_handoff = auto_handoff
@@ -173,7 +181,8 @@ class MachineCore(RuleBasedStateMachine):
                                                level_threshold=level_threshold,
                                                clean_retain=clean_retain, trash_hours=trash_hours,
                                                maintenance=maintenance, streaming=streaming,
-                                               stream_max=stream_max, auto_handoff=auto_handoff),
+                                               stream_max=stream_max, auto_handoff=auto_handoff,
+                                               changes_retain=changes_retain),
                          clock=self.clock, ids=self._new_id)
         self.config = decode_config(self.inner.read(TABLE_CONFIG_PATH))
         self.reader = self._open(self.inner)  # long-lived: exercises the incremental cache

@@ -1,6 +1,6 @@
-"""The invariants: every ``@invariant`` of the machine. Hypothesis runs them in name order after
-every step; ``latest_snapshot_equals_the_model`` also counts the steps (``self.steps``), which
-other checks rotate by.
+"""The invariants: every ``@invariant`` of the machine but the change feed's (``changes``).
+Hypothesis runs them in name order after every step; ``latest_snapshot_equals_the_model`` also
+counts the steps (``self.steps``), which other checks rotate by.
 
 Invariants (checked after every step, on the undisturbed inner store):
 

@@ -57,6 +57,8 @@ class Acked:
     rows: tuple[Row, ...]
     #: The table's schema as of this commit (``Commits._record`` stamps the model's).
     shape: Shape = dataclasses.field(default_factory=lambda: BASE)
+    #: A transaction: the operations it ran (``Commit.operations``); () for the others.
+    operations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

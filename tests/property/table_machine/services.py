@@ -97,7 +97,9 @@ class Services(MachineCore):
         if mode != "dry_run":
             # What this clean may have published (even if it failed after publishing): the
             # snapshots of the last clean.retain_commits commits (force: the latest) stay.
-            keep = 1 if mode == "force" else self.clean_retain
+            # changes.retain_commits N makes it keep N + 1 (a feed of N starts after the
+            # N+1-th last); force keeps only the latest whatever the properties.
+            keep = 1 if mode == "force" else max(self.clean_retain, (self.changes_retain or 0) + 1)
             self.clean_floor = max(self.clean_floor, len(self.acked) - keep)
         requested = self._instants_of(calls, ("clean",))
         assert len(requested) <= 1, f"{operation} made instants {requested}"
