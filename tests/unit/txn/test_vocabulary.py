@@ -48,9 +48,10 @@ OLD_RECORDS: list[tuple[type, bytes]] = [
 def test_a_record_written_with_plain_strings_decodes_to_members_and_encodes_back_unchanged(
         type_: type, data: bytes) -> None:
     record = msgspec.json.decode(data, type=type_)
-    # Fields added since (CommitMetadata.schema_version, app_id and app_version) encode with
-    # their defaults after the rest.
-    added = b',"schema_version":null,"app_id":null,"app_version":null' if type_ is CommitMetadata else b""
+    # Fields added since (CommitMetadata.schema_version, app_id and app_version; the retention
+    # record's files_from and files_known) encode with their defaults after the rest.
+    added = {CommitMetadata: b',"schema_version":null,"app_id":null,"app_version":null',
+             _Retention: b',"files_from":null,"files_known":false'}.get(type_, b"")
     assert msgspec.json.encode(record) == data[:-1] + added + b"}"
 
 
