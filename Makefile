@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
-# Two workers, a test file per worker at a time (a Spark file keeps its session); TEST_WORKERS=0 runs in one process.
+# Two workers, a test module (or a test class: the table machine's variants) per worker at a time; a
+# Spark module keeps its session. TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-XDIST := -n $(TEST_WORKERS) --dist loadfile
+XDIST := -n $(TEST_WORKERS) --dist loadscope
 
 .DEFAULT_GOAL := help
 .PHONY: help install install-test install-dev demo test test-long lint typecheck bench bench-quick clean
