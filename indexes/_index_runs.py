@@ -117,6 +117,13 @@ def encode_run(entries: pa.Table, hashes: Hashes, first_key: str, batch_rows: in
     return bytes(sink.getvalue())
 
 
+def run_batches(reader: ipc.RecordBatchFileReader, groups: list[int]) -> pa.Table:
+    """Batches ``groups`` of a run (or of a log file), with the index's column types and the
+    repeated strings still dictionary-encoded: every reader of entry batches goes through here,
+    so the stored encoding may differ from what lookups match on."""
+    return pa.Table.from_batches([reader.get_batch(group) for group in groups], reader.schema)
+
+
 @dataclass(frozen=True)
 class RunFooter:
     """What a lookup checks before reading a run: batch key ranges, filter, entry count."""

@@ -64,7 +64,7 @@ from ._index_layout import (
 )
 from ._index_logs import LOG_BATCH_ROWS, SHARD_COUNTS, SHARDS, IndexLog, LogLayout, log_layout
 from ._index_logs import parse_index_log as parse_index_log
-from ._index_runs import FooterCache, RunFooter, dictionary_encoded, encode_run
+from ._index_runs import FooterCache, RunFooter, dictionary_encoded, encode_run, run_batches
 from ._keys import Hashes, key_hash
 from ._layout import METADATA_FOLDER, RECORD_INDEX, shard_folder
 
@@ -229,9 +229,8 @@ class RecordIndex:
             with decoding(log.path, _LOG_EXPECTED):
                 reader = ipc.open_file(self._open(log.path))
                 layout = self._layout_of(log.path, reader.schema)
-                batches = [reader.get_batch(i) for i, (shard, _) in enumerate(layout.batches)
-                           if shard % self.shards in wanted]
-                parts.append(pa.Table.from_batches(batches, reader.schema).select(self.schema.names))
+                groups = [i for i, (shard, _) in enumerate(layout.batches) if shard % self.shards in wanted]
+                parts.append(run_batches(reader, groups).select(self.schema.names))
         return pa.concat_tables(parts).cast(self.schema) if parts else self.schema.empty_table()
 
     # -- listing -------------------------------------------------------------------------------
@@ -486,7 +485,7 @@ class RecordIndex:
                 return None
             if reader is None:
                 reader = ipc.open_file(self._open(run.path))
-            table = pa.Table.from_batches([reader.get_batch(group) for group in groups])
+            table = run_batches(reader, groups)
             # A bottom run holds no tombstones, and every entry in it is older than any other
             # entry of its key, so ``instant`` need not be decoded for a lookup: its entries
             # count as the oldest. Upper runs may hold tombstones and are ordered by instant.
@@ -517,7 +516,7 @@ class RecordIndex:
                          if a.top < done_at and a.node.overlaps(shard, count)]
                 if not below:
                     continue
-                batch = reader.get_batch(i)
+                batch = run_batches(reader, [i]).to_batches()[0]
                 search = _sorted_union(below) if self._integer_key else None
                 if search is None:
                     wanted = below[0].keys if len(below) == 1 else pa.concat_tables([a.keys for a in below])
@@ -586,7 +585,7 @@ class RecordIndex:
                         continue
                     for node in targets:
                         parts.setdefault(node, [])
-                    batch = pa.Table.from_batches([reader.get_batch(i)]).select(self.schema.names)
+                    batch = run_batches(reader, [i]).select(self.schema.names)
                     batch = batch.cast(self.schema)
                     if len(below) == 1:  # the batch is the node's, or a part of it
                         parts[targets[0]].append(batch)
@@ -644,7 +643,8 @@ class RecordIndex:
         with decoding(path, _LOG_EXPECTED):
             reader = ipc.open_file(self._open(path))
             self._layout_of(path, reader.schema)
-            return reader.read_all().select(self.schema.names).cast(self.schema)
+            return run_batches(reader, list(range(reader.num_record_batches))).select(
+                self.schema.names).cast(self.schema)
 
     # -- maintenance ---------------------------------------------------------------------------
 
