@@ -53,14 +53,19 @@ _SALT: Final = np.uint64(0x9E3779B97F4A7C15)
 _LOW32: Final = np.uint64(0xFFFFFFFF)
 
 
-def _probes(hashes: Hashes, bits: int) -> npt.NDArray[np.uint64]:
-    """Bit positions of each key (one row per key): double hashing of a remixed key hash."""
+def probe_positions(hashes: Hashes, bits: int | npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """Bit positions of each key (one row per key) in a filter of ``bits`` bits (one count for
+    all keys, or one per key): double hashing of a remixed key hash."""
     with np.errstate(over="ignore"):
         mixed = _mix(hashes ^ _SALT)
         first = mixed & _LOW32
         step = (mixed >> np.uint64(32)) | np.uint64(1)
         rounds = np.arange(_PROBES, dtype=np.uint64)
-        return (first[:, None] + rounds[None, :] * step[:, None]) % np.uint64(bits)
+        sizes = bits[:, None] if isinstance(bits, np.ndarray) else np.uint64(bits)
+        return (first[:, None] + rounds[None, :] * step[:, None]) % sizes
+
+
+_probes = probe_positions
 
 
 def bloom_filter(hashes: Hashes) -> bytes:
@@ -154,6 +159,13 @@ class RunFooter:
         elif ENTRIES in metadata:
             bloom = b""  # no entries: admits nothing
         return cls(lows, highs, bloom, entries, below)
+
+    def key_range(self) -> tuple[int, int] | None:
+        """The run's range of the first key column when it is an integer (None otherwise, or
+        for a run without entries)."""
+        if not self.lows or not isinstance(self.lows[0], int) or not isinstance(self.highs[-1], int):
+            return None
+        return min(self.lows), max(self.highs)
 
     @property
     def weight(self) -> int:

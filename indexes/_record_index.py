@@ -67,6 +67,7 @@ from ._index_logs import parse_index_log as parse_index_log
 from ._index_runs import FooterCache, RunFooter, dictionary_encoded, encode_run, run_batches
 from ._keys import Hashes, key_hash
 from ._layout import METADATA_FOLDER, RECORD_INDEX, shard_folder
+from ._probe import FilterBank, LogKeys, held, probe_runs
 
 INDEX_FOLDER: Final = f"{METADATA_FOLDER}/{RECORD_INDEX}"
 _LOG_EXPECTED: Final = "a record-index log: an Arrow IPC file of index entries, one shard per batch"
@@ -102,12 +103,18 @@ class RecordIndex:
             (self._filesystem is not None and isinstance(self._filesystem[0], pa.fs.LocalFileSystem))
             or storage.uri.startswith("memory://"))
         self._footers = FooterCache()
+        #: Every run filter and log's key hashes this handle has read, probed as arrays.
+        self._bank = FilterBank()
+        self._log_keys = LogKeys()
         #: root shard -> (the completed compactions it was listed under, its files).
         self._listings: dict[int, tuple[Hashable, list[str]]] = {}
         self._log_layouts: dict[str, LogLayout] = {}
         #: Root shard -> the finest layout of its nodes seen (writers log in it; see write).
         self._layout: dict[int, list[Node]] = {}
         self._integer_key = len(self.keys) == 1 and pa.types.is_integer(self.schema.field(self.keys[0]).type)
+        first_type = self.schema.field(self.keys[0]).type
+        #: Whether runs' ranges of the first key column are compared as int64 in the probe.
+        self._ranged = pa.types.is_integer(first_type) and first_type != pa.uint64()
 
     # -- building entries ----------------------------------------------------------------------
 
@@ -195,6 +202,7 @@ class RecordIndex:
                 writer.write_batch(batch.replace_schema_metadata(schema.metadata))
         name = f"{instant_time}.log.arrow" if part is None else f"{instant_time}.{part}.log.arrow"
         self.storage.put_if_absent(f"{INDEX_FOLDER}/{name}", bytes(sink.getvalue()))
+        self._log_keys.put(f"{INDEX_FOLDER}/{name}", hashes)  # its next lookup needs no read
         return dict(sorted(sizes.items()))
 
     def logs_of(self, instant_time: str) -> list[str]:
@@ -208,6 +216,7 @@ class RecordIndex:
         for log in self._logs(self.storage.list(INDEX_FOLDER)):
             if log.instant_time == instant_time:
                 self.storage.delete(log.path)
+                self._log_keys.forget(log.path)
                 removed.append(log.path)
         return removed
 
@@ -433,24 +442,10 @@ class RecordIndex:
         ordered, order, spans = self._grouped(wanted, locate(hashes, nodes))
         ordered_hashes = hashes[order]
         asked = [_Asked(nodes[i], ordered.slice(start, length), ordered_hashes[start:start + length],
-                        files.top(nodes[i])) for i, start, length in spans if i >= 0]
-        with_runs = [a for a in asked if files.leaves[a.node]]
-
-        def read_node(a: _Asked) -> list[pa.Table]:
-            return self._read_chain(files.leaves[a.node], a, instants)
-
-        if len(with_runs) <= 1 or not self._parallel_reads:
-            tables = [t for a in with_runs for t in read_node(a)]
-        else:
-            tables = [t for found in _pool().map(read_node, with_runs) for t in found]
+                        files.top(nodes[i]), start) for i, start, length in spans if i >= 0]
+        tables = self._from_runs(files, asked, ordered, ordered_hashes, instants)
         from_runs = len(tables)
-        lowest = min(a.top for a in asked)
-        by_root: dict[int, list[_Asked]] = {}
-        for a in asked:
-            by_root.setdefault(a.node.shard % self.shards, []).append(a)
-        logged = [self._match_log(log.path, done_at, by_root)
-                  for log, done_at in files.logs if done_at > lowest]
-        logged = [t for t in logged if t.num_rows]
+        logged = self._from_logs(files, asked, ordered, ordered_hashes)
         if logged:
             # Matched while still dictionary-encoded: only the matches' strings are decoded.
             tables.append(pa.concat_tables(logged).cast(self.schema))
@@ -460,31 +455,113 @@ class RecordIndex:
             return tables[0]  # a run holds one entry per key: nothing to merge
         return merge_entries(tables, self.schema)
 
-    def _read_chain(self, chain: Sequence[RunFile], asked: _Asked, instants: bool) -> list[pa.Table]:
+    def _from_runs(self, files: IndexFiles, asked: Sequence[_Asked], ordered: pa.Table,
+                   hashes: Hashes, instants: bool) -> list[pa.Table]:
+        """The entries of the asked keys in the runs of their chains: one probe of every
+        ``(key, run)`` pair against the runs' filters and key ranges (``indexes._probe``), then
+        each run the probe admitted opened for the keys it admitted there only."""
+        runs: list[RunFile] = []
+        chains: list[tuple[npt.NDArray[np.int64], range]] = []
+        for a in asked:
+            chain = files.leaves[a.node]
+            if chain:
+                chains.append((a.rows(), range(len(runs), len(runs) + len(chain))))
+                runs.extend(chain)
+        if not runs:
+            return []
+        footers = self._footers_of(runs)
+        slots = [self._bank.slot(run.path, footer.bloom) for run, footer in zip(runs, footers, strict=True)]
+        first_keys = None
+        if self._ranged:
+            first_keys = ordered.column(0).to_numpy().astype(np.int64, copy=False)
+        pairs = probe_runs(self._bank, hashes, first_keys, chains, slots,
+                           [footer.key_range() for footer in footers])
+        if len(pairs.runs) == 0:
+            return []
+        by_run = np.argsort(pairs.runs, kind="stable")
+        keys_by_run = pairs.keys[by_run]
+        node_of = {run.path: a for a in asked for run in files.leaves[a.node]}
+        jobs = []
+        for index, start, length in spans(pairs.runs[by_run]):
+            run = runs[index]
+            rows = np.sort(keys_by_run[start:start + length])
+            jobs.append((run, footers[index],
+                         _Asked(run.node, ordered.take(pa.array(rows)), hashes[rows],
+                                node_of[run.path].top, -1)))
+
+        def read(job: tuple[RunFile, RunFooter, _Asked]) -> pa.Table | None:
+            return self._run_hits(*job, instants=instants)
+
+        if len(jobs) <= 1 or not self._parallel_reads:
+            found = [read(job) for job in jobs]
+        else:
+            found = list(_pool().map(read, jobs))
+        return [t for t in found if t is not None and t.num_rows]
+
+    def _footers_of(self, runs: Sequence[RunFile]) -> list[RunFooter]:
+        """The footers of ``runs``, reading those not cached (concurrently where reads wait for
+        the network)."""
+        missing = [run for run in runs if self._footers.get(run.path) is None]
+        if len(missing) > 1 and self._parallel_reads:
+            list(_pool().map(self._footer, missing))
+        return [self._footer(run) for run in runs]
+
+    def _from_logs(self, files: IndexFiles, asked: Sequence[_Asked], ordered: pa.Table,
+                   hashes: Hashes) -> list[pa.Table]:
+        """The entries of the asked keys in the log files completed above their chains: each
+        log's key hashes (read once per process) say which keys it may hold; only logs holding
+        one are opened, and matched for those keys only."""
+        if not asked:
+            return []
+        lowest = min(a.top for a in asked)
         found = []
-        for run in chain:
-            hits = self._run_hits(run, asked, instants)
-            if hits is not None and hits.num_rows:
-                found.append(hits)
+        for log, done_at in files.logs:
+            if done_at <= lowest:
+                continue
+            log_hashes = self._log_hashes(log.path)
+            if log_hashes is None:  # too large to keep: match every asked key in it
+                hit_asked = list(asked)
+            else:
+                hit = held(log_hashes, hashes)
+                if not hit.any():
+                    continue
+                hit_asked = []
+                for a in asked:
+                    rows = a.rows()
+                    mine = rows[hit[rows]]
+                    if len(mine):
+                        hit_asked.append(a if len(mine) == len(rows) else _Asked(
+                            a.node, ordered.take(pa.array(mine)), hashes[mine], a.top, -1))
+            by_root: dict[int, list[_Asked]] = {}
+            for a in hit_asked:
+                by_root.setdefault(a.node.shard % self.shards, []).append(a)
+            table = self._match_log(log.path, done_at, by_root)
+            if table.num_rows:
+                found.append(table)
         return found
 
-    def _run_hits(self, run: RunFile, asked: _Asked, instants: bool) -> pa.Table | None:
-        """The entries of ``asked``'s keys in ``run``; None when its footer rules them all out
-        (then the run is not opened, once its footer is known)."""
+    def _log_hashes(self, path: str) -> npt.NDArray[np.uint64] | None:
+        """The sorted key hashes of log file ``path`` (read once per process), None for a log
+        too large to keep."""
+        known = self._log_keys.get(path)
+        if known is not None:
+            return known
+        with decoding(path, _LOG_EXPECTED):
+            reader = ipc.open_file(self._open(path))
+            self._layout_of(path, reader.schema)
+            keys = run_batches(reader, list(range(reader.num_record_batches))).select(self.keys)
+        hashes = self.hashes(keys)
+        self._log_keys.put(path, hashes)
+        return self._log_keys.get(path)
+
+    def _run_hits(self, run: RunFile, footer: RunFooter, asked: _Asked, *, instants: bool) -> pa.Table | None:
+        """The entries of ``asked``'s keys in ``run`` (keys its filter admitted); None when no
+        batch's key range holds one."""
         with decoding(run.path, _RUN_EXPECTED):
-            reader = None
-            footer = self._footers.get(run.path)
-            if footer is None:
-                reader = ipc.open_file(self._open(run.path))
-                footer = RunFooter.of(reader, self._row_group_rows)
-                self._footers.put(run.path, footer)
-            if not footer.admits(asked.hashes):
-                return None
             groups = footer.batches_for(asked.first_keys())
             if not groups:
                 return None
-            if reader is None:
-                reader = ipc.open_file(self._open(run.path))
+            reader = ipc.open_file(self._open(run.path))
             table = run_batches(reader, groups)
             # A bottom run holds no tombstones, and every entry in it is older than any other
             # entry of its key, so ``instant`` need not be decoded for a lookup: its entries
@@ -779,6 +856,12 @@ class _Asked:
     hashes: Hashes
     #: The node's chain's top: log entries completed above it are read from the logs.
     top: str
+    #: Where ``keys`` start in the lookup's ordered keys (-1: a subset, not a slice).
+    start: int
+
+    def rows(self) -> npt.NDArray[np.int64]:
+        """The rows of ``keys`` in the lookup's ordered keys (for a slice)."""
+        return np.arange(self.start, self.start + self.keys.num_rows, dtype=np.int64)
 
     def first_keys(self) -> list[Any]:
         return self.keys.column(0).to_pylist()  # type: ignore[no-any-return]

@@ -256,7 +256,7 @@ KNOWN_PROPERTIES: dict[str, tuple[Callable[[str], object], str]] = {
 
 #: Record-index shards when a keyed table does not choose: tens of millions of keys make shards
 #: of a few hundred thousand keys each, small enough to rewrite one in a compaction.
-DEFAULT_RECORD_INDEX_SHARDS = 64
+DEFAULT_RECORD_INDEX_SHARDS = 1
 
 
 def shard_max_entries(properties: dict[str, str]) -> int | None:

@@ -326,7 +326,11 @@ def test_lookup_reads_only_the_wanted_shards_and_row_groups(
                                         if s in shard_of([pa.array(wanted[:3], pa.int64())], 8)})
     for ranges, groups in row_group_reads:
         assert len(ranges) > 4
-        assert groups == _groups_holding(ranges, wanted, 8), "only the batches whose range can hold a key"
+        # The probe asks each run only for the keys its filter admits (issue 27): the batches
+        # read are those holding a present key, plus at most those of filter false positives.
+        holding = _groups_holding(ranges, wanted, 8)
+        assert set(groups) <= set(holding), "only the batches whose range can hold a key"
+        assert set(_groups_holding(ranges, [k for k in wanted if k % 2 == 0], 8)) <= set(groups)
         assert len(groups) <= len(wanted)
 
 

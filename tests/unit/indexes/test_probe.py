@@ -1,0 +1,142 @@
+"""The record index's probe: one vectorised question over every run filter and log a handle knows.
+
+It must never say "absent" for a key a run or log holds (a lookup would miss a live row, and a
+keyed append would insert a duplicate); it may say "present" for an absent key, which only costs
+a read. And it is what keeps a keyed append from opening runs and logs: absent keys open none.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import timeline
+from indexes import RecordIndex
+from indexes._index_runs import bloom_filter, may_contain
+from indexes._keys import key_hash
+from indexes._probe import ADMITS_ALL, FilterBank, LogKeys, held, probe_runs
+from tests.unit.txn.helpers import CountingStorage
+
+_roots = itertools.count()
+
+
+def _hashes(keys: list[int]) -> np.ndarray:
+    return key_hash([pa.array(keys, pa.int64())])
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs=st.lists(st.lists(st.integers(-10**12, 10**12), max_size=300), min_size=1, max_size=6),
+       asked=st.lists(st.integers(-10**12, 10**12), min_size=1, max_size=200))
+def test_the_bank_answers_as_each_runs_own_filter(runs: list[list[int]], asked: list[int]) -> None:
+    """Filters of different sizes in one buffer: every (key, run) answer is the run's own."""
+    bank = FilterBank()
+    for i, keys in enumerate(runs):
+        bank.slot(f"r{i}", bloom_filter(_hashes(keys)))
+    every = list(itertools.chain.from_iterable(runs))
+    wanted = asked + every[:50]
+    hashes = _hashes(wanted)
+    for i, keys in enumerate(runs):
+        slot = bank.slot(f"r{i}", None)  # known: the filter given first stays
+        got = bank.admitted(hashes, np.full(len(hashes), slot.offset), np.full(len(hashes), slot.bits))
+        expected = may_contain(bloom_filter(_hashes(keys)), hashes)
+        assert got.tolist() == expected.tolist()
+        assert got[[k in set(keys) for k in wanted]].all(), "no false negative"
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs=st.lists(st.lists(st.integers(0, 5000), max_size=200), min_size=1, max_size=5),
+       asked=st.lists(st.integers(0, 6000), min_size=1, max_size=100), data=st.data())
+def test_probe_keeps_every_pair_whose_run_holds_the_key(runs: list[list[int]], asked: list[int],
+                                                         data: st.DataObject) -> None:
+    """Ranges and filters together: a pair whose run holds its key is always admitted; a pair
+    whose key is outside the run's range never is."""
+    bank = FilterBank()
+    slots = [bank.slot(f"r{i}", bloom_filter(_hashes(keys)) if keys else b"") for i, keys in enumerate(runs)]
+    ranges = [(min(keys), max(keys)) if keys else None for keys in runs]
+    # Two "nodes": the asked keys split at a drawn point, each with a drawn subset of the runs.
+    cut = data.draw(st.integers(0, len(asked)))
+    some_runs = st.lists(st.sampled_from(range(len(runs))), unique=True)
+    chains = [(np.arange(0, cut, dtype=np.int64), data.draw(some_runs)),
+              (np.arange(cut, len(asked), dtype=np.int64), data.draw(some_runs))]
+    pairs = probe_runs(bank, _hashes(asked), np.array(asked, dtype=np.int64), chains, slots, ranges)
+    admitted = set(zip(pairs.keys.tolist(), pairs.runs.tolist(), strict=True))
+    for rows, chain in chains:
+        for row in rows.tolist():
+            for run in chain:
+                if asked[row] in runs[run]:
+                    assert (row, run) in admitted
+                low_high = ranges[run]
+                if low_high is None or not low_high[0] <= asked[row] <= low_high[1]:
+                    assert (row, run) not in admitted
+    assert all(run in chains[0][1] if row < cut else run in chains[1][1] for row, run in admitted)
+
+
+def test_a_run_without_a_filter_admits_every_key_and_an_empty_one_none() -> None:
+    bank = FilterBank()
+    old, empty = bank.slot("old", None), bank.slot("empty", b"")
+    assert old.bits == ADMITS_ALL and empty.bits == 0
+    hashes = _hashes([1, 2, 3])
+    assert bank.admitted(hashes, np.zeros(3, np.int64), np.full(3, old.bits)).all()
+    assert not bank.admitted(hashes, np.zeros(3, np.int64), np.full(3, empty.bits)).any()
+
+
+def test_the_bank_drops_filters_of_runs_no_longer_asked_about() -> None:
+    bank = FilterBank()
+    keys = list(range(0, 100_000, 7))
+    for i in range(8):
+        bank.slot(f"r{i}", bloom_filter(_hashes([k + i for k in keys])))
+    before = bank.slot("r7", None)
+    bank.keep_only({"r7"})
+    after = bank.slot("r7", None)
+    assert after.offset < before.offset, "rebuilt with the live filter first"
+    hashes = _hashes([k + 7 for k in keys])
+    assert bank.admitted(hashes, np.full(len(hashes), after.offset), np.full(len(hashes), after.bits)).all()
+
+
+def test_log_keys_answer_exactly_and_stay_within_their_budget() -> None:
+    logs = LogKeys(budget=1000)
+    logs.put("a", _hashes(list(range(600))))
+    kept = logs.get("a")
+    assert kept is not None
+    assert held(kept, _hashes([5, 599, 600, -1])).tolist() == [True, True, False, False]
+    logs.put("b", _hashes(list(range(600, 1200))))  # over budget: the oldest goes
+    assert logs.get("a") is None and logs.get("b") is not None
+    logs.put("huge", _hashes(list(range(2000))))  # larger than the budget alone: never kept
+    assert logs.get("huge") is None
+    assert held(np.zeros(0, np.uint64), _hashes([1])).tolist() == [False]
+
+
+def _entries(index: RecordIndex, keys: np.ndarray, instant: str) -> pa.Table:
+    table = pa.table({"key_0": pa.array(keys, pa.int64())})
+    return index.entries(table, segment="0", file=pa.array(["a.parquet"] * len(keys)),
+                         position=pa.array(np.arange(len(keys), dtype=np.int64)), instant=instant)
+
+
+def test_absent_keys_open_no_run_and_no_log(memory_uri: str) -> None:
+    """What a keyed append of new keys costs: after the filters and logs are known, a lookup of
+    keys above everything written reads no index file at all; a present key reads one run."""
+    storage = CountingStorage(timeline.MemoryStorage(f"{memory_uri.removeprefix('memory://')}/p{next(_roots)}"))
+    index = RecordIndex(storage, [pa.int64()], 1, row_group_rows=64)
+    times = [f"2026010100{i:07d}" for i in range(20)]
+    index.write(times[0], _entries(index, np.arange(0, 20_000, 2), times[0]))
+    index.compact(times[1], times[2], {times[0]: times[2]}, set(), pa.array(["a.parquet"]))
+    completed = {times[0]: times[2]}
+    for i in range(3, 8):  # logs above the run
+        index.write(times[i], _entries(index, np.arange(100_000 + 10 * i, 100_000 + 10 * i + 10), times[i]))
+        completed[times[i]] = times[i]
+    done = {times[1]}
+    index.lookup(pa.table({"key_0": pa.array([1], pa.int64())}), completed, times[7], done)  # warm
+    storage.calls.clear()
+    absent = pa.table({"key_0": pa.array(np.arange(500_000, 500_100), pa.int64())})
+    assert index.lookup(absent, completed, times[7], done).num_rows == 0
+    assert [c for c in storage.calls if c[0] == "read"] == []
+    odd = pa.table({"key_0": pa.array(np.arange(1, 2001, 20), pa.int64())})  # in range, absent
+    assert index.lookup(odd, completed, times[7], done).num_rows == 0
+    assert len([c for c in storage.calls if c[0] == "read"]) <= 3, "filter false positives only"
+    storage.calls.clear()
+    found = index.lookup(pa.table({"key_0": pa.array([4, 100_050], pa.int64())}), completed, times[7], done)
+    assert sorted(found["key_0"].to_pylist()) == [4, 100_050]
