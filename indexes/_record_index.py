@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
@@ -103,6 +104,7 @@ class RecordIndex:
             (self._filesystem is not None and isinstance(self._filesystem[0], pa.fs.LocalFileSystem))
             or storage.uri.startswith("memory://"))
         self._footers = FooterCache()
+        self._readers = _Readers(self._open)
         #: Every run filter and log's key hashes this handle has read, probed as arrays.
         self._bank = FilterBank()
         self._log_keys = LogKeys()
@@ -561,8 +563,8 @@ class RecordIndex:
             groups = footer.batches_for(asked.first_keys())
             if not groups:
                 return None
-            reader = ipc.open_file(self._open(run.path))
-            table = run_batches(reader, groups)
+            with self._readers.open(run.path) as reader:
+                table = run_batches(reader, groups)
             # A bottom run holds no tombstones, and every entry in it is older than any other
             # entry of its key, so ``instant`` need not be decoded for a lookup: its entries
             # count as the oldest. Upper runs may hold tombstones and are ordered by instant.
@@ -572,7 +574,10 @@ class RecordIndex:
                 columns.append("deleted")
             # Match while the repeated strings are still dictionary-encoded (one dictionary per
             # run): decoding every file path of the batches read would cost more than the lookup.
-            found = matching(table.select(columns), asked.keys, self.keys)
+            if self._integer_key:  # a run is sorted by key: binary search, then take the hits
+                found = _sorted_hits(table.select(columns), asked.keys.column(0).to_numpy())
+            else:
+                found = matching(table.select(columns), asked.keys, self.keys)
             if not decode_instant:
                 found = found.append_column("instant", pa.array([""] * found.num_rows, pa.string()))
             if run.bottom:
@@ -599,11 +604,7 @@ class RecordIndex:
                     wanted = below[0].keys if len(below) == 1 else pa.concat_tables([a.keys for a in below])
                     parts.append(matching(pa.Table.from_batches([batch]), wanted, self.keys))
                     continue
-                keys = batch.column(0).to_numpy()
-                at = np.searchsorted(keys, search)
-                inside = at < len(keys)
-                rows = at[inside][keys[at[inside]] == search[inside]]
-                parts.append(pa.Table.from_batches([batch.take(pa.array(rows))]))
+                parts.append(_sorted_hits(pa.Table.from_batches([batch]), search))
             if not parts:
                 return self.schema.empty_table()
             return pa.concat_tables(parts).select(self.schema.names)
@@ -865,6 +866,49 @@ class _Asked:
 
     def first_keys(self) -> list[Any]:
         return self.keys.column(0).to_pylist()  # type: ignore[no-any-return]
+
+
+def _sorted_hits(table: pa.Table, search: npt.NDArray[Any]) -> pa.Table:
+    """The rows of ``table`` (sorted by its first column, an integer key unique per row) whose
+    key is in ``search`` (sorted): one binary search over the concatenated keys, one take."""
+    keys = table.column(0).to_numpy()
+    at = np.searchsorted(keys, search)
+    inside = at < len(keys)
+    rows = at[inside][keys[at[inside]] == search[inside]]
+    return table.take(pa.array(rows, pa.int64()))
+
+
+class _Readers:
+    """Open readers of run files, least recently used out beyond ``kept``: opening a run parses
+    its footer (7 ms for a run of 5 million entries), and runs never change. A reader serves one
+    thread at a time."""
+
+    def __init__(self, opener: Callable[[str], Any], kept: int = 256) -> None:
+        self._opener = opener
+        self._kept = kept
+        self._readers: OrderedDict[str, tuple[ipc.RecordBatchFileReader, threading.Lock]] = OrderedDict()
+        self._mutex = threading.Lock()
+
+    @contextlib.contextmanager
+    def open(self, path: str) -> Iterator[ipc.RecordBatchFileReader]:
+        with self._mutex:
+            found = self._readers.get(path)
+            if found is not None:
+                self._readers.move_to_end(path)
+        if found is None:
+            found = (ipc.open_file(self._opener(path)), threading.Lock())
+            with self._mutex:
+                found = self._readers.setdefault(path, found)
+                while len(self._readers) > self._kept:
+                    self._readers.popitem(last=False)
+        reader, lock = found
+        with lock:
+            yield reader
+
+    def forget(self, paths: Iterable[str]) -> None:
+        with self._mutex:
+            for path in paths:
+                self._readers.pop(path, None)
 
 
 def _marker(done: Container[str]) -> Hashable:

@@ -26,6 +26,7 @@ import timeline
 from indexes import DoneCompactions, RecordIndex, key_hash, shard_of
 from indexes._index_layout import Node, RunFile, TierPolicy, chain, leaves, parse_run, run_name
 from indexes._index_runs import RANGES, bloom_filter, may_contain
+from indexes._record_index import _Readers
 
 FOLDER = "_metadata/record_index"
 _roots = itertools.count()
@@ -351,15 +352,22 @@ def test_bloom_filters_admit_every_key_they_hold_and_few_others() -> None:
 
 @pytest.fixture
 def opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every index file a RecordIndex opens for reading."""
+    """Every index file a RecordIndex opens for reading: to read a run's entries (its open
+    reader may be kept from an earlier lookup: each read counts), or anything else."""
     paths: list[str] = []
-    original = RecordIndex._open
+    original, reading = RecordIndex._open, _Readers.open
 
     def spy(self: RecordIndex, path: str) -> Any:
-        paths.append(path)
+        if parse_run(path, FOLDER, 1) is None:
+            paths.append(path)
         return original(self, path)
 
+    def spy_reading(self: _Readers, path: str) -> Any:
+        paths.append(path)
+        return reading(self, path)
+
     monkeypatch.setattr(RecordIndex, "_open", spy)
+    monkeypatch.setattr(_Readers, "open", spy_reading)
     yield paths
 
 
