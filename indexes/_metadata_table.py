@@ -387,6 +387,7 @@ class MetadataTable:
         record_key: Sequence[str] = (),
         record_index_shards: int | None = None,
         record_index_shard_max_entries: int | None = None,
+        table_id: str | None = None,
     ) -> None:
         self.storage = storage
         self.options = options or MetadataOptions()
@@ -423,7 +424,8 @@ class MetadataTable:
         self.record_index = (
             RecordIndex(storage, [table_schema.field(name).type for name in record_key],
                         record_index_shards or 1,
-                        shard_max_entries=record_index_shard_max_entries or DEFAULT_SHARD_MAX_ENTRIES)
+                        shard_max_entries=record_index_shard_max_entries or DEFAULT_SHARD_MAX_ENTRIES,
+                        shared_as=f"{storage.uri}#{table_id}" if table_id is not None else None)
             if record_key else None
         )
 

@@ -52,7 +52,8 @@ class Slot:
 class FilterBank:
     """The bloom filters of many runs in one growing buffer (filters never change: a run is
     immutable). Filters of runs no longer asked about stay until the buffer is rebuilt, which
-    happens when more than half of it is such garbage."""
+    happens when more than half of it is such garbage. Shared by every handle of a table in the
+    process (see ``RecordIndex``), so a buffer and its slots are always taken together."""
 
     def __init__(self) -> None:
         self._buffer = np.zeros(1 << 16, dtype=np.uint8)
@@ -60,35 +61,40 @@ class FilterBank:
         self._slots: dict[str, Slot] = {}
         self._mutex = threading.Lock()
 
-    def slot(self, path: str, bloom: bytes | None) -> Slot:
-        """The slot of run ``path``, adding its filter if new."""
+    def slots(self, runs: Sequence[tuple[str, bytes | None]]) -> tuple[npt.NDArray[np.uint8], list[Slot]]:
+        """The buffer and the slots of ``runs`` (path, filter), adding new filters: taken
+        together, so a rebuild by another thread cannot move a filter between the two (a grown
+        or rebuilt buffer is a new array; the old one keeps serving the slots taken with it)."""
+        with self._mutex:
+            slots = [self._slot(path, bloom) for path, bloom in runs]
+            return self._buffer, slots
+
+    def _slot(self, path: str, bloom: bytes | None) -> Slot:
         found = self._slots.get(path)
         if found is not None:
             return found
-        with self._mutex:
-            found = self._slots.get(path)
-            if found is not None:
-                return found
-            if bloom is None:
-                found = Slot(0, ADMITS_ALL)
-            elif not bloom:
-                found = Slot(0, 0)
-            else:
-                size = len(bloom)
-                if self._end + size > len(self._buffer):
-                    grown = np.zeros(max(2 * len(self._buffer), self._end + size), dtype=np.uint8)
-                    grown[:self._end] = self._buffer[:self._end]
-                    self._buffer = grown
-                self._buffer[self._end:self._end + size] = np.frombuffer(bloom, dtype=np.uint8)
-                found = Slot(self._end, size * 8)
-                self._end += size
-            self._slots[path] = found
-            return found
+        if bloom is None:
+            found = Slot(0, ADMITS_ALL)
+        elif not bloom:
+            found = Slot(0, 0)
+        else:
+            size = len(bloom)
+            if self._end + size > len(self._buffer):
+                grown = np.zeros(max(2 * len(self._buffer), self._end + size), dtype=np.uint8)
+                grown[:self._end] = self._buffer[:self._end]
+                self._buffer = grown
+            self._buffer[self._end:self._end + size] = np.frombuffer(bloom, dtype=np.uint8)
+            found = Slot(self._end, size * 8)
+            self._end += size
+        self._slots[path] = found
+        return found
 
     def keep_only(self, paths: set[str]) -> None:
         """Forget the filters of runs not in ``paths`` once they are most of the buffer (runs
-        replaced by merges and cleaned)."""
+        replaced by merges and cleaned). Cheap when there is little to forget."""
         with self._mutex:
+            if len(self._slots) <= 2 * len(paths) and self._end <= (1 << 16):
+                return
             live = [(p, s) for p, s in self._slots.items() if p in paths]
             used = sum(s.bits // 8 for _, s in live if s.bits > 0)
             if self._end <= 4096 or used * 2 >= self._end:
@@ -106,20 +112,21 @@ class FilterBank:
                     slots[path] = slot
             self._buffer, self._end, self._slots = buffer, end, slots
 
-    def admitted(self, hashes: Hashes, offsets: npt.NDArray[np.int64],
-                 bits: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        """Per pair ``i``, whether the filter at ``offsets[i]`` of ``bits[i]`` bits admits the
-        key of hash ``hashes[i]``: one gather for all pairs."""
-        result = bits == ADMITS_ALL
-        real = bits > 0
-        if real.any():
-            chosen = np.flatnonzero(real)
-            positions = probe_positions(hashes[chosen], bits[chosen].astype(np.uint64)).astype(np.int64)
-            positions += (offsets[chosen] * 8)[:, None]
-            buffer = self._buffer
-            hits = (buffer[positions >> 3] >> (positions & 7).astype(np.uint8)) & 1
-            result[chosen] = hits.all(axis=1)
-        return result  # type: ignore[no-any-return]
+
+def admitted(buffer: npt.NDArray[np.uint8], hashes: Hashes, offsets: npt.NDArray[np.int64],
+             bits: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    """Per pair ``i``, whether the filter at ``offsets[i]`` of ``bits[i]`` bits in ``buffer``
+    (taken with its slots from :meth:`FilterBank.slots`) admits the key of hash ``hashes[i]``:
+    one gather for all pairs."""
+    result = bits == ADMITS_ALL
+    real = bits > 0
+    if real.any():
+        chosen = np.flatnonzero(real)
+        positions = probe_positions(hashes[chosen], bits[chosen].astype(np.uint64)).astype(np.int64)
+        positions += (offsets[chosen] * 8)[:, None]
+        hits = (buffer[positions >> 3] >> (positions & 7).astype(np.uint8)) & 1
+        result[chosen] = hits.all(axis=1)
+    return result  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,7 @@ class Pairs:
     runs: npt.NDArray[np.int64]
 
 
-def probe_runs(bank: FilterBank, hashes: Hashes, first_keys: npt.NDArray[np.int64] | None,
+def probe_runs(buffer: npt.NDArray[np.uint8], hashes: Hashes, first_keys: npt.NDArray[np.int64] | None,
                chains: Sequence[tuple[npt.NDArray[np.int64], Sequence[int]]],
                slots: Sequence[Slot], ranges: Sequence[tuple[int, int] | None]) -> Pairs:
     """The pairs of asked keys and runs that may match.
@@ -160,8 +167,8 @@ def probe_runs(bank: FilterBank, hashes: Hashes, first_keys: npt.NDArray[np.int6
         keys, runs = keys[inside], runs[inside]
     offsets = np.array([s.offset for s in slots], dtype=np.int64)
     bits = np.array([s.bits for s in slots], dtype=np.int64)
-    admitted = bank.admitted(hashes[keys], offsets[runs], bits[runs])
-    return Pairs(keys[admitted], runs[admitted])
+    passed = admitted(buffer, hashes[keys], offsets[runs], bits[runs])
+    return Pairs(keys[passed], runs[passed])
 
 
 class LogKeys:

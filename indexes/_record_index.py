@@ -88,7 +88,7 @@ class RecordIndex:
 
     def __init__(self, storage: Storage, key_types: Sequence[pa.DataType], shards: int, *,
                  row_group_rows: int = 1024, shard_max_entries: int = DEFAULT_SHARD_MAX_ENTRIES,
-                 policy: TierPolicy | None = None) -> None:
+                 policy: TierPolicy | None = None, shared_as: str | None = None) -> None:
         self.storage = storage
         self.shards = shards
         self.schema = index_schema(key_types)
@@ -103,14 +103,17 @@ class RecordIndex:
         self._parallel_reads = not (
             (self._filesystem is not None and isinstance(self._filesystem[0], pa.fs.LocalFileSystem))
             or storage.uri.startswith("memory://"))
-        self._footers = FooterCache()
-        self._readers = _Readers(self._open)
-        #: Every run filter and log's key hashes this handle has read, probed as arrays.
-        self._bank = FilterBank()
-        self._log_keys = LogKeys()
+        #: What was read of immutable index files (footers, open readers, filters, logs' key
+        #: hashes and layouts): shared by every handle of the same table in this process
+        #: (``shared_as``: its location and table id) so that a fresh handle starts warm.
+        caches = _caches(shared_as, self._open)
+        self._footers = caches.footers
+        self._readers = caches.readers
+        self._bank = caches.bank
+        self._log_keys = caches.log_keys
+        self._log_layouts = caches.log_layouts
         #: root shard -> (the completed compactions it was listed under, its files).
         self._listings: dict[int, tuple[Hashable, list[str]]] = {}
-        self._log_layouts: dict[str, LogLayout] = {}
         #: Root shard -> the finest layout of its nodes seen (writers log in it; see write).
         self._layout: dict[int, list[Node]] = {}
         self._integer_key = len(self.keys) == 1 and pa.types.is_integer(self.schema.field(self.keys[0]).type)
@@ -472,11 +475,14 @@ class RecordIndex:
         if not runs:
             return []
         footers = self._footers_of(runs)
-        slots = [self._bank.slot(run.path, footer.bloom) for run, footer in zip(runs, footers, strict=True)]
+        buffer, slots = self._bank.slots([(run.path, footer.bloom)
+                                          for run, footer in zip(runs, footers, strict=True)])
+        if len(files.by_root()) == self.shards:  # every run in use is here: drop the others'
+            self._bank.keep_only({run.path for usable in files.usable.values() for run in usable})
         first_keys = None
         if self._ranged:
             first_keys = ordered.column(0).to_numpy().astype(np.int64, copy=False)
-        pairs = probe_runs(self._bank, hashes, first_keys, chains, slots,
+        pairs = probe_runs(buffer, hashes, first_keys, chains, slots,
                            [footer.key_range() for footer in footers])
         if len(pairs.runs) == 0:
             return []
@@ -866,6 +872,41 @@ class _Asked:
 
     def first_keys(self) -> list[Any]:
         return self.keys.column(0).to_pylist()  # type: ignore[no-any-return]
+
+
+@dataclass
+class _Caches:
+    """What a record index keeps of files that never change, by path."""
+
+    footers: FooterCache
+    readers: _Readers
+    bank: FilterBank
+    log_keys: LogKeys
+    log_layouts: dict[str, LogLayout]
+
+
+_SHARED: OrderedDict[str, _Caches] = OrderedDict()
+_SHARED_LOCK = threading.Lock()
+#: Tables whose caches a process keeps (the least recently opened go first).
+_SHARED_KEPT: Final = 8
+
+
+def _caches(shared_as: str | None, opener: Callable[[str], Any]) -> _Caches:
+    """The caches of the table ``shared_as`` names (new ones for None). A table dropped and
+    created again at the same location has a new table id, so it never sees the old caches."""
+    def fresh() -> _Caches:
+        return _Caches(FooterCache(), _Readers(opener), FilterBank(), LogKeys(), {})
+
+    if shared_as is None:
+        return fresh()
+    with _SHARED_LOCK:
+        found = _SHARED.get(shared_as)
+        if found is None:
+            found = _SHARED[shared_as] = fresh()
+            while len(_SHARED) > _SHARED_KEPT:
+                _SHARED.popitem(last=False)
+        _SHARED.move_to_end(shared_as)
+        return found
 
 
 def _sorted_hits(table: pa.Table, search: npt.NDArray[Any]) -> pa.Table:

@@ -98,7 +98,8 @@ class TableContext:
                                       record_key=config.record_key_columns,
                                       record_index_shards=config.record_index_shards,
                                       record_index_shard_max_entries=shard_max_entries(
-                                          config.properties))
+                                          config.properties),
+                                      table_id=config.table_id)
         self.store = DataStore(storage, ExternalReader(
             self.base_version.schema, config.partition_by, external_options(storage.uri, storage_options)))
         self._latest: tuple[str, MetadataSnapshot] | None = None

@@ -8,17 +8,22 @@ a read. And it is what keeps a keyed append from opening runs and logs: absent k
 from __future__ import annotations
 
 import itertools
+import shutil
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import timeline
+import txn
 from indexes import RecordIndex
 from indexes._index_runs import bloom_filter, may_contain
 from indexes._keys import key_hash
-from indexes._probe import ADMITS_ALL, FilterBank, LogKeys, held, probe_runs
+from indexes._probe import ADMITS_ALL, FilterBank, LogKeys, admitted, held, probe_runs
 from tests.unit.txn.helpers import CountingStorage
 
 _roots = itertools.count()
@@ -35,13 +40,13 @@ def test_the_bank_answers_as_each_runs_own_filter(runs: list[list[int]], asked: 
     """Filters of different sizes in one buffer: every (key, run) answer is the run's own."""
     bank = FilterBank()
     for i, keys in enumerate(runs):
-        bank.slot(f"r{i}", bloom_filter(_hashes(keys)))
+        bank.slots([(f"r{i}", bloom_filter(_hashes(keys)))])
     every = list(itertools.chain.from_iterable(runs))
     wanted = asked + every[:50]
     hashes = _hashes(wanted)
     for i, keys in enumerate(runs):
-        slot = bank.slot(f"r{i}", None)  # known: the filter given first stays
-        got = bank.admitted(hashes, np.full(len(hashes), slot.offset), np.full(len(hashes), slot.bits))
+        buffer, (slot,) = bank.slots([(f"r{i}", None)])  # known: the filter given first stays
+        got = admitted(buffer, hashes, np.full(len(hashes), slot.offset), np.full(len(hashes), slot.bits))
         expected = may_contain(bloom_filter(_hashes(keys)), hashes)
         assert got.tolist() == expected.tolist()
         assert got[[k in set(keys) for k in wanted]].all(), "no false negative"
@@ -55,14 +60,15 @@ def test_probe_keeps_every_pair_whose_run_holds_the_key(runs: list[list[int]], a
     """Ranges and filters together: a pair whose run holds its key is always admitted; a pair
     whose key is outside the run's range never is."""
     bank = FilterBank()
-    slots = [bank.slot(f"r{i}", bloom_filter(_hashes(keys)) if keys else b"") for i, keys in enumerate(runs)]
+    buffer, slots = bank.slots([(f"r{i}", bloom_filter(_hashes(keys)) if keys else b"")
+                                for i, keys in enumerate(runs)])
     ranges = [(min(keys), max(keys)) if keys else None for keys in runs]
     # Two "nodes": the asked keys split at a drawn point, each with a drawn subset of the runs.
     cut = data.draw(st.integers(0, len(asked)))
     some_runs = st.lists(st.sampled_from(range(len(runs))), unique=True)
     chains = [(np.arange(0, cut, dtype=np.int64), data.draw(some_runs)),
               (np.arange(cut, len(asked), dtype=np.int64), data.draw(some_runs))]
-    pairs = probe_runs(bank, _hashes(asked), np.array(asked, dtype=np.int64), chains, slots, ranges)
+    pairs = probe_runs(buffer, _hashes(asked), np.array(asked, dtype=np.int64), chains, slots, ranges)
     admitted = set(zip(pairs.keys.tolist(), pairs.runs.tolist(), strict=True))
     for rows, chain in chains:
         for row in rows.tolist():
@@ -76,25 +82,26 @@ def test_probe_keeps_every_pair_whose_run_holds_the_key(runs: list[list[int]], a
 
 
 def test_a_run_without_a_filter_admits_every_key_and_an_empty_one_none() -> None:
-    bank = FilterBank()
-    old, empty = bank.slot("old", None), bank.slot("empty", b"")
+    buffer, (old, empty) = FilterBank().slots([("old", None), ("empty", b"")])
     assert old.bits == ADMITS_ALL and empty.bits == 0
     hashes = _hashes([1, 2, 3])
-    assert bank.admitted(hashes, np.zeros(3, np.int64), np.full(3, old.bits)).all()
-    assert not bank.admitted(hashes, np.zeros(3, np.int64), np.full(3, empty.bits)).any()
+    assert admitted(buffer, hashes, np.zeros(3, np.int64), np.full(3, old.bits)).all()
+    assert not admitted(buffer, hashes, np.zeros(3, np.int64), np.full(3, empty.bits)).any()
 
 
 def test_the_bank_drops_filters_of_runs_no_longer_asked_about() -> None:
     bank = FilterBank()
     keys = list(range(0, 100_000, 7))
     for i in range(8):
-        bank.slot(f"r{i}", bloom_filter(_hashes([k + i for k in keys])))
-    before = bank.slot("r7", None)
+        bank.slots([(f"r{i}", bloom_filter(_hashes([k + i for k in keys])))])
+    old_buffer, (before,) = bank.slots([("r7", None)])
     bank.keep_only({"r7"})
-    after = bank.slot("r7", None)
+    buffer, (after,) = bank.slots([("r7", None)])
     assert after.offset < before.offset, "rebuilt with the live filter first"
     hashes = _hashes([k + 7 for k in keys])
-    assert bank.admitted(hashes, np.full(len(hashes), after.offset), np.full(len(hashes), after.bits)).all()
+    for taken, slot in ((buffer, after), (old_buffer, before)):  # each buffer with its own slots
+        count = len(hashes)
+        assert admitted(taken, hashes, np.full(count, slot.offset), np.full(count, slot.bits)).all()
 
 
 def test_log_keys_answer_exactly_and_stay_within_their_budget() -> None:
@@ -140,3 +147,46 @@ def test_absent_keys_open_no_run_and_no_log(memory_uri: str) -> None:
     storage.calls.clear()
     found = index.lookup(pa.table({"key_0": pa.array([4, 100_050], pa.int64())}), completed, times[7], done)
     assert sorted(found["key_0"].to_pylist()) == [4, 100_050]
+
+
+def _keyed(uri: str) -> txn.Table:
+    return txn.create_table(uri, pa.schema([("k", pa.int64()), ("v", pa.int64())]), record_key="k")
+
+
+def test_a_fresh_handle_of_a_table_starts_with_what_another_handle_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run footers, open readers and filters are shared by the handles of one table in a
+    process: a stateless job opening a handle per write does not read them again."""
+    uri = f"file://{tmp_path}/t"
+    table = _keyed(uri)
+    table.append(pa.table({"k": np.arange(1000), "v": np.arange(1000)}))
+    table.maintain()
+    assert table.lookup(pa.table({"k": [5]})).num_rows == 1
+    opened: list[str] = []
+    original = RecordIndex._open
+
+    def spy(self: RecordIndex, path: str) -> Any:
+        opened.append(path)
+        return original(self, path)
+
+    monkeypatch.setattr(RecordIndex, "_open", spy)
+    fresh = txn.open_table(uri)
+    assert fresh.lookup(pa.table({"k": [5000, 6000]})).num_rows == 0
+    assert opened == [], "the keys' absence is known from what the first handle read"
+    assert fresh.lookup(pa.table({"k": [7]})).num_rows == 1
+
+
+def test_a_table_created_again_at_the_same_location_never_sees_the_old_one(tmp_path: Path) -> None:
+    uri = f"file://{tmp_path}/t"
+    first = _keyed(uri)
+    first.append(pa.table({"k": np.arange(100), "v": np.zeros(100, np.int64)}))
+    first.maintain()
+    assert first.lookup(pa.table({"k": [5]}))["k"].to_pylist() == [5]
+    shutil.rmtree(tmp_path / "t")
+    again = _keyed(uri)
+    again.append(pa.table({"k": np.arange(50, 60), "v": np.ones(10, np.int64)}))
+    again.maintain()
+    assert txn.open_table(uri).lookup(pa.table({"k": [5, 55]}))["k"].to_pylist() == [55]
+    with pytest.raises(txn.DuplicateKeyError):
+        txn.open_table(uri).append(pa.table({"k": [55], "v": [2]}))
+    txn.open_table(uri).append(pa.table({"k": [5], "v": [2]}))  # key 5 was the old table's only
