@@ -243,6 +243,9 @@ class KeyedSystem(Protocol):
     def plan(self, table: str) -> int:
         """Open the table with no state and list what a reader must read; the number of files."""
 
+    def list_files(self, table: str) -> int:
+        """Open the table with no state and list its live data files (no statistics); how many."""
+
     def read(self, handle: Any, columns: list[str]) -> pa.Table:
         """Every live row's ``columns``."""
 
@@ -258,6 +261,7 @@ class MetatxnKeyed:
         "count": "t.count() (t.snapshot().count() where Table has no count)",
         "open": "txn.open_table(uri)",
         "plan": "txn.open_table(uri).snapshot().file_table() (.files() where there is no file_table)",
+        "list": "txn.open_table(uri).snapshot().files()",
         "lookup": "t.lookup(keys)",
     }
 
@@ -300,6 +304,9 @@ class MetatxnKeyed:
         file_table = getattr(snapshot, "file_table", None)
         return len(file_table()) if callable(file_table) else len(snapshot.files())
 
+    def list_files(self, table: str) -> int:
+        return len(self.open(table).snapshot().files())
+
     def read(self, handle: Any, columns: list[str]) -> pa.Table:
         return handle.to_arrow(columns=columns)
 
@@ -324,6 +331,7 @@ class DeltalakeKeyed:
         "count": "dt.count()",
         "open": "DeltaTable(uri)",
         "plan": "DeltaTable(uri).file_uris()",
+        "list": "DeltaTable(uri).file_uris()",
     }
 
     def __init__(self, root: Path, *, keyed: bool = True) -> None:
@@ -359,6 +367,9 @@ class DeltalakeKeyed:
     def plan(self, table: str) -> int:
         return len(self.open(table).file_uris())
 
+    def list_files(self, table: str) -> int:
+        return self.plan(table)
+
     def read(self, handle: Any, columns: list[str]) -> pa.Table:
         return handle.to_pyarrow_table(columns=columns)
 
@@ -379,6 +390,7 @@ class LanceKeyed:
         "count": "ds.count_rows()",
         "open": "lance.dataset(uri)",
         "plan": "lance.dataset(uri).get_fragments()",
+        "list": "lance.dataset(uri).get_fragments()",
     }
 
     def __init__(self, root: Path, *, keyed: bool = True) -> None:
@@ -410,6 +422,9 @@ class LanceKeyed:
 
     def plan(self, table: str) -> int:
         return len(self.open(table).get_fragments())
+
+    def list_files(self, table: str) -> int:
+        return self.plan(table)
 
     def read(self, handle: Any, columns: list[str]) -> pa.Table:
         return handle.to_table(columns=columns)

@@ -1,39 +1,46 @@
 """Keyed tables at scale: metatxn's keyed writes and reads against deltalake and Lance, in one run.
 
-Issue 12's targets (item 7, all but Spark's), each measured by its own function below, every peer
-in the same run on the same data (TPC-H-orders-like rows from ``bench_mutations``: int64 key
-``o_orderkey``, int64 customer key, string status, ``decimal(15, 2)`` price, date, string comment):
+The targets of issue 12 (item 7) and issue 27 (item 5), all but Spark's, each measured by its own
+function below, every peer in the same run on the same data (TPC-H-orders-like rows from
+``bench_mutations``: int64 key ``o_orderkey``, int64 customer key, string status,
+``decimal(15, 2)`` price, date, string comment):
 
-1. **Append** (``measure_appends``): a table of 1M and one of 10M keys (keys in random order,
-   built in appends of at most 1M rows), then ``--warmup`` untimed and ``--appends`` timed
-   100-row appends of new keys, systems interleaved commit by commit: median, p99, and the 10M
-   median over the 1M one. metatxn keyed against Lance's and deltalake's plain appends (no key
-   check), and metatxn unkeyed against Lance.
-2. **Load** (``measure_loads``): one append of ``--load-rows`` rows (random key order) into an
-   empty table, keyed against unkeyed: an int64 key, and a composite key of two columns
-   (``o_orderkey = k // 8``, ``o_linenumber = k % 8 + 1``). Lance and deltalake for scale.
+1. **Append** (``measure_appends``): a table of 6,000, one of 1M and one of 10M keys (keys in
+   random order, built in appends of at most 1M rows), then ``--warmup`` untimed and ``--appends``
+   timed 100-row appends of new keys through a kept handle, systems interleaved commit by
+   commit: median, p99, and the 10M median over the 1M one; then ``--fresh-appends`` more, each
+   through a handle opened for it (``txn.open_table(uri)`` then ``append``, as stateless jobs
+   do; the open is timed with the append). metatxn keyed against Lance's and deltalake's plain
+   appends (no key check), and metatxn unkeyed against Lance.
+2. **Load** (``measure_loads``): one append of ``--load-rows`` rows into an empty table, keyed
+   against unkeyed: an int64 key, and a composite key of two columns (``o_orderkey = k // 8``,
+   ``o_linenumber = k % 8 + 1``), each with the rows in random key order and sorted by key.
+   Lance and deltalake (int64 key) for scale.
 3. **TPC-H lineitem** (``measure_lineitem``): ``lineitem`` from ``tpchgen-cli`` (scale ``--tpch-scale``)
    loaded in one append keyed by (``l_orderkey``, ``l_linenumber``): the bytes under
    ``_metadata/record_index/`` against the bytes of the live data files. Without tpchgen-cli, a
    synthetic table with the same key distribution (1.5M orders per scale unit, 1-7 lines each);
    the report says which.
 4. **Lookup** (``measure_lookups``): 1,000 random existing keys, ``t.lookup(keys)`` on a warm
-   handle, in the append phase's keyed tables (1M, 10M) and, with ``--large``, in a 100M-key table
+   handle, in the append phase's keyed tables and, with ``--large``, in a 100M-key table
    (100 appends of 1M rows, several minutes and a few GB of disk; left out of the default run).
 5. **Upsert and delete** (``measure_mutations``): 1 % of a 1M-row table (half updates of random
    keys, half new keys) and a delete of a random 1 % key range, each timed on a fresh copy,
    with the base table's keys loaded in random order and in key order. metatxn ``upsert`` against
    Lance's ``merge_insert`` and deltalake's ``merge``.
 6. **Count and open** (``measure_count_open``): ``txn.open_table`` / ``lance.dataset`` /
-   ``DeltaTable``, then a count of the whole table on that handle, on the append phase's smallest
-   table (so after its ``--appends`` commits): ``--count-repeats`` times in this process (whatever
-   a library caches, it keeps) and ``--cold-repeats`` times in fresh processes, each of which
-   first opens and counts a small other table so that imports are not counted.
+   ``DeltaTable``, then a count of the whole table on that handle; and open + list of the files
+   (``snapshot().files()`` / ``get_fragments()`` / ``file_uris()``); on the
+   append phase's 1M-key table (so after its appends): ``--count-repeats`` times in this process
+   (whatever a library caches, it keeps) and ``--cold-repeats`` times in fresh processes, each
+   of which first opens and counts (or lists) a small other table so that imports are not
+   counted.
 7. **Concurrent appends** (``measure_concurrent``): ``--writers`` processes append 100-row batches
    of their own keys to one table for ``--writer-seconds``, metatxn keyed and unkeyed, deltalake,
-   Lance: commits/s, failed appends (raised), lost commits (reported committed but missing from
-   the table) and extra ones (raised but landed). Each writer's first failure is printed in full
-   on stderr.
+   Lance, each append through a handle opened for it (``--writer-handles fresh``, the default;
+   ``kept``: one handle per process): commits/s, failed appends (raised), lost commits
+   (reported committed but missing from the table) and extra ones (raised but landed). Each
+   writer's first failure is printed in full on stderr.
 8. **Flat rate and planning** (``measure_flat``): ``--flat-appends`` successive 100-row appends
    (10,000); milliseconds per commit of the first and last ``--flat-window`` (1,000), and open +
    plan (``snapshot().file_table()``) after 100 commits and after all of them. Lance runs
@@ -48,8 +55,8 @@ Otherwise the status is 0 whatever the figures: the targets are informational.
 
 Run from the repository root::
 
-    .venv/bin/python -m bench.bench_keyed            # full sizes (an estimated 15-30 min, half of it flat)
-    .venv/bin/python -m bench.bench_keyed --quick    # sizes / 10, about 2.5 minutes
+    .venv/bin/python -m bench.bench_keyed            # full sizes (an estimated 20-35 min, a third of it flat)
+    .venv/bin/python -m bench.bench_keyed --quick    # smaller sizes, a few minutes
     .venv/bin/python -m bench.bench_keyed --large    # also the 100M-key lookup
 """
 
@@ -117,6 +124,15 @@ APPEND_ROWS = 100
 BUILD_CHUNK = 1_000_000  # rows per append when building a big table
 LOOKUP_KEYS = 1_000
 LARGE_LOOKUP = 100_000_000
+#: The small keyed table of issue 27 (a key costs what it costs whatever the table's size).
+SMALL_TABLE = 6_000
+#: The count and open phase uses the append table nearest this size (the 1M one by default).
+COUNT_TABLE = 1_000_000
+#: How a writer gets its handle: opened once and kept, or opened again for every append (as a
+#: stateless job does: ``txn.open_table(uri)`` then ``append``).
+HANDLES = ("kept", "fresh")
+#: Load cases: key kind x key order of the rows (random, or sorted by key).
+LOAD_CASES = (("int64", "random"), ("int64", "sorted"), ("composite", "random"), ("composite", "sorted"))
 PHASES = ("append", "load", "lineitem", "lookup", "mutate", "count", "concurrent", "flat")
 T = TypeVar("T")
 
@@ -140,16 +156,17 @@ class Preset:
     writer_seconds: float
     flat_appends: int
     flat_window: int
+    fresh_appends: int
 
 
-FULL = Preset(append_sizes=(1_000_000, 10_000_000), appends=150, warmup=5, load_rows=1_000_000,
-              load_repeats=3, tpch_scale=1.0, lookups=20, mutation_rows=1_000_000, mutation_repeats=5,
-              count_repeats=20, cold_repeats=5, writers=8, writer_seconds=20.0, flat_appends=10_000,
-              flat_window=1_000)
-QUICK = Preset(append_sizes=(100_000, 1_000_000), appends=40, warmup=3, load_rows=200_000,
+FULL = Preset(append_sizes=(SMALL_TABLE, 1_000_000, 10_000_000), appends=150, warmup=5,
+              load_rows=1_000_000, load_repeats=3, tpch_scale=1.0, lookups=20, mutation_rows=1_000_000,
+              mutation_repeats=5, count_repeats=20, cold_repeats=5, writers=8, writer_seconds=20.0,
+              flat_appends=10_000, flat_window=1_000, fresh_appends=50)
+QUICK = Preset(append_sizes=(SMALL_TABLE, 100_000, 1_000_000), appends=40, warmup=3, load_rows=200_000,
                load_repeats=1, tpch_scale=0.1, lookups=10, mutation_rows=100_000, mutation_repeats=2,
                count_repeats=10, cold_repeats=3, writers=8, writer_seconds=5.0, flat_appends=500,
-               flat_window=100)
+               flat_window=100, fresh_appends=15)
 
 
 def log(message: str) -> None:
@@ -262,6 +279,7 @@ class Concurrent:
     lost: int  # commits a writer saw succeed whose rows are not in the table
     extra: int  # commits a writer saw fail whose rows are in the table
     errors: list[str] = field(default_factory=list)
+    handles: str = "fresh"  # each append through a handle opened for it, or through one kept
 
     @property
     def per_second(self) -> float:
@@ -322,6 +340,13 @@ class Config:
     flat_window: int
     flat_systems: list[str]
     workdir: str
+    fresh_appends: int = 0
+    writer_handles: list[str] = field(default_factory=lambda: ["fresh"])
+
+    @property
+    def count_size(self) -> int:
+        """The append table the count and open phase reads: the one nearest ``COUNT_TABLE`` keys."""
+        return min(self.append_sizes, key=lambda size: (abs(size - COUNT_TABLE), size))
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -412,70 +437,101 @@ def _wrong(figure: Figure, name: str, message: str) -> None:
 
 
 def measure_appends(run: Run) -> None:
-    """100-row appends of new keys to 1M- and 10M-key tables, all systems interleaved per commit."""
+    """100-row appends of new keys to each append table, all systems interleaved per commit:
+    through a kept handle, then (``--fresh-appends``) through a handle opened for each append."""
     config = run.config
     for size in config.append_sizes:
         handles = run.grow((*VARIANTS, ASYNC), size)
         table_rows = dict.fromkeys(handles, size)
         total = config.warmup + config.appends
-        log(f"== append: {total} x {APPEND_ROWS} rows into {size:,} keys ({config.warmup} warm-up)")
-        for index in range(total):
-            batch = orders_for(new_keys(size + index * APPEND_ROWS, APPEND_ROWS), seed=index)
-            order = list(handles)
-            order = order[index % len(order):] + order[:index % len(order)]  # no system always first
-            for name in order:
-                figure = run.report.figure(f"append/{size}", name)
-                if not figure.valid:
-                    continue
-                try:
-                    ms, _ = _timed(run.systems[name].append, handles[name], batch)
-                except Exception:
-                    _fail(figure, name, f"append #{index + 1}")
-                    continue
-                table_rows[name] += APPEND_ROWS
-                if index >= config.warmup:
-                    figure.samples.append(ms)
+        log(f"== append: {total} x {APPEND_ROWS} rows into {size:,} keys ({config.warmup} warm-up), "
+            "kept handle")
+        _append_rounds(run, f"append/{size}", handles, table_rows, size, range(total), config.warmup)
+        if config.fresh_appends:
+            fresh = {name: None for name in handles if name != ASYNC}
+            log(f"== append: {config.fresh_appends} x {APPEND_ROWS} rows into {size:,} keys, a fresh handle "
+                "(open, then append) each")
+            _append_rounds(run, f"append-fresh/{size}", fresh, table_rows, size,
+                           range(total, total + config.fresh_appends), 0)
+        keys = (f"append/{size}", f"append-fresh/{size}")
         for name in handles:
-            figure = run.report.figure(f"append/{size}", name)
-            if figure.valid:
-                found = run.systems[name].count(run.systems[name].open(run.grown[(name, size)][0]))
-                if found != table_rows[name]:
-                    _wrong(figure, name, f"{found:,} rows after the appends; expected {table_rows[name]:,}")
-            run.grown[(name, size)] = (run.grown[(name, size)][0], table_rows[name])
-            figure.finish()
-            if figure.median is not None:
-                log(f"  {name}: median {figure.median:.1f} ms, p99 {figure.p99:.1f} ms")
+            table = run.grown[(name, size)][0]
+            found = run.systems[name].count(run.systems[name].open(table))
+            if found != table_rows[name]:
+                problem = f"{found:,} rows after the appends; expected {table_rows[name]:,}"
+                for key in keys:
+                    figure = run.report.figures.get(key, {}).get(name)
+                    if figure is not None and figure.valid:
+                        _wrong(figure, name, problem)
+            run.grown[(name, size)] = (table, table_rows[name])
+        for key in keys:
+            for name, figure in run.report.figures.get(key, {}).items():
+                figure.finish()
+                if figure.median is not None:
+                    log(f"  {name} ({key}): median {figure.median:.1f} ms, p99 {figure.p99:.1f} ms")
+
+
+def _append_rounds(run: Run, key: str, handles: dict[str, Any], table_rows: dict[str, int], size: int,
+                   indexes: range, warmup: int) -> None:
+    """One 100-row append of new keys per system per index, systems taking turns; a handle of
+    None means a fresh one for each append (``open`` timed with the append)."""
+    for round_number, index in enumerate(indexes):
+        batch = orders_for(new_keys(size + index * APPEND_ROWS, APPEND_ROWS), seed=index)
+        order = list(handles)
+        order = order[index % len(order):] + order[:index % len(order)]  # no system always first
+        for name in order:
+            figure = run.report.figure(key, name)
+            if not figure.valid:
+                continue
+            system = run.systems[name]
+            try:
+                if handles[name] is None:
+                    began = time.perf_counter()
+                    system.append(system.open(run.grown[(name, size)][0]), batch)
+                    ms = (time.perf_counter() - began) * 1e3
+                else:
+                    ms, _ = _timed(system.append, handles[name], batch)
+            except Exception:
+                _fail(figure, name, f"append #{index + 1}")
+                continue
+            table_rows[name] += APPEND_ROWS
+            if round_number >= warmup:
+                figure.samples.append(ms)
 
 
 def measure_loads(run: Run) -> None:
-    """One append of ``--load-rows`` rows into an empty table: keyed against unkeyed, two key kinds."""
+    """One append of ``--load-rows`` rows into an empty table, keyed against unkeyed: an int64
+    and a composite key, the rows in random key order and sorted by key."""
     config = run.config
     rows = config.load_rows
     log(f"== load: {rows:,} rows in one append, {config.load_repeats} repetition(s)")
     for repetition in range(config.load_repeats):
-        data = orders_for(permutation(rows, seed=77 + repetition), seed=500 + repetition)
-        for kind, table, schema, key in (("int64", data, ORDERS, [KEY]),
-                                         ("composite", composite(data), COMPOSITE, [KEY, LINE])):
+        shuffled = orders_for(permutation(rows, seed=77 + repetition), seed=500 + repetition)
+        ordered = orders_for(pa.array(range(rows), pa.int64()), seed=500 + repetition)
+        for kind, order in LOAD_CASES:
+            data = shuffled if order == "random" else ordered
+            table, schema, key = ((data, ORDERS, [KEY]) if kind == "int64"
+                                  else (composite(data), COMPOSITE, [KEY, LINE]))
             names = VARIANTS if kind == "int64" else (SUBJECT, UNKEYED)
             for name, system in run.among(names).items():
-                figure = run.report.figure(f"load/{kind}", name)
+                figure = run.report.figure(f"load/{kind}/{order}", name)
                 if not figure.valid:
                     continue
-                target = f"load_{kind}_{repetition}"
+                target = f"load_{kind}_{order}_{repetition}"
                 try:
                     handle = system.create(target, schema, key)
                     ms, _ = _timed(system.append, handle, table)
                     found = system.count(system.open(target))
                 except Exception:
-                    _fail(figure, name, f"the {kind} load")
+                    _fail(figure, name, f"the {kind} load ({order} order)")
                     continue
                 figure.samples.append(ms / 1e3)
-                log(f"  {name}: {kind} load #{repetition + 1}: {ms / 1e3:.2f} s")
+                log(f"  {name}: {kind} load, {order} order, #{repetition + 1}: {ms / 1e3:.2f} s")
                 if found != rows:
                     _wrong(figure, name, f"{found:,} rows after loading {rows:,}")
                 shutil.rmtree(system.path(target), ignore_errors=True)
-    for by_system in (run.report.figures.get("load/int64", {}), run.report.figures.get("load/composite", {})):
-        for figure in by_system.values():
+    for kind, order in LOAD_CASES:
+        for figure in run.report.figures.get(f"load/{kind}/{order}", {}).values():
             figure.finish()
 
 
@@ -617,9 +673,10 @@ def _check_delete(system: KeyedSystem, table: str, rows: int, low: int, high: in
 
 
 def measure_count_open(run: Run) -> None:
-    """Open a handle, then count the whole table through it: warm (in this process) and cold."""
+    """Open a handle, then count the whole table through it; and open a handle and list the
+    live data files: warm (in this process) and cold (a fresh process per sample)."""
     config = run.config
-    size = min(config.append_sizes)
+    size = config.count_size
     handles = run.grow((SUBJECT, LANCE, DELTA), size)
     log(f"== count and open: {config.count_repeats} in process, {config.cold_repeats} in fresh processes, "
         f"{size:,}-key table")
@@ -627,25 +684,32 @@ def measure_count_open(run: Run) -> None:
         system = run.systems[name]
         table, rows = run.grown[(name, size)]
         system.append(system.create("count_warmup", ORDERS, [KEY]), orders_for(new_keys(0, APPEND_ROWS), 1))
+        files = system.list_files(table)
         for cold in (False, True):
             suffix = " cold" if cold else ""
             figures = [run.report.figure(what + suffix, name) for what in ("open", "count", "open+count")]
+            listing = run.report.figure("open+list" + suffix, name)
             try:
                 samples = (_cold_samples(name, system, table, config.cold_repeats) if cold
                            else _warm_samples(system, table, config.count_repeats))
-                for open_ms, count_ms, found in samples:
+                for open_ms, count_ms, found, list_ms, listed in samples:
                     for figure, ms in zip(figures, (open_ms, count_ms, open_ms + count_ms), strict=True):
                         figure.samples.append(ms)
+                    listing.samples.append(list_ms)
                     if found != rows:
                         _wrong(figures[1], name, f"count() said {found:,}; the table holds {rows:,}")
                         break
+                    if listed != files:
+                        _wrong(listing, name, f"listed {listed:,} files, then {files:,}")
+                        break
             except Exception:
                 _fail(figures[1], name, f"open and count{suffix}")
-                figures[0].skipped = figures[2].skipped = figures[1].skipped
-            for figure in figures:
+                figures[0].skipped = figures[2].skipped = listing.skipped = figures[1].skipped
+            for figure in (*figures, listing):
                 figure.finish()
             if figures[0].median is not None and figures[1].median is not None:
-                log(f"  {name}{suffix}: open {figures[0].median:.2f} ms, count {figures[1].median:.2f} ms")
+                log(f"  {name}{suffix}: open {figures[0].median:.2f} ms, count {figures[1].median:.2f} ms, "
+                    f"open + list {_fmt(listing.median, 2)} ms")
 
 
 def _open_and_count(system: KeyedSystem, table: str) -> tuple[float, float, int]:
@@ -655,10 +719,20 @@ def _open_and_count(system: KeyedSystem, table: str) -> tuple[float, float, int]
     return open_ms, count_ms, found
 
 
-def _warm_samples(system: KeyedSystem, table: str, repeats: int) -> list[tuple[float, float, int]]:
-    """In this process, after one untimed open and count: whatever the library caches, it keeps."""
+#: One sample of the count and open phase: open ms, count ms, the count, open + list ms, files listed.
+Sample = tuple[float, float, int, float, int]
+
+
+def _warm_samples(system: KeyedSystem, table: str, repeats: int) -> list[Sample]:
+    """In this process, after one untimed open and count and one listing: whatever the library
+    caches, it keeps. Each sample: open, count, the count, open + list, the files listed."""
     system.count(system.open(table))
-    return [_open_and_count(system, table) for _ in range(repeats)]
+    system.list_files(table)
+    samples = []
+    for _ in range(repeats):
+        list_ms, listed = _timed(system.list_files, table)
+        samples.append((*_open_and_count(system, table), list_ms, listed))
+    return samples
 
 
 def _cold_open_count(name: str, root: str, table: str) -> tuple[float, float, int]:
@@ -668,21 +742,33 @@ def _cold_open_count(name: str, root: str, table: str) -> tuple[float, float, in
     return _open_and_count(system, table)
 
 
-def _cold_samples(name: str, system: KeyedSystem, table: str, repeats: int) -> list[tuple[float, float, int]]:
-    """One fresh spawned process per sample: no library can answer from a cache of this table."""
+def _cold_open_list(name: str, root: str, table: str) -> tuple[float, int]:
+    """In a fresh process: open and list a small other table first (untimed), then ``table``."""
+    system = make_variant(name, Path(root))
+    system.list_files("count_warmup")
+    return _timed(system.list_files, table)
+
+
+def _cold_samples(name: str, system: KeyedSystem, table: str, repeats: int) -> list[Sample]:
+    """One fresh spawned process per measurement (count, then list: two per sample), so no
+    library can answer from a cache of this table."""
     context = multiprocessing.get_context("spawn")
     samples, root = [], str(system.path(table).parent)
     for _ in range(repeats):
         with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-            samples.append(pool.submit(_cold_open_count, name, root, table).result())
+            counted = pool.submit(_cold_open_count, name, root, table).result()
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            listed = pool.submit(_cold_open_list, name, root, table).result()
+        samples.append((*counted, *listed))
     return samples
 
 
 # -- concurrent appends ------------------------------------------------------------------------
 
 def _writer(name: str, root: str, table: str, index: int, seconds: float, ready: Any, start: Any,
-            results: Any) -> None:
-    """One appending process: a warm-up commit, then appends of its own keys until the deadline."""
+            results: Any, fresh: bool = False) -> None:
+    """One appending process: a warm-up commit, then appends of its own keys until the deadline,
+    each through a handle opened for it (``fresh``, as a stateless job) or through one kept."""
     system = make_variant(name, Path(root))
     handle = system.open(table)
     template = orders_for(new_keys(0, APPEND_ROWS), seed=index)
@@ -701,7 +787,7 @@ def _writer(name: str, root: str, table: str, index: int, seconds: float, ready:
     number = 1
     while time.perf_counter() - began < seconds:
         try:
-            system.append(handle, batch(number))
+            system.append(system.open(table) if fresh else handle, batch(number))
             committed.append(number)
         except Exception as exc:
             failed.append(number)
@@ -715,35 +801,43 @@ def _writer(name: str, root: str, table: str, index: int, seconds: float, ready:
 
 
 def measure_concurrent(run: Run) -> None:
-    """``--writers`` processes appending to one table: commits/s, failed, lost and extra commits."""
+    """``--writers`` processes appending to one table, with each kind of handle of
+    ``--writer-handles``: commits/s, failed, lost and extra commits."""
+    for handles in run.config.writer_handles:
+        for name, system in run.among((SUBJECT, UNKEYED, DELTA, LANCE)).items():
+            _concurrent(run, name, system, handles)
+
+
+def _concurrent(run: Run, name: str, system: KeyedSystem, handles: str) -> None:
+    """One run of ``--writers`` processes of ``name`` on a new table, each appending through
+    ``handles`` handles (``fresh``: one opened per append)."""
     config = run.config
     context = multiprocessing.get_context("spawn")
-    for name, system in run.among((SUBJECT, UNKEYED, DELTA, LANCE)).items():
-        log(f"== concurrent: {config.writers} {name} writers for {config.writer_seconds:g} s")
-        table = "concurrent"
-        system.create(table, ORDERS, [KEY])
-        ready, results, start = context.Queue(), context.Queue(), context.Event()
-        processes = [context.Process(target=_writer, args=(name, str(system.path(table).parent), table, i,
-                                                           config.writer_seconds, ready, start, results))
-                     for i in range(config.writers)]
-        for process in processes:
-            process.start()
-        try:
-            for _ in processes:
-                ready.get(timeout=300)
-            start.set()
-            outcomes = [results.get(timeout=config.writer_seconds + 600) for _ in processes]
-        except Exception:
-            traceback.print_exc()
-            run.report.notes.append(
-                f"{name} concurrent appends: a writer did not finish ({sys.exc_info()[1]!r})")
-            outcomes = []
-        for process in processes:
-            process.join(timeout=60)
-            if process.is_alive():
-                process.kill()
-        if len(outcomes) != len(processes):
-            continue
+    log(f"== concurrent: {config.writers} {name} writers for {config.writer_seconds:g} s, {handles} handles")
+    table = "concurrent"
+    system.create(table, ORDERS, [KEY])
+    ready, results, start = context.Queue(), context.Queue(), context.Event()
+    processes = [context.Process(target=_writer, args=(name, str(system.path(table).parent), table, i,
+                                                       config.writer_seconds, ready, start, results,
+                                                       handles == "fresh"))
+                 for i in range(config.writers)]
+    for process in processes:
+        process.start()
+    try:
+        for _ in processes:
+            ready.get(timeout=300)
+        start.set()
+        outcomes = [results.get(timeout=config.writer_seconds + 600) for _ in processes]
+    except Exception:
+        traceback.print_exc()
+        run.report.notes.append(
+            f"{name} concurrent appends ({handles} handles): a writer did not finish ({sys.exc_info()[1]!r})")
+        outcomes = []
+    for process in processes:
+        process.join(timeout=60)
+        if process.is_alive():
+            process.kill()
+    if len(outcomes) == len(processes):
         present = _present_batches(system, table)
         warmups = {(i, 0) for i in range(config.writers)}
         committed = {(i, n) for i, done, _, _, _ in outcomes for n in done} | warmups
@@ -752,11 +846,16 @@ def measure_concurrent(run: Run) -> None:
             writers=config.writers, seconds=max(o[4] for o in outcomes),
             commits=sum(len(o[1]) for o in outcomes), failed=len(failed),
             lost=len(committed - present), extra=len(failed & present),
-            errors=sorted({e for o in outcomes for e in o[3]})[:3])
-        run.report.concurrent[name] = result
+            errors=sorted({e for o in outcomes for e in o[3]})[:3], handles=handles)
+        run.report.concurrent[_concurrent_key(name, handles)] = result
         log(f"  {name}: {result.per_second:.1f} commits/s, {result.failed} failed, {result.lost} lost, "
             f"{result.extra} extra")
-        shutil.rmtree(system.path(table), ignore_errors=True)
+    shutil.rmtree(system.path(table), ignore_errors=True)
+
+
+def _concurrent_key(name: str, handles: str) -> str:
+    """The report's key of a concurrent run: the system, and its handles unless fresh (the default)."""
+    return name if handles == "fresh" else f"{name}, {handles} handles"
 
 
 def _present_batches(system: KeyedSystem, table: str) -> set[tuple[int, int]]:
@@ -889,19 +988,28 @@ def _append_targets(report: Report) -> list[Target]:
             _at_most(f"unkeyed append @{size:,}: median at or below Lance's", f"{_fmt(unkeyed, 2)} vs "
                      f"{_fmt(lance, 2)} ms", _ratio(unkeyed, lance), 1.0),
         ]
-    if len(sizes) >= 2:
-        low, high = report.value(f"append/{sizes[0]}", SUBJECT), report.value(f"append/{sizes[-1]}", SUBJECT)
-        found.append(_at_most(f"keyed append median @{sizes[-1]:,} within 1.3x @{sizes[0]:,}",
+        if report.config.fresh_appends:
+            fresh = report.value(f"append-fresh/{size}", SUBJECT)
+            found.append(_at_most(f"keyed append @{size:,}, a fresh handle per append (open + append): "
+                                  "median within 2x the kept handle's",
+                                  f"{_fmt(fresh, 2)} vs {_fmt(ours, 2)} ms", _ratio(fresh, ours), 2.0))
+    scaled = [size for size in sizes if size != SMALL_TABLE]  # the small table is its own case
+    if len(scaled) >= 2:
+        low, high = (report.value(f"append/{scaled[0]}", SUBJECT),
+                     report.value(f"append/{scaled[-1]}", SUBJECT))
+        found.append(_at_most(f"keyed append median @{scaled[-1]:,} within 1.3x @{scaled[0]:,}",
                               f"{_fmt(high, 2)} vs {_fmt(low, 2)} ms", _ratio(high, low), 1.3))
     return found
 
 
 def _load_targets(report: Report) -> list[Target]:
     found = []
-    for kind in ("int64", "composite"):
-        keyed, plain = report.value(f"load/{kind}", SUBJECT), report.value(f"load/{kind}", UNKEYED)
-        found.append(_at_most(f"keyed {report.config.load_rows:,}-row load ({kind} key) at most 1.5x unkeyed",
-                              f"{_fmt(keyed, 2)} vs {_fmt(plain, 2)} s", _ratio(keyed, plain), 1.5))
+    for kind, order in LOAD_CASES:
+        key = f"load/{kind}/{order}"
+        keyed, plain = report.value(key, SUBJECT), report.value(key, UNKEYED)
+        found.append(_at_most(f"keyed {report.config.load_rows:,}-row load ({kind} key, {order} order) "
+                              "at most 1.5x unkeyed", f"{_fmt(keyed, 2)} vs {_fmt(plain, 2)} s",
+                              _ratio(keyed, plain), 1.5))
     return found
 
 
@@ -949,22 +1057,27 @@ def _mutation_targets(report: Report) -> list[Target]:
 def _count_open_targets(report: Report) -> list[Target]:
     found = []
     for suffix, where in (("", "in process"), (" cold", "fresh process")):
-        for what, label in (("count", "count() of the whole table"), ("open", "open a handle"),
-                            ("open+count", "open a handle and count")):
+        for what, label, bound in (("count", "count() of the whole table", 2.0),
+                                   ("open", "open a handle", 2.0),
+                                   ("open+count", "open a handle and count", 2.0),
+                                   ("open+list", "open a handle and list the files", 1.0)):
             ours, lance = report.value(what + suffix, SUBJECT), report.value(what + suffix, LANCE)
-            found.append(_at_most(f"{label} ({where}) within 2x Lance's",
-                                  f"{_fmt(ours, 2)} vs {_fmt(lance, 2)} ms", _ratio(ours, lance), 2.0))
+            within = "at or below" if bound == 1.0 else f"within {bound:g}x"
+            found.append(_at_most(f"{label} ({where}) {within} Lance's",
+                                  f"{_fmt(ours, 2)} vs {_fmt(lance, 2)} ms", _ratio(ours, lance), bound))
     return found
 
 
 def _concurrent_targets(report: Report) -> list[Target]:
-    delta = report.concurrent.get(DELTA)
     writers = report.config.writers
     found = []
-    for name, label in ((SUBJECT, "keyed"), (UNKEYED, "unkeyed")):
-        ours = report.concurrent.get(name)
+    for handles, (name, label) in ((h, c) for h in report.config.writer_handles
+                                   for c in ((SUBJECT, "keyed"), (UNKEYED, "unkeyed"))):
+        delta = report.concurrent.get(_concurrent_key(DELTA, handles))
+        ours = report.concurrent.get(_concurrent_key(name, handles))
         if ours is None and name == UNKEYED:
             continue
+        label = f"{label}, {'a fresh handle per append' if handles == 'fresh' else 'handles kept'}"
         speedup = _ratio(ours.per_second if ours else None, delta.per_second if delta else None)
         found.append(Target(f"{writers} appending processes ({label}): at least 2x deltalake's commits/s",
                             f"{_fmt(ours.per_second if ours else None)} vs "
@@ -994,7 +1107,7 @@ def _flat_targets(report: Report) -> list[Target]:
 
 
 def targets(report: Report) -> list[Target]:
-    """Issue 12's targets. Informational only: they never fail the run."""
+    """Issue 12's and issue 27's targets. Informational only: they never fail the run."""
     by_phase: dict[str, Callable[[Report], list[Target]]] = {
         "append": _append_targets, "load": _load_targets, "lineitem": _lineitem_targets,
         "lookup": _lookup_targets, "mutate": _mutation_targets, "count": _count_open_targets,
@@ -1016,28 +1129,33 @@ def _cell(figure: Figure | None, value: float | None, digits: int = 2) -> str:
 def _append_section(report: Report) -> str:
     rows = []
     for size in report.config.append_sizes:
-        by_system = report.figures.get(f"append/{size}", {})
-        ours = report.value(f"append/{size}", SUBJECT)
-        for name, figure in by_system.items():
-            rows.append([f"{size:,}", name, _cell(figure, figure.median), _cell(figure, figure.p99),
-                         _fmt(_ratio(figure.p99, figure.median), 2),
-                         "-" if name == SUBJECT else _fmt(_ratio(ours, figure.median), 2)])
+        for key, handle in ((f"append/{size}", "kept"), (f"append-fresh/{size}", "fresh")):
+            by_system = report.figures.get(key, {})
+            ours = report.value(key, SUBJECT)
+            for name, figure in by_system.items():
+                rows.append([f"{size:,}", handle, name, _cell(figure, figure.median),
+                             _cell(figure, figure.p99), _fmt(_ratio(figure.p99, figure.median), 2),
+                             "-" if name == SUBJECT else _fmt(_ratio(ours, figure.median), 2)])
     config = report.config
     title = (f"#### Append: {APPEND_ROWS} rows of new keys, {config.appends} timed after {config.warmup} "
-             "warm-up, systems interleaved")
+             f"warm-up through a kept handle, then {config.fresh_appends} through a fresh handle each "
+             "(open + append timed), systems interleaved")
     return "\n\n".join([title, _markdown_table(
-        ["keys in table", "system", "median ms", "p99 ms", "p99/median", "metatxn keyed/system"], rows)])
+        ["keys in table", "handle", "system", "median ms", "p99 ms", "p99/median", "metatxn keyed/system"],
+        rows)])
 
 
 def _load_section(report: Report) -> str:
     rows = []
-    for kind in ("int64", "composite"):
-        plain = report.value(f"load/{kind}", UNKEYED)
-        for name, figure in report.figures.get(f"load/{kind}", {}).items():
-            rows.append([kind, name, _cell(figure, figure.median), _fmt(_ratio(figure.median, plain), 2)])
-    title = (f"#### Load: {report.config.load_rows:,} rows (random key order) in one append, median of "
-             f"{report.config.load_repeats}")
-    return "\n\n".join([title, _markdown_table(["key", "system", "seconds", "system/metatxn unkeyed"], rows)])
+    for kind, order in LOAD_CASES:
+        plain = report.value(f"load/{kind}/{order}", UNKEYED)
+        for name, figure in report.figures.get(f"load/{kind}/{order}", {}).items():
+            rows.append([kind, order, name, _cell(figure, figure.median),
+                         _fmt(_ratio(figure.median, plain), 2)])
+    title = (f"#### Load: {report.config.load_rows:,} rows in one append (keys in random order, and sorted), "
+             f"median of {report.config.load_repeats}")
+    return "\n\n".join([title, _markdown_table(
+        ["key", "order", "system", "seconds", "system/metatxn unkeyed"], rows)])
 
 
 def _lineitem_section(report: Report) -> str:
@@ -1089,29 +1207,32 @@ def _count_open_section(report: Report) -> str:
     for suffix, where in (("", "in process"), (" cold", "fresh process")):
         for name in report.figures.get("open" + suffix, {}):
             cells, ratios = [], []
-            for what in ("open", "count", "open+count"):
+            for what in ("open", "count", "open+count", "open+list"):
                 figure = report.figures.get(what + suffix, {}).get(name)
                 cells.append(_cell(figure, figure.median if figure else None))
                 ratios.append(_fmt(_ratio(report.value(what + suffix, SUBJECT),
                                           report.value(what + suffix, name)), 2))
-            rows.append([where, name, *cells, *(["-"] * 3 if name == SUBJECT else ratios)])
+            rows.append([where, name, *cells, *(["-"] * 4 if name == SUBJECT else ratios)])
     config = report.config
-    title = (f"#### Open a handle, then count the whole table through it ({min(config.append_sizes):,}-key "
-             f"table after the appends; median of {config.count_repeats} in this process after one untimed "
-             f"open, and of {config.cold_repeats} fresh processes that first opened another table)")
+    title = (f"#### Open a handle, then count the whole table through it; open a handle and list the "
+             f"files ({config.count_size:,}-key table after the appends; median of {config.count_repeats} in "
+             f"this process after one untimed open, and of {config.cold_repeats} fresh processes that first "
+             "opened another table)")
     return "\n\n".join([title, _markdown_table(
-        ["where", "system", "open ms", "count ms", "open + count ms", "metatxn/system open",
-         "metatxn/system count", "metatxn/system open + count"], rows)])
+        ["where", "system", "open ms", "count ms", "open + count ms", "open + list ms", "metatxn/system open",
+         "metatxn/system count", "metatxn/system open + count", "metatxn/system open + list"], rows)])
 
 
 def _concurrent_section(report: Report) -> str:
-    rows = [[name, str(c.writers), f"{c.seconds:.1f}", f"{c.commits:,}", f"{c.per_second:.1f}",
-             str(c.failed), str(c.lost), str(c.extra), "; ".join(c.errors) or "-"]
+    rows = [[name.split(",")[0], c.handles, str(c.writers), f"{c.seconds:.1f}", f"{c.commits:,}",
+             f"{c.per_second:.1f}", str(c.failed), str(c.lost), str(c.extra), "; ".join(c.errors) or "-"]
             for name, c in report.concurrent.items()]
     title = (f"#### {report.config.writers} processes appending {APPEND_ROWS}-row batches of their own keys "
-             f"to one table for {report.config.writer_seconds:g} s")
+             f"to one table for {report.config.writer_seconds:g} s (fresh handles: each append opens the "
+             "table first)")
     return "\n\n".join([title, _markdown_table(
-        ["system", "writers", "seconds", "commits", "commits/s", "failed", "lost", "extra", "errors"], rows)])
+        ["system", "handles", "writers", "seconds", "commits", "commits/s", "failed", "lost", "extra",
+         "errors"], rows)])
 
 
 def _flat_section(report: Report) -> str:
@@ -1140,7 +1261,7 @@ def _build_section(report: Report) -> str:
 
 def _targets_section(report: Report) -> str:
     rows = [[t.goal, t.figure, t.ratio, t.status] for t in targets(report)]
-    return "\n\n".join(["#### Targets (issue 12, informational)",
+    return "\n\n".join(["#### Targets (issues 12 and 27, informational)",
                         _markdown_table(["target", "figure", "ratio", "met?"], rows)])
 
 
@@ -1209,7 +1330,7 @@ def sizes_option(text: str) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.bench_keyed", description=(
-        "Keyed tables at scale (issue 12): metatxn keyed and unkeyed against Lance and deltalake."))
+        "Keyed tables at scale (issues 12 and 27): metatxn keyed and unkeyed against Lance and deltalake."))
     parser.add_argument("--systems", type=names_option((*VARIANTS, ASYNC)), default=[*VARIANTS, ASYNC],
                         help=f"comma-separated, from {','.join(VARIANTS)} (default: all)")
     parser.add_argument("--phases", type=names_option(PHASES), default=list(PHASES),
@@ -1219,6 +1340,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--appends", type=at_least_option(2), help=f"timed appends per size ({FULL.appends})")
     parser.add_argument("--warmup", type=at_least_option(0),
                         help=f"untimed appends before them ({FULL.warmup})")
+    parser.add_argument("--fresh-appends", type=at_least_option(0),
+                        help=f"timed appends per size through a handle opened for each, after the others "
+                             f"({FULL.fresh_appends}; 0: none)")
     parser.add_argument("--load-rows", type=at_least_option(1_000),
                         help=f"rows of a load ({FULL.load_rows:,})")
     parser.add_argument("--load-repeats", type=at_least_option(1), help=f"loads timed ({FULL.load_repeats})")
@@ -1235,6 +1359,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--writers", type=at_least_option(1), help=f"appending processes ({FULL.writers})")
     parser.add_argument("--writer-seconds", type=float,
                         help=f"how long they append ({FULL.writer_seconds:g})")
+    parser.add_argument("--writer-handles", type=names_option(HANDLES), default=["fresh"],
+                        help="how each appending process gets its handle, comma-separated: fresh (open the "
+                             "table for every append, as stateless jobs do; the default), kept (open once)")
     parser.add_argument("--flat-appends", type=at_least_option(200),
                         help=f"successive appends ({FULL.flat_appends:,})")
     parser.add_argument("--flat-window", type=at_least_option(1),
@@ -1287,6 +1414,8 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
         flat_window=_flag_or(args.flat_window, preset.flat_window),
         flat_systems=[n for n in args.flat_systems if n in args.systems],
         workdir=str(workdir),
+        fresh_appends=_flag_or(args.fresh_appends, preset.fresh_appends),
+        writer_handles=args.writer_handles,
     )
 
 

@@ -729,6 +729,17 @@ class Table:
         ``datetime`` or an ISO-8601 date or timestamp string: see :meth:`snapshot`)."""
         return self.snapshot(as_of).to_arrow(filter=filter, columns=columns)
 
+    def count(self, filter: ds.Expression | None = None,
+              as_of: str | datetime | None = None) -> int:
+        """The number of live rows of the snapshot ``as_of`` (the latest when None; see
+        :meth:`snapshot`) matching ``filter``: ``snapshot(as_of).count(filter)``.
+
+        Without a filter no data file is read, and the latest snapshot's count is kept per
+        process until another instant completes: asking again, through this handle or any
+        other of the same table, costs one listing of the timeline.
+        """
+        return _read.count_rows(self._context, filter, as_of)
+
     def to_pandas(self, filter: ds.Expression | None = None, columns: list[str] | None = None,
                   as_of: str | datetime | None = None) -> Any:
         """The rows as a ``pandas.DataFrame`` (``Snapshot.to_pandas`` of :meth:`snapshot`)."""

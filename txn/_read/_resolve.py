@@ -19,22 +19,31 @@ def snapshot(context: TableContext, as_of: str | datetime | None = None) -> Snap
     :meth:`txn.Table.snapshot`)."""
     view = context.timeline.load()
     if as_of is None:
-        last = view.last_completed()
-        bound = last.completed_at if last else None
-        completed = view.completed()
-    else:
-        # Time travel may reach instants archived off the active timeline: read the archive
-        # once, for the bound, the snapshot's name and the blocks to merge alike.
-        history = context.timeline.history()
-        completed = tuple(sorted((i for i in history if i.is_completed),
-                                 key=lambda i: i.completed_at or ""))
-        bound = completion_bound(as_of, {i.time: i for i in history}, view)
-        check_retained(context, as_of, bound, completed)
-    # The snapshot is named after the last write it includes, not a rollback after it.
+        return latest(context, view)
+    # Time travel may reach instants archived off the active timeline: read the archive
+    # once, for the bound, the snapshot's name and the blocks to merge alike.
+    history = context.timeline.history()
+    completed = tuple(sorted((i for i in history if i.is_completed),
+                             key=lambda i: i.completed_at or ""))
+    bound = completion_bound(as_of, {i.time: i for i in history}, view)
+    check_retained(context, as_of, bound, completed)
+    travel = {i.time: i.completed_at or "" for i in completed}
+    return snapshot_at(context, view, _last_write(completed, bound), bound, travel)
+
+
+def latest(context: TableContext, view: TimelineView) -> Snapshot:
+    """The snapshot of the latest completed instant of ``view`` (a listing just made)."""
+    last = view.last_completed()
+    bound = last.completed_at if last else None
+    return snapshot_at(context, view, _last_write(view.completed(), bound), bound)
+
+
+def _last_write(completed: Sequence[Instant], bound: str | None) -> str | None:
+    """The instant a snapshot at ``bound`` is named after: the last write it includes, not a
+    rollback after it (``completed`` in completion order)."""
     writes = [i for i in completed if i.action in DATA_ACTIONS
               and bound is not None and (i.completed_at or "") <= bound]
-    travel = None if as_of is None else {i.time: i.completed_at or "" for i in completed}
-    return snapshot_at(context, view, writes[-1].time if writes else None, bound, travel)
+    return writes[-1].time if writes else None
 
 
 def check_retained(context: TableContext, as_of: str | datetime, bound: str,

@@ -152,6 +152,7 @@ class Snapshot:
         self._table: pa.Table | None = None
         self._with_stats: pa.Table | None = None
         self._live_deltas: LiveDeltas | None = None
+        self._rows: int | None = None
 
     @property
     def instant(self) -> str | None:
@@ -391,10 +392,12 @@ class Snapshot:
         the metadata table's row counts less the rows its delete deltas delete."""
         expression = self._check_filter(filter)
         if expression is None:
-            table = self._file_table(stats=False)
-            rows = pc.sum(table["rows"]).as_py() or 0
-            deleted = pc.sum(table["deleted_rows"]).as_py() or 0
-            return int(rows - deleted)
+            if self._rows is None:  # a snapshot never changes: counted once
+                table = self._file_table(stats=False)
+                rows = pc.sum(table["rows"]).as_py() or 0
+                deleted = pc.sum(table["deleted_rows"]).as_py() or 0
+                self._rows = int(rows - deleted)
+            return self._rows
         if self._files.num_rows == 0:
             return 0
         table = self._planned(expression)
