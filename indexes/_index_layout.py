@@ -54,6 +54,10 @@ class Node:
         """The two nodes a split makes: the next bit of the hash above ``count``."""
         return Node(self.count * 2, self.shard), Node(self.count * 2, self.shard + self.count)
 
+    def descendants(self, levels: int) -> list[Node]:
+        """The ``2**levels`` nodes ``levels`` splits make of this one (``children`` for 1)."""
+        return [Node(self.count << levels, self.shard + i * self.count) for i in range(1 << levels)]
+
     def parent(self, roots: int) -> Node | None:
         """The node this one was split from (None for a root)."""
         if self.count <= roots:
@@ -225,6 +229,20 @@ class TierPolicy:
         node, so it is not merged whole again before it gained half a shard of entries. A child
         still above the limit splits again the next time a compaction touches it."""
         return live_entries > self.shard_max_entries // 2
+
+    def split_levels(self, live_entries: int) -> int:
+        """How many times a node just merged whole splits, all in the one compaction: 0 when
+        it stays whole (:meth:`splits_whole`), else the fewest halvings that leave each
+        descendant within ``shard_max_entries``. A table that starts as one shard and takes a
+        large load so reaches its layout in one whole merge instead of one per level (a node
+        of 10 M entries with the 4 M limit: four of 2.5 M at once, where halving once per
+        compaction merged 10 M and then each 5 M half whole again)."""
+        if not self.splits_whole(live_entries):
+            return 0
+        levels = 1
+        while live_entries > self.shard_max_entries << levels:
+            levels += 1
+        return levels
 
 
 @dataclass

@@ -759,12 +759,13 @@ class RecordIndex:
         if self.policy.splits(sum(sizes)):
             runs = [read_block(self.storage, r.path, self.schema) for r in chain]
             whole = live_entries(merge_entries([*runs, entries], self.schema), live_files)
-            if self.policy.splits_whole(whole.num_rows):
+            levels = self.policy.split_levels(whole.num_rows)
+            if levels:
                 hashes = self.hashes(whole)
-                upper = (hashes % np.uint64(node.count * 2)).astype(np.int64) != node.shard
-                return [self._put_run(child, whole.filter(pa.array(side == upper)), hashes[side == upper],
-                                      compaction_time, "", horizon)
-                        for side, child in zip((False, True), node.children(), strict=True)]
+                ids = (hashes % np.uint64(node.count << levels)).astype(np.int64)
+                return [self._put_run(child, whole.filter(pa.array(ids == child.shard)),
+                                      hashes[ids == child.shard], compaction_time, "", horizon)
+                        for child in node.descendants(levels)]
             return [self._put_run(node, whole, self.hashes(whole), compaction_time, "", horizon)]
         count = self.policy.merge_count(sizes)
         merging = chain[len(chain) - count + 1:] if count else []

@@ -636,3 +636,27 @@ def test_runs_below_a_chain_top_count_through_the_run_written_on_them() -> None:
     found = index.lookup(pa.table({"key_0": pa.array(range(0, 500, 7), pa.int64())}), completed,
                          max(completed.values()), archived)
     assert sorted(found["key_0"].to_pylist()) == list(range(0, 500, 7))
+
+
+def test_a_node_far_above_the_limit_splits_to_its_final_depth_in_one_compaction() -> None:
+    """One whole merge, not one per level: 1,000 entries with a limit of 100 make 16 nodes
+    (1,000 / 16 <= 100 < 1,000 / 8) in one compaction, and every key is still found."""
+    storage = _memory("deep")
+    index = RecordIndex(storage, [pa.int64()], 1, row_group_rows=8,
+                        policy=TierPolicy(fanout=4, tier_entries=64, shard_max_entries=100))
+    t1, c1, m1, t2, c2 = _times(5)
+    _write(index, t1, list(range(1000)), "a.parquet")
+    written = index.compact(m1, c1, {t1: c1}, set(), pa.array(["a.parquet"]))
+    nodes = {parse_run(p, FOLDER, 1).node for p in written}  # type: ignore[union-attr]
+    assert nodes == set(Node(1, 0).descendants(4)) and len(nodes) == 16
+    for path in written:
+        keys = ipc.open_file(pa.BufferReader(storage.read(path))).read_all()["key_0"]
+        node = parse_run(path, FOLDER, 1).node  # type: ignore[union-attr]
+        assert set(shard_of([keys], node.count).tolist()) <= {node.shard}
+    _write(index, t2, [5, 2000], "b.parquet")  # logged for the root: cut by the key hash
+    probe = pa.table({"key_0": pa.array(range(2001), pa.int64())})
+    found = index.lookup(probe, {t1: c1, t2: c2}, c2, {m1})
+    assert dict(zip(found["key_0"].to_pylist(), found["file"].to_pylist(), strict=True)) == {
+        **dict.fromkeys(range(1000), "a.parquet"), 5: "b.parquet", 2000: "b.parquet"}
+    policy = TierPolicy(shard_max_entries=100)
+    assert [policy.split_levels(n) for n in (40, 51, 200, 201, 400, 401)] == [0, 1, 1, 2, 2, 3]
