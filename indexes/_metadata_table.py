@@ -482,6 +482,13 @@ class MetadataTable:
                                        {"bytes": sizes, "record_index_entries": entries}, lease=lease)
         return written
 
+    @property
+    def checked_everything(self) -> bool:
+        """Whether every deltacommit this object read decoded (a resolution with an unreadable
+        one left blocks unchecked, so it must not stand for a checked one: see
+        ``TableContext.metadata_at``)."""
+        return not self._unreadable
+
     def remove_instant(self, instant_time: str, *, lease: Lease) -> list[str]:
         """Undo what data instant ``instant_time`` wrote here (it is being rolled back)."""
         removed = []

@@ -247,6 +247,37 @@ class RecordIndex:
                 parts.append(run_batches(reader, groups).select(self.schema.names))
         return pa.concat_tables(parts).cast(self.schema) if parts else self.schema.empty_table()
 
+    def written_among(self, instant_time: str, keys: pa.Table) -> pa.Table:
+        """Which of ``keys`` (columns ``key_0``...) instant ``instant_time`` wrote entries for
+        (conflict checks, under the table lock). Each of its log files is opened only when its
+        key hashes (kept per process, see ``indexes._probe``) hold one of them, and then matched
+        for those keys only: a small write beside a concurrent bulk load reads nothing of it.
+
+        Raises:
+            FileNotFoundError: its log files are gone (cleaning folded them into runs); the
+                caller must find the instant's entries another way.
+        """
+        logs = [log.path for log in self._logs(self.storage.list(INDEX_FOLDER))
+                if log.instant_time == instant_time]
+        if not logs:
+            raise FileNotFoundError(f"{INDEX_FOLDER}/{instant_time}.log.arrow")
+        keys = keys.select(self.keys)
+        if keys.num_rows == 0:
+            return keys
+        hashes = self.hashes(keys)
+        parts = []
+        for path in logs:
+            log_hashes = self._log_hashes(path)
+            asked = keys if log_hashes is None else keys.filter(pa.array(held(log_hashes, hashes)))
+            if asked.num_rows == 0:
+                continue
+            with decoding(path, _LOG_EXPECTED):
+                reader = ipc.open_file(self._open(path))
+                entries = run_batches(reader, list(range(reader.num_record_batches))).select(self.keys)
+            parts.append(matching(asked, entries.cast(pa.schema([self.schema.field(k) for k in self.keys])),
+                                  self.keys))
+        return pa.concat_tables(parts) if parts else keys.slice(0, 0)
+
     # -- listing -------------------------------------------------------------------------------
 
     def files(self, completed: Mapping[str, str], bound: str,

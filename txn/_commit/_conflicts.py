@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import matching, segment_sort_key
+from indexes import segment_sort_key
 from timeline import CommitConflictError, DuplicateKeyError, TimelineView
 
 from .._context import (
@@ -81,8 +81,7 @@ def overlaps(context: TableContext, view: TimelineView, *, instant_time: str, re
         shards = our_shards & set(metadata.index_shards)
         if index is not None and keys is not None and shards:
             try:
-                written = index.instant_entries(other.time, sorted(shards))
-                common_keys = matching(keys, written, index.keys)
+                common_keys = index.written_among(other.time, keys)
             except FileNotFoundError:
                 folded[other.time] = (metadata.operation, common_files)
                 continue

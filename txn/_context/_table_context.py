@@ -9,7 +9,10 @@ cache of the latest resolved metadata, shared by every operation on the table.
 from __future__ import annotations
 
 import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
@@ -44,6 +47,57 @@ LATEST_PARTITIONS: Final = (SCHEMAS, FILES, SEGMENTS, DELETES)
 
 #: Every partition the latest state may hold, in the order they are resolved.
 _CACHED_PARTITIONS: Final = (*LATEST_PARTITIONS, COLUMN_STATS, STREAMS)
+
+
+@dataclass(frozen=True)
+class _Resolution:
+    """A resolution of the latest state: the completion it was made at, the snapshot
+    (immutable: later ones extend it into a new snapshot), and every metadata file it was
+    built from."""
+
+    latest: str
+    snapshot: MetadataSnapshot
+    sources: frozenset[str]
+
+    def intact(self, storage: Storage) -> bool:
+        """Whether every file it was built from is still listed (one listing per folder)."""
+        folders: dict[str, set[str]] = {}
+        for path in self.sources:
+            folders.setdefault(path.rpartition("/")[0], set()).add(path)
+        return all(wanted <= set(storage.list(folder)) for folder, wanted in folders.items())
+
+
+class _LatestResolutions:
+    """Process-wide: ``(location, table id)`` -> the latest resolution of the table's metadata.
+    A handle opened per request so starts from what another read (after checking its files are
+    all still there). A table created again at the same location has a new id, so it never sees
+    an old resolution; the least recently used tables go first."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[tuple[str, str], _Resolution] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, table: tuple[str, str]) -> _Resolution | None:
+        with self._lock:
+            found = self._entries.get(table)
+            if found is not None:
+                self._entries.move_to_end(table)
+            return found
+
+    def put(self, table: tuple[str, str], resolved: _Resolution) -> None:
+        with self._lock:
+            held = self._entries.get(table)
+            if held is not None and held.latest > resolved.latest:
+                return  # a newer resolution is already kept: never move back
+            self._entries[table] = resolved
+            self._entries.move_to_end(table)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+
+#: Tables whose latest resolution a process keeps.
+_LATEST = _LatestResolutions(64)
 
 
 def base_version(config: TableConfig) -> TableVersion:
@@ -102,7 +156,11 @@ class TableContext:
                                       table_id=config.table_id)
         self.store = DataStore(storage, ExternalReader(
             self.base_version.schema, config.partition_by, external_options(storage.uri, storage_options)))
-        self._latest: tuple[str, MetadataSnapshot] | None = None
+        #: Where the latest resolution is kept: shared by every handle of this table in the
+        #: process (its location and table id), so a handle opened per request starts warm.
+        self._latest_key = (storage.uri, config.table_id)
+        #: The latest resolution this handle adopted the versions of.
+        self._adopted: MetadataSnapshot | None = None
         #: Set on a table created staged: its ``table.json`` goes with its first commit.
         self.staged: StagedCreate | None = None
 
@@ -208,9 +266,19 @@ class TableContext:
         if latest is None or (bound is not None and bound != latest):
             return self.metadata.resolve({**(travel or {}), **completed}, bound,
                                          partitions=partitions)
-        cached = self._latest
+        shared = _LATEST.get(self._latest_key)
+        if shared is not None and self._adopted is not shared.snapshot \
+                and not shared.intact(self.storage):
+            # Another handle resolved it from files since lost: resolve from storage, so that
+            # the damage is found by this handle too (the process keeps what was read, never
+            # the outcome of a check).
+            shared = None
+        cached = (shared.latest, shared.snapshot) if shared is not None else None
         if cached is not None and cached[0] == latest and all(cached[1].has(p) for p in
                                                               (*partitions, SCHEMAS)):
+            if self._adopted is not cached[1]:  # resolved by another handle of the table
+                self._adopted = cached[1]
+                self.adopt(cached[1].versions)
             return cached[1]
         # Extend the cache only if its bound is still a completion on this timeline: a table
         # dropped and recreated at the same location shares nothing with the cached state.
@@ -224,8 +292,13 @@ class TableContext:
             wanted |= {p for p in _CACHED_PARTITIONS if cached[1].has(p)}
         order = tuple(p for p in _CACHED_PARTITIONS if p in wanted)
         resolved = self.metadata.resolve(completed, latest, partitions=order, since=since)
-        self._latest = (latest, resolved)
+        sources = frozenset(resolved.files_read)
+        if since is not None and shared is not None:
+            sources |= shared.sources
+        if self.metadata.checked_everything:  # a resolution that skipped checks stays here
+            _LATEST.put(self._latest_key, _Resolution(latest, resolved, sources))
         if resolved.has(SCHEMAS):
+            self._adopted = resolved
             self.adopt(resolved.versions)
         return resolved
 

@@ -190,3 +190,22 @@ def test_a_table_created_again_at_the_same_location_never_sees_the_old_one(tmp_p
     with pytest.raises(txn.DuplicateKeyError):
         txn.open_table(uri).append(pa.table({"k": [55], "v": [2]}))
     txn.open_table(uri).append(pa.table({"k": [5], "v": [2]}))  # key 5 was the old table's only
+
+
+def test_a_conflict_check_reads_a_concurrent_instants_log_only_for_keys_it_may_hold(memory_uri: str) -> None:
+    storage = CountingStorage(timeline.MemoryStorage(f"{memory_uri.removeprefix('memory://')}/w{next(_roots)}"))
+    index = RecordIndex(storage, [pa.int64()], 1, row_group_rows=64)
+    bulk, small = "20260101000000001", "20260101000000002"
+    index.write(bulk, _entries(index, np.arange(0, 100_000), bulk))  # seeds the log's hashes
+    index.write(small, _entries(index, np.arange(200_000, 200_010), small))
+    storage.calls.clear()
+    ours = pa.table({"key_0": pa.array(np.arange(300_000, 300_100), pa.int64())})
+    assert index.written_among(bulk, ours).num_rows == 0
+    assert [c for c in storage.calls if c[0] == "read"] == [], "the bulk load's log is not read"
+    clashing = pa.table({"key_0": pa.array([5, 300_000, 99_999], pa.int64())})
+    assert sorted(index.written_among(bulk, clashing)["key_0"].to_pylist()) == [5, 99_999]
+    assert index.written_among(small, clashing).num_rows == 0
+    fresh = RecordIndex(storage, [pa.int64()], 1, row_group_rows=64)  # hashes not known: read once
+    assert sorted(fresh.written_among(bulk, clashing)["key_0"].to_pylist()) == [5, 99_999]
+    with pytest.raises(FileNotFoundError):
+        index.written_among("20260101000000003", clashing)
