@@ -36,6 +36,9 @@ from ._keys import Hashes
 
 #: Bits of a run whose footer has no filter (a base written before filters): admits every key.
 ADMITS_ALL: Final = -1
+#: Logs read by a lookup have their key hashes kept up to this many entries; larger ones (bulk
+#: loads, whose sorted batches are searched directly) are not hashed.
+LOG_HASHED_ROWS: Final = 65_536
 #: Hashes of log files kept per process (8 bytes each): beyond it the oldest logs are forgotten
 #: and read again when asked (a reader falls back to matching the log itself).
 LOG_HASHES_KEPT: Final = 8_000_000
@@ -179,6 +182,7 @@ class LogKeys:
         self._budget = budget
         self._used = 0
         self._hashes: OrderedDict[str, npt.NDArray[np.uint64]] = OrderedDict()
+        self._refused: dict[str, None] = {}
         self._mutex = threading.Lock()
 
     def get(self, path: str) -> npt.NDArray[np.uint64] | None:
@@ -201,8 +205,19 @@ class LogKeys:
                 _, evicted = self._hashes.popitem(last=False)
                 self._used -= len(evicted)
 
+    def refuse(self, path: str) -> None:
+        """Remember that ``path`` is not worth hashing (read directly whenever asked)."""
+        with self._mutex:
+            self._refused[path] = None
+            while len(self._refused) > 4096:
+                self._refused.pop(next(iter(self._refused)))
+
+    def too_large(self, path: str) -> bool:
+        return path in self._refused
+
     def forget(self, path: str) -> None:
         with self._mutex:
+            self._refused.pop(path, None)
             evicted = self._hashes.pop(path, None)
             if evicted is not None:
                 self._used -= len(evicted)

@@ -68,7 +68,7 @@ from ._index_logs import parse_index_log as parse_index_log
 from ._index_runs import FooterCache, RunFooter, dictionary_encoded, encode_run, run_batches
 from ._keys import Hashes, key_hash
 from ._layout import METADATA_FOLDER, RECORD_INDEX, shard_folder
-from ._probe import FilterBank, LogKeys, held, probe_runs
+from ._probe import LOG_HASHED_ROWS, FilterBank, LogKeys, held, probe_runs
 
 INDEX_FOLDER: Final = f"{METADATA_FOLDER}/{RECORD_INDEX}"
 _LOG_EXPECTED: Final = "a record-index log: an Arrow IPC file of index entries, one shard per batch"
@@ -583,12 +583,17 @@ class RecordIndex:
         """The sorted key hashes of log file ``path`` (read once per process), None for a log
         too large to keep."""
         known = self._log_keys.get(path)
-        if known is not None:
+        if known is not None or self._log_keys.too_large(path):
             return known
         with decoding(path, _LOG_EXPECTED):
             reader = ipc.open_file(self._open(path))
             self._layout_of(path, reader.schema)
             keys = run_batches(reader, list(range(reader.num_record_batches))).select(self.keys)
+        if keys.num_rows > LOG_HASHED_ROWS:
+            # A bulk load's log: hashing it costs more than it saves (its batches are sorted by
+            # key and searched directly); a log its writer seeded is kept whatever its size.
+            self._log_keys.refuse(path)
+            return None
         hashes = self.hashes(keys)
         self._log_keys.put(path, hashes)
         return self._log_keys.get(path)

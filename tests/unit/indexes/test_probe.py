@@ -209,3 +209,19 @@ def test_a_conflict_check_reads_a_concurrent_instants_log_only_for_keys_it_may_h
     assert sorted(fresh.written_among(bulk, clashing)["key_0"].to_pylist()) == [5, 99_999]
     with pytest.raises(FileNotFoundError):
         index.written_among("20260101000000003", clashing)
+
+
+def test_a_bulk_loads_log_is_searched_not_hashed_by_another_handle(memory_uri: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hashing a million-entry log to skip it costs more than binary search in its sorted
+    batches: a lookup that did not write it matches it directly, and finds what it holds."""
+    monkeypatch.setattr("indexes._record_index.LOG_HASHED_ROWS", 1000)
+    storage = timeline.MemoryStorage(f"{memory_uri.removeprefix('memory://')}/b{next(_roots)}")
+    bulk, done = "20260101000000001", "20260101000000002"
+    RecordIndex(storage, [pa.int64()], 1).write(bulk, _entries(RecordIndex(storage, [pa.int64()], 1),
+                                                                 np.arange(0, 5000, 2), bulk))
+    reader = RecordIndex(storage, [pa.int64()], 1)
+    found = reader.lookup(pa.table({"key_0": pa.array([4, 5, 4998], pa.int64())}), {bulk: done}, done, set())
+    assert sorted(found["key_0"].to_pylist()) == [4, 4998]
+    path = f"_metadata/record_index/{bulk}.log.arrow"
+    assert reader._log_keys.get(path) is None and reader._log_keys.too_large(path)
