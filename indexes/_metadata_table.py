@@ -1242,6 +1242,8 @@ class MetadataTable:
         """Delete what a published plan dooms (needs no lock; deleting twice is harmless)."""
         for path in plan.doomed:
             self.storage.delete(path)
+        if self.record_index is not None:
+            self.record_index.forget(plan.doomed)  # deleted runs: close what this process held
         return list(plan.doomed)
 
     def _doomed(self, completed_in_order: Sequence[tuple[str, str]]

@@ -247,18 +247,25 @@ class RecordIndex:
                 parts.append(run_batches(reader, groups).select(self.schema.names))
         return pa.concat_tables(parts).cast(self.schema) if parts else self.schema.empty_table()
 
-    def written_among(self, instant_time: str, keys: pa.Table) -> pa.Table:
+    def log_listing(self) -> list[str]:
+        """The log files in the index folder now (one listing a conflict check shares)."""
+        return [log.path for log in self._logs(self.storage.list(INDEX_FOLDER))]
+
+    def written_among(self, instant_time: str, keys: pa.Table,
+                      listing: Sequence[str] | None = None) -> pa.Table:
         """Which of ``keys`` (columns ``key_0``...) instant ``instant_time`` wrote entries for
-        (conflict checks, under the table lock). Each of its log files is opened only when its
-        key hashes (kept per process, see ``indexes._probe``) hold one of them, and then matched
-        for those keys only: a small write beside a concurrent bulk load reads nothing of it.
+        (conflict checks, under the table lock; ``listing``: a :meth:`log_listing` to use). Each
+        of its log files is opened only when its key hashes (kept per process, see
+        ``indexes._probe``) may hold one of them, and then matched for those keys only (binary
+        search in its sorted batches for an integer key): a small write beside a concurrent write
+        whose hashes this process knows reads nothing of it.
 
         Raises:
             FileNotFoundError: its log files are gone (cleaning folded them into runs); the
                 caller must find the instant's entries another way.
         """
-        logs = [log.path for log in self._logs(self.storage.list(INDEX_FOLDER))
-                if log.instant_time == instant_time]
+        logs = [path for path in (self.log_listing() if listing is None else listing)
+                if (log := parse_index_log(path)) is not None and log.instant_time == instant_time]
         if not logs:
             raise FileNotFoundError(f"{INDEX_FOLDER}/{instant_time}.log.arrow")
         keys = keys.select(self.keys)
@@ -267,16 +274,28 @@ class RecordIndex:
         hashes = self.hashes(keys)
         parts = []
         for path in logs:
-            log_hashes = self._log_hashes(path)
+            log_hashes = self._log_keys.get(path)  # a large log is not hashed: searched below
             asked = keys if log_hashes is None else keys.filter(pa.array(held(log_hashes, hashes)))
-            if asked.num_rows == 0:
-                continue
-            with decoding(path, _LOG_EXPECTED):
-                reader = ipc.open_file(self._open(path))
-                entries = run_batches(reader, list(range(reader.num_record_batches))).select(self.keys)
-            parts.append(matching(asked, entries.cast(pa.schema([self.schema.field(k) for k in self.keys])),
-                                  self.keys))
+            if asked.num_rows:
+                parts.append(self._written_in(path, asked))
         return pa.concat_tables(parts) if parts else keys.slice(0, 0)
+
+    def _written_in(self, path: str, asked: pa.Table) -> pa.Table:
+        """The rows of ``asked`` (key columns) that log file ``path`` holds an entry for."""
+        key_schema = pa.schema([self.schema.field(k) for k in self.keys])
+        with decoding(path, _LOG_EXPECTED):
+            reader = ipc.open_file(self._open(path))
+            entries = run_batches(reader, list(range(reader.num_record_batches))).select(self.keys)
+        if not self._integer_key:
+            return matching(asked, entries.cast(key_schema), self.keys)
+        # Batches are sorted by key (one node each): search each for the asked keys.
+        wanted = np.unique(asked.column(0).to_numpy())
+        found = [_sorted_hits(pa.Table.from_batches([batch]), wanted).column(0)
+                 for batch in entries.to_batches() if batch.num_rows]
+        if not found:
+            return asked.slice(0, 0)
+        present = pa.chunked_array([c for f in found for c in f.chunks], found[0].type)
+        return matching(asked, pa.table({self.keys[0]: present}).cast(key_schema), self.keys)
 
     # -- listing -------------------------------------------------------------------------------
 
@@ -509,7 +528,9 @@ class RecordIndex:
         buffer, slots = self._bank.slots([(run.path, footer.bloom)
                                           for run, footer in zip(runs, footers, strict=True)])
         if len(files.by_root()) == self.shards:  # every run in use is here: drop the others'
-            self._bank.keep_only({run.path for usable in files.usable.values() for run in usable})
+            in_use = {run.path for usable in files.usable.values() for run in usable}
+            self._bank.keep_only(in_use)
+            self._readers.keep_only(in_use)
         first_keys = None
         if self._ranged:
             first_keys = ordered.column(0).to_numpy().astype(np.int64, copy=False)
@@ -871,6 +892,13 @@ class RecordIndex:
         tops = [files.top(node) for node, runs in files.leaves.items() if runs]
         return doomed, max(tops, default=None)
 
+    def forget(self, paths: Iterable[str]) -> None:
+        """Drop what this process keeps of files just deleted (open readers, log hashes)."""
+        paths = list(paths)
+        self._readers.forget(paths)
+        for path in paths:
+            self._log_keys.forget(path)
+
     def remove_bases(self, compaction_time: str) -> list[str]:
         """Delete the runs of a compaction that died part way (it never completes)."""
         doomed = [key for key in self.storage.list(INDEX_FOLDER, recursive=True)
@@ -878,6 +906,7 @@ class RecordIndex:
                   and run.compaction_time == compaction_time]
         for path in doomed:
             self.storage.delete(path)
+        self._readers.forget(doomed)
         return doomed
 
     @staticmethod
@@ -961,7 +990,7 @@ class _Readers:
     its footer (7 ms for a run of 5 million entries), and runs never change. A reader serves one
     thread at a time."""
 
-    def __init__(self, opener: Callable[[str], Any], kept: int = 256) -> None:
+    def __init__(self, opener: Callable[[str], Any], kept: int = 64) -> None:
         self._opener = opener
         self._kept = kept
         self._readers: OrderedDict[str, tuple[ipc.RecordBatchFileReader, threading.Lock]] = OrderedDict()
@@ -987,6 +1016,13 @@ class _Readers:
         with self._mutex:
             for path in paths:
                 self._readers.pop(path, None)
+
+    def keep_only(self, paths: set[str]) -> None:
+        """Close the readers of runs not in ``paths`` (merged away, or deleted by cleaning: a
+        memory map holds a deleted file's disk space and a descriptor)."""
+        with self._mutex:
+            for path in [p for p in self._readers if p not in paths]:
+                del self._readers[path]
 
 
 def _marker(done: Container[str]) -> Hashable:

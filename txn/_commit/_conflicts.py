@@ -71,6 +71,7 @@ def overlaps(context: TableContext, view: TimelineView, *, instant_time: str, re
     our_shards = set(index.shard_ids(keys).tolist()) if index is not None and keys is not None \
         and keys.num_rows else set()
     folded: dict[str, tuple[str, list[str]]] = {}
+    listing: list[str] | None = None  # the index's log files, listed once for every instant
     for other in view.completed_after(read_at or ""):
         if other.action not in DATA_ACTIONS or other.time == instant_time:
             continue
@@ -81,7 +82,9 @@ def overlaps(context: TableContext, view: TimelineView, *, instant_time: str, re
         shards = our_shards & set(metadata.index_shards)
         if index is not None and keys is not None and shards:
             try:
-                common_keys = index.written_among(other.time, keys)
+                if listing is None:
+                    listing = index.log_listing()
+                common_keys = index.written_among(other.time, keys, listing)
             except FileNotFoundError:
                 folded[other.time] = (metadata.operation, common_files)
                 continue

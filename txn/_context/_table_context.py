@@ -161,6 +161,8 @@ class TableContext:
         self._latest_key = (storage.uri, config.table_id)
         #: The latest resolution this handle adopted the versions of.
         self._adopted: MetadataSnapshot | None = None
+        #: This handle's latest resolution when it met an unreadable deltacommit (not shared).
+        self._private: _Resolution | None = None
         #: Set on a table created staged: its ``table.json`` goes with its first commit.
         self.staged: StagedCreate | None = None
 
@@ -267,6 +269,8 @@ class TableContext:
             return self.metadata.resolve({**(travel or {}), **completed}, bound,
                                          partitions=partitions)
         shared = _LATEST.get(self._latest_key)
+        if self._private is not None and (shared is None or shared.latest < self._private.latest):
+            shared = self._private  # unshareable (see below), or newer than what is shared
         if shared is not None and self._adopted is not shared.snapshot \
                 and not shared.intact(self.storage):
             # Another handle resolved it from files since lost: resolve from storage, so that
@@ -295,8 +299,12 @@ class TableContext:
         sources = frozenset(resolved.files_read)
         if since is not None and shared is not None:
             sources |= shared.sources
-        if self.metadata.checked_everything:  # a resolution that skipped checks stays here
-            _LATEST.put(self._latest_key, _Resolution(latest, resolved, sources))
+        made = _Resolution(latest, resolved, sources)
+        if self.metadata.checked_everything:
+            _LATEST.put(self._latest_key, made)
+            self._private = None
+        else:  # it skipped checks: this handle extends it, no other handle takes it as checked
+            self._private = made
         if resolved.has(SCHEMAS):
             self._adopted = resolved
             self.adopt(resolved.versions)
