@@ -211,6 +211,16 @@ class TableContext:
         if cached is not None and cached[0] == latest and all(cached[1].has(p) for p in
                                                               (*partitions, SCHEMAS)):
             return cached[1]
+        if cached is not None and all(cached[1].has(p) for p in partitions):
+            # The one instant completed since the cached state is this handle's own last write:
+            # extended with the blocks it wrote, no storage call (``extend_own``).
+            newer = [i for i in view.completed() if (i.completed_at or "") > cached[0]]
+            if len(newer) == 1 and newer[0].completed_at == latest and any(
+                    i.completed_at == cached[0] for i in view.completed()):
+                extended = self.metadata.extend_own(cached, newer[0].time)
+                if extended is not None:
+                    self._latest = (latest, extended)
+                    return extended
         # Extend the cache only if its bound is still a completion on this timeline: a table
         # dropped and recreated at the same location shares nothing with the cached state.
         since = None
