@@ -282,15 +282,17 @@ class Timeline:
         Raises:
             FileNotFoundError: neither file holds a plan (archived, or lost).
         """
-        path = _path(instant.time, instant.action, REQUESTED)
         try:
-            return self._read_payload(path, type)
-        except FileNotFoundError:
-            pass
+            return self._read_payload(_path(instant.time, instant.action, REQUESTED), type)
+        except FileNotFoundError as exc:
+            missing = exc
         inflight = _path(instant.time, instant.action, INFLIGHT)
-        envelope = _decode_file(inflight, self.storage.read(inflight))
+        try:
+            envelope = _decode_file(inflight, self.storage.read(inflight))
+        except FileNotFoundError:
+            raise missing from None
         if bytes(envelope.payload) == b"null":  # started the usual way: its plan was requested
-            raise FileNotFoundError(path)
+            raise missing
         return _decode_payload(envelope.payload, type, inflight)
 
     def read_metadata(self, instant: Instant, type: type[T] = Any) -> T:  # type: ignore[assignment]
