@@ -4,7 +4,9 @@ One write is one instant ``T`` on the data timeline:
 
 1. ``begin``, under the table lock: roll back writers whose heartbeat expired, allocate the
    segment id, create ``T.<action>.requested`` holding the plan.
-2. ``T.<action>.inflight``; start the heartbeat.
+2. ``T.<action>.inflight``; start the heartbeat. (A small write holds the lock from step 1 to
+   step 4 and beats no heartbeat; in a table of format 2 it is requested started: one file,
+   ``T.<action>.inflight`` holding the plan.)
 3. Write the data files (each announced by a marker first).
 4. ``commit``, under the table lock: re-read the timeline and check for conflicts with instants
    that completed after ``T`` began; write the metadata table's log blocks for ``T`` and complete
