@@ -56,8 +56,9 @@ def decoding(path: str, expected: str) -> Iterator[None]:
         raise CorruptMetadataError(path, expected, f"{type(exc).__name__}: {exc}") from None
 
 
-def _encode(path: str, table: pa.Table, parquet_options: Mapping[str, Any] | None,
-            compression: str | None) -> bytes:
+def encode_block(path: str, table: pa.Table, parquet_options: Mapping[str, Any] | None = None,
+                 compression: str | None = None) -> bytes:
+    """The bytes :func:`write_block` stores at ``path`` for ``table``."""
     if path.endswith(".parquet"):
         buffer = io.BytesIO()
         pq.write_table(table, buffer, **{"compression": "zstd", **(parquet_options or {})})
@@ -77,7 +78,7 @@ def write_block(storage: Storage, path: str, table: pa.Table, *,
     ``parquet_options`` are passed to ``pyarrow.parquet.write_table``; ``compression`` is the
     Arrow IPC buffer codec (``"lz4"``, ``"zstd"``; None: uncompressed).
     """
-    data = _encode(path, table, parquet_options, compression)
+    data = encode_block(path, table, parquet_options, compression)
     storage.put_if_absent(path, data)
     return len(data)
 
@@ -94,7 +95,12 @@ def read_block(storage: Storage, path: str, schema: pa.Schema, *, decode: bool =
         FileNotFoundError: the file is gone (cleaned after it was listed).
         CorruptMetadataError: the bytes do not hold a table with those columns.
     """
-    data = storage.read(path)
+    return decode_block(path, storage.read(path), schema, decode=decode, project=project)
+
+
+def decode_block(path: str, data: bytes, schema: pa.Schema, *, decode: bool = True,
+                 project: Callable[[pa.Table], pa.Table] | None = None) -> pa.Table:
+    """:func:`read_block` of ``data``, the bytes stored at ``path``."""
     with decoding(path, f"a metadata table file with columns {schema.names}"):
         if path.endswith(".parquet"):
             # Metadata files are small: decoding on this thread beats waking a thread pool.

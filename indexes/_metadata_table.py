@@ -60,7 +60,7 @@ from timeline import (
     system_clock,
 )
 
-from ._blocks import MISSING, decoding, missing_block, read_block, write_block
+from ._blocks import MISSING, decode_block, decoding, encode_block, missing_block, write_block
 from ._column_ids import assign_ids, ids_by_name
 from ._column_stats import project_stats
 from ._compactions import DoneCompactions
@@ -369,6 +369,19 @@ class MetadataSnapshot:
                 DELETES: self.deletes, STREAMS: self.streams, SCHEMAS: self.versions}[name]
 
 
+def _snapshot(resolved: Mapping[str, object], read: tuple[str, ...]) -> MetadataSnapshot:
+    return MetadataSnapshot(
+        files=resolved.get(FILES),
+        segments=resolved.get(SEGMENTS),  # type: ignore[arg-type]
+        column_stats=resolved.get(COLUMN_STATS),
+        deletes=resolved.get(DELETES),
+        streams=resolved.get(STREAMS),  # type: ignore[arg-type]
+        versions=resolved.get(SCHEMAS),  # type: ignore[arg-type]
+        max_load_id=resolved.get("max_load_id", -1),  # type: ignore[arg-type]
+        files_read=read,
+    )
+
+
 class MetadataTable:
     """The metadata table of one data table."""
 
@@ -420,6 +433,11 @@ class MetadataTable:
             STREAMS: STREAMS_SCHEMA,
             SCHEMAS: SCHEMAS_SCHEMA,
         }
+        #: The log blocks of the last data instant this object recorded (``write_delta``):
+        #: ``(instant time, partition -> (path, bytes))``. Blocks are immutable, so they stay
+        #: true; whether that instant completed, and right after the state they extend, is for
+        #: :meth:`extend_own`'s caller to tell from the data timeline.
+        self._own: tuple[str, dict[str, tuple[str, bytes]]] | None = None
         #: The record-level index of a keyed table (None without a record key).
         self.record_index = (
             RecordIndex(storage, [table_schema.field(name).type for name in record_key],
@@ -463,6 +481,8 @@ class MetadataTable:
             blocks[SCHEMAS] = versions_to_arrow(changes.versions)
         written = 0
         sizes: dict[str, int] = {}
+        own: dict[str, tuple[str, bytes]] = {}
+        self._own = None
         for partition, table in blocks.items():
             schema = self.schemas[partition]
             table = table.select(schema.names)
@@ -472,14 +492,22 @@ class MetadataTable:
                 pass
             elif not table.schema.equals(schema):
                 table = table.cast(schema)
-            sizes[partition] = write_block(self.storage, log_path(partition_folder(partition),
-                                                                  instant_time), table)
+            path = log_path(partition_folder(partition), instant_time)
+            data = encode_block(path, table)
+            self.storage.put_if_absent(path, data)
+            sizes[partition] = len(data)
+            own[partition] = (path, data)
             written += sizes[partition]
         # The deltacommit is bookkeeping (readers trust the data timeline), so it is recorded
         # straight as completed, after its blocks: one file, never a pending instant.
         entries = {f"{shard:04d}": count for shard, count in sorted(changes.record_index.items())}
-        self.timeline.record_completed(Action.DELTACOMMIT, instant_time,
-                                       {"bytes": sizes, "record_index_entries": entries}, lease=lease)
+        record = _DeltaRecord(bytes=sizes, record_index_entries=entries)
+        delta = self.timeline.record_completed(Action.DELTACOMMIT, instant_time, record, lease=lease)
+        # What this process wrote it need not read back: the check of recorded blocks and the
+        # next resolution of the latest state (``extend_own``) take it from here.
+        _RECORDED.put(self._location, delta, _Recorded.of(record))
+        self._deltacommits[instant_time] = delta
+        self._own = (instant_time, own)
         return written
 
     @property
@@ -501,6 +529,8 @@ class MetadataTable:
             removed += self.record_index.remove(instant_time)
         self._unreadable.pop(instant_time, None)
         _RECORDED.forget(self._location, instant_time)
+        if self._own is not None and self._own[0] == instant_time:
+            self._own = None
         current = self.timeline.view(lease).get(instant_time)
         if current is not None and current.is_pending:
             self.timeline.abort(current, lease=lease)
@@ -696,45 +726,76 @@ class MetadataTable:
             self._check_recorded(partition, logs, completed, low, bound, usable)
             blocks = [self._read(partition, b.path, stats_schema) for b in logs]
             read += [b.path for b in logs]
-            if partition == SCHEMAS:
-                if isinstance(earlier, Mapping):
-                    versions = dict(earlier)
-                else:
-                    versions = {}
-                    if earlier is not None and base is not None:
-                        self._merge_versions([(base.path, earlier)], versions)
-                self._merge_versions(zip([b.path for b in logs], blocks, strict=True), versions)
-                resolved[partition] = versions
-                stats_schema = self.stats_schema(versions)
-            elif partition == SEGMENTS:
-                if isinstance(earlier, Mapping):  # extending a snapshot: only new ids to scan
-                    held = dict(earlier)
-                    top = since[1].max_load_id if since is not None else max_load_id(held)
-                else:
-                    held = merge_segments([earlier] if earlier is not None else [])
-                    top = max_load_id(held)
-                resolved[partition] = merge_segments(blocks, into=held)
-                for block in blocks:
-                    top = max(top, max_load_id(block["id"].to_pylist()))
-                resolved["max_load_id"] = top
-            elif partition == STREAMS:
-                held_streams = dict(earlier) if isinstance(earlier, Mapping) else merge_streams(
-                    [earlier] if earlier is not None else [])
-                resolved[partition] = merge_streams(blocks, into=held_streams)
+            stats_schema = self._fold(partition, earlier, base.path if base is not None else None,
+                                      [b.path for b in logs], blocks, since, resolved, stats_schema)
+        return _snapshot(resolved, tuple(read)), usable, lows
+
+    def _fold(self, partition: str, earlier: object, base: str | None, paths: list[str],
+              blocks: list[pa.Table], since: tuple[str, MetadataSnapshot] | None,
+              resolved: dict[str, object], stats_schema: pa.Schema) -> pa.Schema:
+        """Merge ``blocks`` (read from ``paths``, in completion order) into ``earlier`` (merged
+        state: read from ``base``, or ``since``'s snapshot's, or None) and put the result in
+        ``resolved``; return the statistics schema resolutions read in from here on."""
+        if partition == SCHEMAS:
+            if isinstance(earlier, Mapping):
+                versions = dict(earlier)
             else:
-                schema = stats_schema if partition == COLUMN_STATS else self.schemas[partition]
-                resolved[partition] = (extend_two_phase(earlier, blocks, schema)
-                                       if earlier is not None else merge_two_phase(blocks, schema))
-        return MetadataSnapshot(
-            files=resolved.get(FILES),
-            segments=resolved.get(SEGMENTS),  # type: ignore[arg-type]
-            column_stats=resolved.get(COLUMN_STATS),
-            deletes=resolved.get(DELETES),
-            streams=resolved.get(STREAMS),  # type: ignore[arg-type]
-            versions=resolved.get(SCHEMAS),  # type: ignore[arg-type]
-            max_load_id=resolved.get("max_load_id", -1),  # type: ignore[arg-type]
-            files_read=tuple(read),
-        ), usable, lows
+                versions = {}
+                if earlier is not None and base is not None:
+                    self._merge_versions([(base, earlier)], versions)
+            self._merge_versions(zip(paths, blocks, strict=True), versions)
+            resolved[partition] = versions
+            return self.stats_schema(versions)
+        if partition == SEGMENTS:
+            if isinstance(earlier, Mapping):  # extending a snapshot: only new ids to scan
+                held = dict(earlier)
+                top = since[1].max_load_id if since is not None else max_load_id(held)
+            else:
+                held = merge_segments([earlier] if earlier is not None else [])
+                top = max_load_id(held)
+            resolved[partition] = merge_segments(blocks, into=held)
+            for block in blocks:
+                top = max(top, max_load_id(block["id"].to_pylist()))
+            resolved["max_load_id"] = top
+        elif partition == STREAMS:
+            held_streams = dict(earlier) if isinstance(earlier, Mapping) else merge_streams(
+                [earlier] if earlier is not None else [])
+            resolved[partition] = merge_streams(blocks, into=held_streams)
+        else:
+            schema = stats_schema if partition == COLUMN_STATS else self.schemas[partition]
+            resolved[partition] = (extend_two_phase(earlier, blocks, schema)
+                                   if earlier is not None else merge_two_phase(blocks, schema))
+        return stats_schema
+
+    def extend_own(self, since: tuple[str, MetadataSnapshot], instant_time: str) -> MetadataSnapshot | None:
+        """``since``'s snapshot extended with the blocks this object wrote for data instant
+        ``instant_time`` (its last :meth:`write_delta`), with no storage call; None when it did
+        not write that instant's blocks, or when they change the table's version.
+
+        The caller vouches, from the data timeline, that ``instant_time`` completed and is the
+        only instant that completed after ``since``'s bound: then the snapshot at its completion
+        is exactly this (merges are associative; a compaction or a cleaning since changes where
+        state is kept, never what it is).
+        """
+        own = self._own
+        snapshot = since[1]
+        if own is None or own[0] != instant_time or SCHEMAS in own[1] or not snapshot.has(SCHEMAS):
+            return None
+        stats_schema = self.stats_schema(snapshot.versions)
+        resolved: dict[str, object] = {}
+        folded: list[str] = []
+        for partition in (SCHEMAS, *(p for p in self.schemas if p != SCHEMAS)):
+            if not snapshot.has(partition):
+                continue
+            block = own[1].get(partition)
+            paths = [block[0]] if block is not None else []
+            blocks = [self._read(partition, path, stats_schema) for path in paths]
+            self._fold(partition, snapshot.partition(partition), None, paths, blocks, since,
+                       resolved, stats_schema)
+            folded += paths
+        # Named as read (from the bytes kept): another handle taking this state checks they are
+        # still on storage.
+        return _snapshot(resolved, tuple(folded))
 
     def stats_schema(self, versions: Mapping[int, TableVersion] | None) -> pa.Schema:
         """The ``column_stats`` schema of the latest of ``versions`` (version 0's if none): the
@@ -748,12 +809,15 @@ class MetadataTable:
         return found
 
     def _read(self, partition: str, path: str, stats_schema: pa.Schema) -> pa.Table:
-        """A block or base of ``partition``; statistics projected to ``stats_schema``."""
+        """A block or base of ``partition``; statistics projected to ``stats_schema``. A block
+        this object wrote last is decoded from the bytes it stored (a file is never rewritten)."""
+        own = self._own[1].get(partition) if self._own is not None else None
+        data = own[1] if own is not None and own[0] == path else self.storage.read(path)
         if partition == COLUMN_STATS:
             ids = self._version0_ids
-            return read_block(self.storage, path, stats_schema,
-                              project=lambda table: project_stats(table, stats_schema, ids))
-        return read_block(self.storage, path, self.schemas[partition])
+            return decode_block(path, data, stats_schema,
+                                project=lambda table: project_stats(table, stats_schema, ids))
+        return decode_block(path, data, self.schemas[partition])
 
     @staticmethod
     def _merge_versions(tables: Iterable[tuple[str, pa.Table]],

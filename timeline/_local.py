@@ -109,7 +109,13 @@ class LocalStorage:
             break
         try:
             with handle:
-                handle.write(data)
+                # Unbuffered: one write(2) for a small file, without a buffer object per put.
+                view = memoryview(data)
+                while view:
+                    written = handle.write(view)
+                    if not written:
+                        raise OSError(errno.EIO, "the file took no bytes")
+                    view = view[written:]
                 if self._fsync:
                     handle.flush()
                     os.fsync(handle.fileno())
@@ -279,10 +285,10 @@ def _create(path: str) -> BinaryIO:
     """Open a file that must not exist yet for writing, creating its folder only when it is
     missing. Raises ``FileExistsError`` if the name exists."""
     try:
-        return open(path, "xb")  # the caller's with-block closes it
+        return open(path, "xb", buffering=0)  # the caller's with-block closes it
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        return open(path, "xb")
+        return open(path, "xb", buffering=0)
 
 
 def _unlink_quietly(path: str) -> None:

@@ -276,8 +276,24 @@ class Timeline:
             return msgspec.structs.replace(record, damaged=data)
 
     def read_plan(self, instant: Instant, type: type[T] = Any) -> T:  # type: ignore[assignment]
-        """Decode the plan stored with the instant's requested state."""
-        return self._read_payload(_path(instant.time, instant.action, REQUESTED), type)
+        """Decode the plan stored with the instant's requested state, or with its inflight state
+        when it was requested started (``request(started=True)``: no requested file).
+
+        Raises:
+            FileNotFoundError: neither file holds a plan (archived, or lost).
+        """
+        try:
+            return self._read_payload(_path(instant.time, instant.action, REQUESTED), type)
+        except FileNotFoundError as exc:
+            missing = exc
+        inflight = _path(instant.time, instant.action, INFLIGHT)
+        try:
+            envelope = _decode_file(inflight, self.storage.read(inflight))
+        except FileNotFoundError:
+            raise missing from None
+        if bytes(envelope.payload) == b"null":  # started the usual way: its plan was requested
+            raise missing
+        return _decode_payload(envelope.payload, type, inflight)
 
     def read_metadata(self, instant: Instant, type: type[T] = Any) -> T:  # type: ignore[assignment]
         """Decode the commit metadata of a completed instant, active or archived."""
@@ -333,13 +349,19 @@ class Timeline:
         return issued
 
     def request(self, action: Action | str, plan: object = None, *, lease: Lease | None = None,
-                time: str | None = None) -> Instant:
+                time: str | None = None, started: bool = False) -> Instant:
         """Create a new instant in the ``requested`` state, holding ``plan``.
 
         The requested time is allocated under the table lock (``lease``, or a short one taken
         here), so it is greater than every time already on the timeline. ``time`` instead
         mirrors an instant of another timeline (the metadata table's deltacommit takes its data
         instant's time); it must not be on this timeline yet.
+
+        ``started``: create it ``inflight`` at once, one file holding ``plan`` and no requested
+        file (a small write of a format-2 table, which holds the lock until its commit, so no
+        one can watch it between the two states; :meth:`read_plan` finds the plan there).
+        Readers of format 1 would take such an instant's plan for lost: only tables of format 2
+        have them (design/storage.md, "Format versions").
         """
         if action not in ACTIONS:
             raise InvalidOptionError(f"unknown action {action!r}; expected one of {sorted(ACTIONS)}")
@@ -355,7 +377,7 @@ class Timeline:
             if view.get(time) is not None:
                 raise IllegalTransitionError(time, view.get(time).state, REQUESTED,  # type: ignore[union-attr]
                                              "an instant with this time already exists")
-        instant = Instant(time=time, action=Action(action), state=REQUESTED)
+        instant = Instant(time=time, action=Action(action), state=INFLIGHT if started else REQUESTED)
         self._put_state(instant, plan)
         self._remember(lease, instant)
         return instant
@@ -399,11 +421,16 @@ class Timeline:
         self._remember(lease, inflight)
         return inflight
 
-    def complete(self, instant: Instant, metadata: object = None, *, lease: Lease) -> Instant:
+    def complete(self, instant: Instant, metadata: object = None, *, lease: Lease,
+                 held: bool = False) -> Instant:
         """Complete an inflight instant: the commit point.
 
         Must run under the table lock, which it checks first. The completion time is allocated
         here, under that lock, so completion order is total.
+
+        ``held``: the instant's writer held the lock from its request to here and never beat
+        a heartbeat (a small write, design/protocol.md), so there is no heartbeat file to
+        delete.
 
         Raises:
             IllegalTransitionError: the instant is not inflight (never started, already
@@ -435,9 +462,10 @@ class Timeline:
                 "or may not have landed\nHelp: reload the timeline before retrying"
             ) from exc
         self._remember(lease, completed)
-        # Past the commit point: a failure to tidy up must not look like a failed commit.
-        with contextlib.suppress(Exception):
-            self.storage.delete(heartbeat_path(instant.time))
+        if not held:
+            # Past the commit point: a failure to tidy up must not look like a failed commit.
+            with contextlib.suppress(Exception):
+                self.storage.delete(heartbeat_path(instant.time))
         return completed
 
     def abort(self, instant: Instant, payload: object = None, *, lease: Lease) -> Instant:
@@ -609,17 +637,20 @@ class Timeline:
                     damaged.append(CorruptMetadataError(key, "an instant file name"))
                 continue
             requested = file_name(instant.time, instant.action, REQUESTED)
-            if instant.state == INFLIGHT and instant.time not in terminal and requested not in names:
-                # Only archival deletes a requested file, and only of a terminal instant.
+            try:
+                envelope = _decode_file(key, self.storage.read(key))
+            except CorruptMetadataError as exc:
+                damaged.append(exc)
+                continue
+            except FileNotFoundError:
+                continue  # archived or rolled back since the listing
+            if instant.state == INFLIGHT and instant.time not in terminal and \
+                    requested not in names and bytes(envelope.payload) == b"null":
+                # Only archival deletes a requested file, and only of a terminal instant; an
+                # instant requested started holds its plan in its inflight file instead.
                 damaged.append(CorruptMetadataError(
                     f"{TIMELINE_FOLDER}/{requested}", f"the plan of pending instant {instant.time}",
                     "no such file"))
-            try:
-                _decode_file(key, self.storage.read(key))
-            except CorruptMetadataError as exc:
-                damaged.append(exc)
-            except FileNotFoundError:
-                continue  # archived or rolled back since the listing
         for path in archive_files(self.storage):
             try:
                 records = read_archive(self.storage, path)

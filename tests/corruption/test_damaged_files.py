@@ -71,7 +71,11 @@ class Template:
         # blocks of every partition after the newest bases
         table.upsert(_rows([3, 202]), app_id="fixes", version=1)
         self.before_last = _sorted(table.to_arrow())
-        table.delete(keys=[21])
+        # The last data instant beats a heartbeat, so that it has a requested file: a small
+        # write of a format-2 table is requested started (its plan in its inflight file).
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("txn._commit._writes._base.SMALL_WRITE_BYTES", -1)
+            table.delete(keys=[21])
         self.rows = _sorted(table.to_arrow())
         self.lookup = _sorted(table.lookup(LOOKUP_KEYS))
         # A writer that dies in its write phase, after its record-index log landed: a pending
@@ -141,6 +145,9 @@ KINDS: dict[str, Callable[[Template], str]] = {
     "table.json": lambda t: "_timeline/table.json",
     "requested": lambda t: f"_timeline/{t.last.time}.{t.last.action}.requested",
     "inflight": lambda t: f"_timeline/{t.last.time}.{t.last.action}.inflight",
+    # A completed small write's inflight file, which holds its plan (format 2).
+    "inflight-plan": lambda t: _one([f for f in t.files if t.last.time not in f and t.pending not in f],
+                                    r"_timeline/\d{17}\.\w+\.inflight"),
     "completed": lambda t: f"_timeline/{t.last.time}_{t.last.completed_at}.{t.last.action}",
     "completed-oldest": lambda t: f"_timeline/{t.oldest.time}_{t.oldest.completed_at}.{t.oldest.action}",
     "pending-requested": lambda t: _one(t.files, rf"_timeline/{t.pending}\.\w+\.requested"),
@@ -209,6 +216,7 @@ ADVISORY: dict[tuple[str, str], str] = {
     ("requested", "deleted"): "a completed instant is decided by its completed file alone, and "
                               "archival deletes the plan first, so this is also an interrupted archival",
     ("inflight", "deleted"): "as for requested",
+    ("inflight-plan", "deleted"): "as for requested: it is the plan of a completed instant",
     ("pending-inflight", "deleted"): "the same as a writer that died before it started: the "
                                      "rollback of a requested instant",
     ("completed", "deleted"): "the same as a crash just before the commit point (reported as "

@@ -4,7 +4,9 @@ One write is one instant ``T`` on the data timeline:
 
 1. ``begin``, under the table lock: roll back writers whose heartbeat expired, allocate the
    segment id, create ``T.<action>.requested`` holding the plan.
-2. ``T.<action>.inflight``; start the heartbeat.
+2. ``T.<action>.inflight``; start the heartbeat. (A small write holds the lock from step 1 to
+   step 4 and beats no heartbeat; in a table of format 2 it is requested started: one file,
+   ``T.<action>.inflight`` holding the plan.)
 3. Write the data files (each announced by a marker first).
 4. ``commit``, under the table lock: re-read the timeline and check for conflicts with instants
    that completed after ``T`` began; write the metadata table's log blocks for ``T`` and complete
@@ -123,8 +125,11 @@ class Protocol:
         next_segment: Callable[[TimelineView], str],
         after_commit: Callable[[TimelineView], None],
         stage: StagedCreate | None = None,
+        one_file: bool = False,
     ) -> None:
         self._storage = storage
+        #: A small write is requested started, one timeline file before its commit (format 2).
+        self._one_file = one_file
         #: A table created staged: ``table.json`` is put with its first commit (see ``_complete``).
         self._stage = stage
         self._timeline = timeline
@@ -164,8 +169,11 @@ class Protocol:
     def _request(self, lease: Lease, operation: str | None, action: str, *, new_segment: bool = False,
                  segment: str | None = None, sources: Sequence[str] = (), read_at: str | None = None,
                  extra: dict[str, str] | None = None, admit: Admission | None = None,
-                 plan: Any = None, segment_count: int = 1) -> tuple[Instant, list[str]]:
-        """Step 1 under ``lease``: recover, admit, allocate the segment(s), request and start."""
+                 plan: Any = None, segment_count: int = 1,
+                 held: bool = False) -> tuple[Instant, list[str]]:
+        """Step 1 under ``lease``: recover, admit, allocate the segment(s), request and start.
+        ``held``: the write holds the lock until its commit; in a table of format 2 it is
+        requested started, one file (``Timeline.request(started=True)``)."""
         view = self.recover(lease)
         if self._staging():
             # Refused before anything is written when a table appeared meanwhile; what dead
@@ -188,8 +196,11 @@ class Protocol:
         # every time on the metadata timeline (whose compactions take times of their own).
         after = max(filter(None, (view.max_time(), self._metadata.timeline.view(lease).max_time())),
                     default=None)
-        instant = self._timeline.request(action, plan, lease=lease,
+        started = held and self._one_file
+        instant = self._timeline.request(action, plan, lease=lease, started=started,
                                          time=next_time(self._timeline.clock(), after))
+        if started:
+            return instant, segments
         try:
             instant = self._timeline.start(instant, lease=lease)
         except BaseException:
@@ -239,13 +250,14 @@ class Protocol:
         pending: Pending | None = None
         try:
             with self._timeline.lock() as lease:
-                instant, segments = self._request(lease, operation, action, **begin)
-                # Never started: the lock is held throughout, so nobody judges its expiry
-                # while it runs.
+                # No heartbeat: the lock is held throughout, so nobody judges its expiry while
+                # it runs.
+                instant, segments = self._request(lease, operation, action, held=True, **begin)
                 pending = _pending(instant, segments, self._timeline.heartbeat(instant))
                 try:
                     written = write(pending)
-                    completed, metadata = self._complete(lease, pending, build(pending, written))
+                    completed, metadata = self._complete(lease, pending, build(pending, written),
+                                                         held=True)
                 except CommitStateUnknownError:
                     raise  # never delete anything: the instant may have completed
                 except BaseException:
@@ -283,9 +295,11 @@ class Protocol:
         self._landed(pending, written, beating=True)
         return completed, metadata
 
-    def _complete(self, lease: Lease, pending: Pending, build: Builder) -> tuple[Instant, CommitMetadata]:
+    def _complete(self, lease: Lease, pending: Pending, build: Builder, *,
+                  held: bool = False) -> tuple[Instant, CommitMetadata]:
         """Step 4 under ``lease``: check and build, write the metadata table's blocks, then the
-        commit point; remember the timeline the commit left for table maintenance."""
+        commit point; remember the timeline the commit left for table maintenance. ``held``:
+        the writer held the lease from its request and has no heartbeat (``Timeline.complete``)."""
         changes, metadata = build(lease, self._timeline.view(lease))
         if self._staging():
             assert self._stage is not None
@@ -296,7 +310,7 @@ class Protocol:
             # back (design/protocol.md, "Staged create").
             self._stage.publish()
         self._metadata.write_delta(pending.instant.time, changes, lease=lease)
-        completed = self._timeline.complete(pending.instant, metadata, lease=lease)
+        completed = self._timeline.complete(pending.instant, metadata, lease=lease, held=held)
         pending.committed_view = self._timeline.view(lease)
         return completed, metadata
 

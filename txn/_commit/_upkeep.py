@@ -39,7 +39,7 @@ def protocol_of(context: TableContext) -> Protocol:
     protocol = Protocol(context.storage, context.timeline, context.metadata,
                         next_segment=lambda view: next_segment(context, view),
                         after_commit=lambda view: after_commit(context, protocol, view),
-                        stage=context.staged)
+                        stage=context.staged, one_file=context.config.format_version >= 2)
     return protocol
 
 

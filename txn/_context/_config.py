@@ -12,7 +12,11 @@ import pyarrow as pa
 from timeline import TIMELINE_FOLDER, CorruptMetadataError, Storage
 
 TABLE_CONFIG_PATH = f"{TIMELINE_FOLDER}/table.json"
-FORMAT_VERSION = 1
+#: The format new tables are created with, and the newest this version reads. A table keeps the
+#: format it was created with (``table.json`` is never rewritten): format 1 tables are written
+#: the format-1 way, so processes of earlier versions keep reading them (design/storage.md).
+#: 2: a small write is requested started (its plan in its inflight file, no requested file).
+FORMAT_VERSION = 2
 
 
 class ColumnDescription(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,9 +28,11 @@ class ColumnDescription(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TableConfig(msgspec.Struct, frozen=True, kw_only=True, tag="table", tag_field="kind"):
-    """Format version 1 of ``table.json``. New fields get defaults; fields are only appended."""
+    """``table.json`` (format versions 1 and 2 alike). New fields get defaults; fields are only
+    appended."""
 
-    format_version: int = FORMAT_VERSION
+    #: Set at creation (``FORMAT_VERSION``); a file without it is of the first format.
+    format_version: int = 1
     table_id: str
     created_at: str
     #: The Arrow schema, IPC-serialised (base64 in JSON).

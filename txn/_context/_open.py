@@ -22,7 +22,14 @@ from timeline import (
     system_clock,
 )
 
-from ._config import TABLE_CONFIG_PATH, TableConfig, decode_config, describe_schema, encode_config
+from ._config import (
+    FORMAT_VERSION,
+    TABLE_CONFIG_PATH,
+    TableConfig,
+    decode_config,
+    describe_schema,
+    encode_config,
+)
 from ._options import (
     check_layout,
     check_properties,
@@ -63,6 +70,7 @@ def create_context(
     clock = clock or system_clock
     ids = ids or random_id
     config = TableConfig(
+        format_version=FORMAT_VERSION,
         table_id=ids(),
         created_at=format_time(clock()),
         arrow_schema=checked_schema.serialize().to_pybytes(),

@@ -284,6 +284,18 @@ class TableContext:
                 self._adopted = cached[1]
                 self.adopt(cached[1].versions)
             return cached[1]
+        if shared is not None and cached is not None and all(cached[1].has(p) for p in partitions):
+            # The one instant completed since the cached state is this handle's own last write:
+            # extended with the blocks it wrote, no storage call (``extend_own``).
+            newer = [i for i in view.completed() if (i.completed_at or "") > cached[0]]
+            if len(newer) == 1 and newer[0].completed_at == latest and any(
+                    i.completed_at == cached[0] for i in view.completed()):
+                extended = self.metadata.extend_own(cached, newer[0].time)
+                if extended is not None:
+                    self._keep(_Resolution(latest, extended,
+                                           shared.sources | frozenset(extended.files_read)))
+                    self._adopted = extended  # its versions are the cached ones'
+                    return extended
         # Extend the cache only if its bound is still a completion on this timeline: a table
         # dropped and recreated at the same location shares nothing with the cached state.
         since = None
@@ -299,16 +311,20 @@ class TableContext:
         sources = frozenset(resolved.files_read)
         if since is not None and shared is not None:
             sources |= shared.sources
-        made = _Resolution(latest, resolved, sources)
-        if self.metadata.checked_everything:
-            _LATEST.put(self._latest_key, made)
-            self._private = None
-        else:  # it skipped checks: this handle extends it, no other handle takes it as checked
-            self._private = made
+        self._keep(_Resolution(latest, resolved, sources))
         if resolved.has(SCHEMAS):
             self._adopted = resolved
             self.adopt(resolved.versions)
         return resolved
+
+    def _keep(self, made: _Resolution) -> None:
+        """Keep the latest resolution for every handle of the table, unless it skipped checks:
+        then this handle extends it, and no other handle takes it as checked."""
+        if self.metadata.checked_everything:
+            _LATEST.put(self._latest_key, made)
+            self._private = None
+        else:
+            self._private = made
 
     def __repr__(self) -> str:
         return f"TableContext({self.uri!r})"

@@ -221,13 +221,17 @@ class Crashes(MachineCore):
     @staticmethod
     def _instants_of(calls: list[Call], actions: Sequence[str] = DATA_ACTIONS) -> list[Instant]:
         """The instants (data instants, unless ``actions`` says) the write created: their
-        requested files that landed, in order."""
+        first state files that landed (the requested file, or the inflight file of an instant
+        requested started: a small write of a format-2 table), in order."""
         made = []
+        seen = set()
         for call in calls:
             if call.op == "put_if_absent" and call.landed and call.path.startswith("_timeline/"):
                 parsed = parse_file_name(call.path.rpartition("/")[2])
-                if parsed is not None and parsed.action in actions and parsed.state == "requested":
+                if parsed is not None and parsed.action in actions and parsed.time not in seen \
+                        and parsed.state in ("requested", "inflight"):
                     made.append(parsed)
+                    seen.add(parsed.time)
         return made
 
     @staticmethod

@@ -68,7 +68,7 @@ def resolve(root: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[int]]
     """Sections 2.1 to 2.4: live files, deleted positions per file key, the snapshot's schema
     and every version's schema, at the latest bound."""
     config = json.loads((root / "_timeline" / "table.json").read_bytes())
-    assert config["format_version"] == 1
+    assert config["format_version"] in (1, 2)  # format 2 changes nothing read here (section 2.1)
     bound = max(_completed(root / "_timeline").values())
     files = _live(_partition(root, "files", bound))
     deleted: dict[str, list[int]] = {}
