@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,7 +45,7 @@ from timeline import CorruptMetadataError, ObjectNotFoundError, Storage
 from ._blocks import decoding, missing_block, read_block
 from ._compactions import DoneCompactions
 from ._index_entries import ENTRY_FIELDS as ENTRY_FIELDS
-from ._index_entries import Positions, integer_order, live_entries, spans
+from ._index_entries import Positions, integer_order, key_order, live_entries, spans
 from ._index_entries import index_schema as index_schema
 from ._index_entries import key_names as key_names
 from ._index_entries import matching as matching
@@ -64,7 +64,17 @@ from ._index_layout import (
 )
 from ._index_logs import LOG_BATCH_ROWS, SHARD_COUNTS, SHARDS, IndexLog, LogLayout, log_layout
 from ._index_logs import parse_index_log as parse_index_log
-from ._index_runs import FooterCache, RunFooter, dictionary_encoded, encode_run, run_batches
+from ._index_runs import (
+    CODEC,
+    REPEATED,
+    FooterCache,
+    RunFooter,
+    dictionary_encoded,
+    encode_run,
+    open_entries,
+    run_batches,
+    stored,
+)
 from ._keys import Hashes, key_hash
 from ._layout import METADATA_FOLDER, RECORD_INDEX, shard_folder
 
@@ -112,18 +122,31 @@ class RecordIndex:
     # -- building entries ----------------------------------------------------------------------
 
     def entries(self, keys: pa.Table, *, segment: str | pa.Array, file: pa.Array,
-                position: pa.Array, instant: str, deleted: bool = False) -> pa.Table:
-        """Index entries for ``keys`` (columns ``key_0``...); scalars are repeated."""
+                position: pa.Array, instant: str, deleted: bool = False, encoded: bool = False) -> pa.Table:
+        """Index entries for ``keys`` (columns ``key_0``...); scalars are repeated. ``encoded``:
+        the repeated strings as dictionaries, a dictionary ``file`` kept as it is (what
+        :meth:`write` stores: a million-row load then never builds a string per row)."""
         count = keys.num_rows
         columns: dict[str, Any] = {name: keys[name] for name in self.keys}
         # Repeated scalars without a Python list per row (1M entries: 0.09 s -> 0.02 s).
-        columns["segment"] = (pa.repeat(pa.scalar(segment, pa.string()), count)
-                              if isinstance(segment, str) else segment)
+        columns["segment"] = (_repeated(segment, count, encoded) if isinstance(segment, str) else segment)
         columns["file"] = file
         columns["position"] = position
-        columns["instant"] = pa.repeat(pa.scalar(instant, pa.string()), count)
+        columns["instant"] = _repeated(instant, count, encoded)
         columns["deleted"] = pa.repeat(pa.scalar(deleted, pa.bool_()), count)
-        return pa.table(columns).cast(self.schema)
+        table = pa.table(columns)
+        return self.encoded(table) if encoded else table.cast(self.schema)
+
+    def encoded(self, entries: pa.Table) -> pa.Table:
+        """``entries`` with the index's columns and types, the repeated strings as dictionaries
+        (one chunk each; a column already dictionary-encoded is not decoded first)."""
+        entries = entries.select(self.schema.names)
+        for index, field in enumerate(self.schema):
+            found = entries.schema.field(index).type
+            if found != field.type and not (pa.types.is_dictionary(found) and field.name in REPEATED
+                                            and found.value_type == field.type):
+                entries = entries.set_column(index, field, entries.column(index).cast(field.type))
+        return dictionary_encoded(entries)
 
     def hashes(self, keys: pa.Table) -> Hashes:
         """The key hash of each row (``keys.key_hash`` of the key columns)."""
@@ -166,36 +189,84 @@ class RecordIndex:
         nodes of the batch that got no entry. A writer that produces its entries in pieces
         (Spark tasks) writes one file per piece, each with its own ``part`` number.
         """
-        entries = entries.select(self.schema.names).cast(self.schema)
+        name = f"{instant_time}.log.arrow" if part is None else f"{instant_time}.{part}.log.arrow"
+        with _DRAFTS_LOCK:
+            draft = _DRAFTS.pop(id(entries), None)
+        if draft is not None and draft[0] is entries and draft[1] is self:
+            data, sizes = draft[2].result()
+        else:
+            data, sizes = self.encode_log(entries)
+        if data is not None:
+            self.storage.put_if_absent(f"{INDEX_FOLDER}/{name}", data)
+        return sizes
+
+    def encode_log(self, entries: pa.Table) -> tuple[bytes | None, dict[int, int]]:
+        """The log file :meth:`write` stores for ``entries`` (None: no entries) and its entries
+        per root shard. Pure computation (numpy and Arrow release the GIL): a writer may run it
+        on a thread while it writes data files."""
         if entries.num_rows == 0:
-            return {}
-        # Encoded before the sort: the permutation then moves dictionary indices, not strings.
-        entries = dictionary_encoded(entries)
-        hashes = self.hashes(entries)
-        roots = (hashes % np.uint64(self.shards)).astype(np.int64)
-        nodes = [node for root in sorted(set(roots.tolist()))
-                 for node in self._layout.get(root, [Node(self.shards, root)])]
-        table, _, spans = self._grouped(entries, locate(hashes, nodes))
+            return None, {}
+        # Repeated strings stay (or become) dictionaries before the sort: the permutation then
+        # moves dictionary indices, not strings, and a million-row load is never decoded.
+        entries = self.encoded(entries)
+        nodes, groups = self._log_nodes(entries)
+        order = key_order([entries[name] for name in self.keys], groups)
+        table = entries if order is None else entries.take(pa.array(order))
+        cuts = spans(groups if order is None else groups[order])
         batches: list[pa.RecordBatch] = []
         layout: list[tuple[int, int]] = []
         sizes: dict[int, int] = {}
-        for position, offset, rows in spans:
+        stored_table = stored(table, payload=True)
+        for position, offset, rows in cuts:
             node = nodes[position]
             sizes[node.shard % self.shards] = sizes.get(node.shard % self.shards, 0) + rows
             for start in range(0, rows, LOG_BATCH_ROWS):
                 length = min(LOG_BATCH_ROWS, rows - start)
-                batches.extend(table.slice(offset + start, length).to_batches())
+                batches.extend(stored_table.slice(offset + start, length).to_batches())
                 layout.append((node.shard, node.count))
-        schema = table.schema.with_metadata({
+        schema = stored_table.schema.with_metadata({
             SHARDS: msgspec.json.encode([shard for shard, _ in layout]),
             SHARD_COUNTS: msgspec.json.encode([count for _, count in layout])})
         sink = pa.BufferOutputStream()
-        with ipc.new_file(sink, schema) as writer:
+        with ipc.new_file(sink, schema, options=ipc.IpcWriteOptions(compression=CODEC)) as writer:
             for batch in batches:
                 writer.write_batch(batch.replace_schema_metadata(schema.metadata))
-        name = f"{instant_time}.log.arrow" if part is None else f"{instant_time}.{part}.log.arrow"
-        self.storage.put_if_absent(f"{INDEX_FOLDER}/{name}", bytes(sink.getvalue()))
-        return dict(sorted(sizes.items()))
+        return sink.getvalue().to_pybytes(), dict(sorted(sizes.items()))
+
+    def prepare(self, entries: pa.Table) -> pa.Table:
+        """Start encoding the log file of ``entries`` on a thread, and return them: a
+        :meth:`write` of this very table stores what the thread encoded. A writer calls it just
+        before it writes the data file the entries point into, so the two overlap (sorting and
+        compressing the log releases the GIL, as writing Parquet does)."""
+        future = _log_pool().submit(self.encode_log, entries)
+        with _DRAFTS_LOCK:
+            _DRAFTS[id(entries)] = (entries, self, future)
+            while len(_DRAFTS) > _DRAFTS_KEPT:  # a write that failed before its log: forgotten
+                _DRAFTS.pop(next(iter(_DRAFTS)))
+        return entries
+
+    @staticmethod
+    def unprepare(entries: pa.Table) -> None:
+        """Forget what :meth:`prepare` started for ``entries`` (they will not be written as
+        they are)."""
+        with _DRAFTS_LOCK:
+            _DRAFTS.pop(id(entries), None)
+
+    def _log_nodes(self, entries: pa.Table) -> tuple[list[Node], Positions]:
+        """The nodes a log of ``entries`` has batches for (the finest layout seen of each root
+        shard, see :meth:`write`) and each entry's position among them. A table of one root
+        shard whose splits this object has not seen needs no key hash at all."""
+        if self.shards == 1 and len(self._layout.get(0, ())) <= 1:
+            return [Node(1, 0)], np.zeros(entries.num_rows, dtype=np.int64)
+        hashes = self.hashes(entries)
+        roots = (hashes % np.uint64(self.shards)).astype(np.int64)
+        present = np.flatnonzero(np.bincount(roots, minlength=self.shards)).tolist()
+        nodes = [node for root in present for node in self._layout.get(root, [Node(self.shards, root)])]
+        if len(nodes) == len(present):  # one node per root: its position is the root's rank
+            rank = np.zeros(self.shards, dtype=np.int64)
+            rank[present] = np.arange(len(present))
+            return nodes, rank[roots]
+        return nodes, locate(hashes, nodes)
 
     def logs_of(self, instant_time: str) -> list[str]:
         """The log files of ``instant_time`` (one, or one per part)."""
@@ -227,7 +298,7 @@ class RecordIndex:
         parts = []
         for log in logs:
             with decoding(log.path, _LOG_EXPECTED):
-                reader = ipc.open_file(self._open(log.path))
+                reader = open_entries(self._open(log.path))
                 layout = self._layout_of(log.path, reader.schema)
                 groups = [i for i, (shard, _) in enumerate(layout.batches) if shard % self.shards in wanted]
                 parts.append(run_batches(reader, groups).select(self.schema.names))
@@ -576,7 +647,7 @@ class RecordIndex:
                 continue
             data = self.storage.read(log.path)
             with decoding(log.path, _LOG_EXPECTED):
-                reader = ipc.open_file(pa.BufferReader(data))
+                reader = open_entries(pa.BufferReader(data))
                 layout = self._layout_of(log.path, reader.schema)
                 for i, (shard, count) in enumerate(layout.batches):
                     below = files.nodes_of(shard, count)
@@ -624,7 +695,7 @@ class RecordIndex:
                 if parse_run(key, INDEX_FOLDER, self.shards) is not None:
                     read_block(self.storage, key, self.schema)
                     with decoding(key, _RUN_EXPECTED):
-                        RunFooter.of(ipc.open_file(pa.BufferReader(self.storage.read(key))),
+                        RunFooter.of(open_entries(pa.BufferReader(self.storage.read(key))),
                                      self._row_group_rows)
                 elif self._log(key) is not None:
                     self._log_layouts.pop(key, None)
@@ -641,7 +712,7 @@ class RecordIndex:
 
     def _read_log(self, path: str) -> pa.Table:
         with decoding(path, _LOG_EXPECTED):
-            reader = ipc.open_file(self._open(path))
+            reader = open_entries(self._open(path))
             self._layout_of(path, reader.schema)
             return run_batches(reader, list(range(reader.num_record_batches))).select(
                 self.schema.names).cast(self.schema)
@@ -711,7 +782,7 @@ class RecordIndex:
         footer = self._footers.get(run.path)
         if footer is None:
             with decoding(run.path, _RUN_EXPECTED):
-                footer = RunFooter.of(ipc.open_file(self._open(run.path)), self._row_group_rows)
+                footer = RunFooter.of(open_entries(self._open(run.path)), self._row_group_rows)
             self._footers.put(run.path, footer)
         return footer
 
@@ -811,6 +882,28 @@ def _ancestor(node: Node, descendant: Node, roots: int) -> bool:
             return True
         parent = parent.parent(roots)
     return False
+
+
+def _repeated(value: str | None, count: int, encoded: bool) -> pa.Array:
+    """``value`` ``count`` times: a dictionary of one string when ``encoded``."""
+    if not encoded or value is None:
+        return pa.repeat(pa.scalar(value, pa.string()), count)
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(count, dtype=np.int32)), pa.array([value]))
+
+
+#: Logs being encoded ahead of their write (``RecordIndex.prepare``), by ``id`` of their entries.
+_DRAFTS: dict[int, tuple[pa.Table, RecordIndex, Future[tuple[bytes | None, dict[int, int]]]]] = {}
+_DRAFTS_LOCK = threading.Lock()
+_DRAFTS_KEPT: Final = 4
+_LOG_POOL: list[ThreadPoolExecutor] = []
+
+
+def _log_pool() -> ThreadPoolExecutor:
+    """Threads that encode log files while their writer writes data files."""
+    with _POOL_LOCK:
+        if not _LOG_POOL:
+            _LOG_POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="metatxn-log"))
+        return _LOG_POOL[0]
 
 
 _POOL: list[ThreadPoolExecutor] = []

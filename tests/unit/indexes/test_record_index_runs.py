@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import timeline
 from indexes import DoneCompactions, RecordIndex, key_hash, shard_of
 from indexes._index_layout import Node, RunFile, TierPolicy, chain, leaves, parse_run, run_name
-from indexes._index_runs import RANGES, bloom_filter, may_contain
+from indexes._index_runs import RANGES, bloom_filter, may_contain, run_batches
 
 FOLDER = "_metadata/record_index"
 _roots = itertools.count()
@@ -628,3 +628,83 @@ def test_runs_below_a_chain_top_count_through_the_run_written_on_them() -> None:
     found = index.lookup(pa.table({"key_0": pa.array(range(0, 500, 7), pa.int64())}), completed,
                          max(completed.values()), archived)
     assert sorted(found["key_0"].to_pylist()) == list(range(0, 500, 7))
+
+
+# -- the stored encoding ---------------------------------------------------------------------------
+
+
+def _keys_of(key_types: list[pa.DataType], keys: list[int]) -> pa.Table:
+    if len(key_types) == 1:
+        return pa.table({"key_0": pa.array(keys, key_types[0])})
+    first = [f"k{k % 5}" for k in keys] if key_types[0] == pa.string() else [k // 8 for k in keys]
+    second = keys if key_types[0] == pa.string() else [k % 8 for k in keys]
+    return pa.table({"key_0": pa.array(first, key_types[0]), "key_1": pa.array(second, key_types[1])})
+
+
+def _write_keys(index: RecordIndex, instant: str, keys: list[int], file: str,
+                key_types: list[pa.DataType]) -> None:
+    index.write(instant, index.entries(_keys_of(key_types, keys), segment="0",
+                                       file=pa.array([file] * len(keys)),
+                                       position=pa.array(keys, pa.int64()), instant=instant))
+
+
+@pytest.mark.parametrize("key_types", [[pa.int64()], [pa.string(), pa.int64()], [pa.int64(), pa.int32()]],
+                         ids=["int64", "string-int64", "int64-int32"])
+def test_uncompressed_runs_and_logs_written_before_the_stored_encoding_still_read(
+        key_types: list[pa.DataType], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs and logs written before they were LZ4-compressed with narrowed keys (the encoding
+    of the same code with no codec and nothing narrowed) read, compact and mix with new ones."""
+    import indexes._index_runs as runs_module
+    import indexes._record_index as index_module
+
+    index = RecordIndex(_memory("encoding"), key_types, 2, row_group_rows=8,
+                        policy=TierPolicy(fanout=2, tier_entries=4, shard_max_entries=1000))
+    t1, c1, m1, t2, c2, m2, t3, c3 = _times(8)
+    completed = {t1: c1, t2: c2}
+    with monkeypatch.context() as old:
+        for module in (runs_module, index_module):
+            old.setattr(module, "CODEC", None)
+            old.setattr(module, "stored", lambda entries, payload=False: entries)
+        _write_keys(index, t1, list(range(100)), "a.parquet", key_types)
+        index.compact(m1, c1, {t1: c1}, {m1}, pa.array(["a.parquet"]))
+        _write_keys(index, t2, list(range(90, 110)), "b.parquet", key_types)
+    for key in index.storage.list(FOLDER, recursive=True):
+        schema = ipc.open_file(pa.BufferReader(index.storage.read(key))).schema
+        assert runs_module.logical_schema(schema) is None and all(
+            not pa.types.is_dictionary(f.type) or f.type.index_type == pa.int32() for f in schema)
+        assert all(f.type in (*key_types, pa.int64(), pa.bool_()) or pa.types.is_dictionary(f.type)
+                   for f in schema), "written in the index's own types"
+    done = {m1}
+    probe = _keys_of(key_types, list(range(-1, 111)))
+
+    def files_at(bound: str) -> dict[tuple[Any, ...], str]:
+        found = index.lookup(probe, completed, bound, done)
+        keys = zip(*(found[name].to_pylist() for name in index.keys), strict=True)
+        return {key: f for key, f, d in zip(keys, found["file"].to_pylist(), found["deleted"].to_pylist(),
+                                            strict=True) if not d}
+
+    def expected(files: dict[int, str]) -> dict[tuple[Any, ...], str]:
+        keys = _keys_of(key_types, list(files))
+        return dict(zip(zip(*(keys[name].to_pylist() for name in index.keys), strict=True), files.values(),
+                        strict=True))
+
+    both = {**dict.fromkeys(range(90), "a.parquet"), **dict.fromkeys(range(90, 110), "b.parquet")}
+    assert files_at(c2) == expected(both)
+    assert index.read_all(completed, c2, done).num_rows == 110
+    assert index.instant_entries(t2, range(2)).num_rows == 20
+    written = index.compact(m2, c2, completed, done, pa.array(["a.parquet", "b.parquet"]))
+    done.add(m2)
+    for key in written:  # the new runs are in the stored encoding, on top of the old ones
+        reader = ipc.open_file(pa.BufferReader(index.storage.read(key)))
+        stored_key = reader.schema.field("key_0").type
+        assert stored_key == pa.string() if key_types[0] == pa.string() else stored_key == pa.int8()
+        repeated = pa.dictionary(pa.int32(), pa.string())
+        assert run_batches(reader, list(range(reader.num_record_batches))).schema == pa.schema(
+            [pa.field(f.name, repeated if f.name in ("segment", "file", "instant") else f.type)
+             for f in index.schema])
+    _write_keys(index, t3, [0, 1], "c.parquet", key_types)
+    completed[t3] = c3
+    assert files_at(c3) == expected({**both, 0: "c.parquet", 1: "c.parquet"})
+    assert files_at(c1) == expected(dict.fromkeys(range(100), "a.parquet")), "the old runs still serve"
+    new_log = ipc.open_file(pa.BufferReader(index.storage.read(f"{FOLDER}/{t3}.log.arrow")))
+    assert runs_module.logical_schema(new_log.schema) is not None, "the new log is stored narrowed"
