@@ -102,7 +102,7 @@ def key_order(columns: Sequence[pa.Array | pa.ChunkedArray], groups: Positions) 
     if count < 2:
         return None
     grouped = bool(groups.max() != groups.min())
-    codes = _order_codes(columns)
+    codes = order_codes(columns)
     if codes is None:
         sortable = pa.table([*columns, pa.array(groups)],
                             names=[f"k{i}" for i in range(len(columns))] + ["group"])
@@ -119,7 +119,7 @@ def key_order(columns: Sequence[pa.Array | pa.ChunkedArray], groups: Positions) 
     return order
 
 
-def _order_codes(columns: Sequence[pa.Array | pa.ChunkedArray]) -> Positions | None:
+def order_codes(columns: Sequence[pa.Array | pa.ChunkedArray]) -> Positions | None:
     """The key columns packed into one order-preserving int64 per row, from 0, or None (a key
     that is not an integer, or spans too wide to pack in 62 bits)."""
     values = []

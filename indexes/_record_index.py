@@ -45,7 +45,7 @@ from timeline import CorruptMetadataError, ObjectNotFoundError, Storage
 from ._blocks import decoding, missing_block, read_block
 from ._compactions import DoneCompactions
 from ._index_entries import ENTRY_FIELDS as ENTRY_FIELDS
-from ._index_entries import Positions, integer_order, key_order, live_entries, spans
+from ._index_entries import Positions, integer_order, key_order, live_entries, order_codes, spans
 from ._index_entries import index_schema as index_schema
 from ._index_entries import key_names as key_names
 from ._index_entries import matching as matching
@@ -656,8 +656,8 @@ class RecordIndex:
                         continue
                     for node in targets:
                         parts.setdefault(node, [])
+                    # The index's types, strings still dictionaries: folding does not decode them.
                     batch = run_batches(reader, [i]).select(self.schema.names)
-                    batch = batch.cast(self.schema)
                     if len(below) == 1:  # the batch is the node's, or a part of it
                         parts[targets[0]].append(batch)
                         continue
@@ -736,9 +736,21 @@ class RecordIndex:
         new = self._log_parts(files, set(files.leaves))
         written: list[str] = []
         for node in sorted(new):
-            entries = merge_entries(new[node], self.schema)
+            entries = self._merged_logs(new[node])
             written += self._fold(node, files.leaves[node], entries, compaction_time, horizon, live_files)
         return written
+
+    def _merged_logs(self, parts: list[pa.Table]) -> pa.Table:
+        """A node's entries of the log batches being folded, merged. Entries whose keys are
+        already strictly in order (the batches of one log are sorted by key, and a load writes
+        each key once) are used as they are, their strings still dictionaries: the first
+        compaction of a million-row load then neither sorts nor decodes them."""
+        whole = pa.concat_tables([self.encoded(part) for part in parts]) if parts else None
+        if whole is not None:
+            codes = order_codes([whole[name] for name in self.keys]) if whole.num_rows > 1 else None
+            if whole.num_rows <= 1 or (codes is not None and bool(np.all(codes[1:] > codes[:-1]))):
+                return self.encoded(whole)
+        return merge_entries(parts, self.schema)
 
     def _fold(self, node: Node, chain: list[RunFile], entries: pa.Table, compaction_time: str,
               horizon: str, live_files: pa.Array) -> list[str]:
