@@ -708,3 +708,39 @@ def test_uncompressed_runs_and_logs_written_before_the_stored_encoding_still_rea
     assert files_at(c1) == expected(dict.fromkeys(range(100), "a.parquet")), "the old runs still serve"
     new_log = ipc.open_file(pa.BufferReader(index.storage.read(f"{FOLDER}/{t3}.log.arrow")))
     assert runs_module.logical_schema(new_log.schema) is not None, "the new log is stored narrowed"
+
+
+def test_filter_probes_are_the_double_hashing_formula() -> None:
+    """The stepped probe positions equal ``(first + i * step) % bits``: filters written before
+    and after read alike."""
+    from indexes._index_runs import _LOW32, _PROBES, _SALT, _probes
+    from indexes._keys import _mix
+
+    drawn = np.random.default_rng(3).integers(0, 2**63, 5_000, dtype=np.int64)
+    hashes = drawn.astype(np.uint64) * np.uint64(3)
+    with np.errstate(over="ignore"):
+        mixed = _mix(hashes ^ _SALT)
+        step = (mixed >> np.uint64(32)) | np.uint64(1)
+        rounds = np.arange(_PROBES, dtype=np.uint64)
+        for bits in (64, 1_000_064, 2**33 + 64):
+            expected = ((mixed & _LOW32)[:, None] + rounds[None, :] * step[:, None]) % np.uint64(bits)
+            assert (_probes(hashes, bits) == expected).all()
+
+
+@given(st.lists(st.tuples(st.integers(-3, 40), st.integers(0, 2**40), st.integers(0, 3)), max_size=60),
+       st.booleans())
+def test_key_order_sorts_by_group_then_keys(rows: list[tuple[int, int, int]], wide: bool) -> None:
+    from indexes._index_entries import key_order
+
+    first = [a for a, _, _ in rows]
+    second = [b if wide else b % 7 for _, b, _ in rows]
+    groups = np.array([g for _, _, g in rows], dtype=np.int64)
+    order = key_order([pa.array(first, pa.int64()), pa.array(second, pa.int64())], groups)
+    order = np.arange(len(rows)) if order is None else order
+    assert sorted(order.tolist()) == list(range(len(rows)))
+    ordered = [(int(groups[i]), first[i], second[i]) for i in order]
+    assert ordered == sorted(ordered)
+    strings = key_order([pa.array([str(a) for a in first])], groups)
+    strings = np.arange(len(rows)) if strings is None else strings
+    assert [(int(groups[i]), str(first[i])) for i in strings] == sorted((int(g), str(a)) for a, g in
+                                                                        zip(first, groups, strict=True))
