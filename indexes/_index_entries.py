@@ -115,7 +115,11 @@ def key_order(columns: Sequence[pa.Array | pa.ChunkedArray], groups: Positions) 
     if order is None:
         order = np.argsort(codes)
     if grouped:
-        order = order[np.argsort(groups[order], kind="stable")]
+        # A stable sort of small integers is a radix sort: 16-bit groups sort in linear time.
+        ordered_groups = groups[order]
+        if int(groups.max()) < 2**15 and int(groups.min()) >= 0:
+            ordered_groups = ordered_groups.astype(np.int16)
+        order = order[np.argsort(ordered_groups, kind="stable")]
     return order
 
 

@@ -211,7 +211,7 @@ class RecordIndex:
         entries = self.encoded(entries)
         nodes, groups = self._log_nodes(entries)
         order = key_order([entries[name] for name in self.keys], groups)
-        table = entries if order is None else entries.take(pa.array(order))
+        table = entries if order is None else _taken(entries, pa.array(order))
         cuts = spans(groups if order is None else groups[order])
         batches: list[pa.RecordBatch] = []
         layout: list[tuple[int, int]] = []
@@ -893,6 +893,27 @@ def _ancestor(node: Node, descendant: Node, roots: int) -> bool:
         if parent == node:
             return True
         parent = parent.parent(roots)
+    return False
+
+
+def _taken(table: pa.Table, order: pa.Array) -> pa.Table:
+    """``table``'s rows in ``order``; a column holding one value throughout (a load's segment,
+    file, instant and tombstone flag) is kept as it is instead of being permuted."""
+    columns = []
+    for column in table.columns:
+        if column.null_count == 0 and _constant(column):
+            columns.append(column)
+        else:
+            columns.append(column.take(order))
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _constant(column: pa.ChunkedArray) -> bool:
+    if pa.types.is_dictionary(column.type):
+        return all(len(chunk.dictionary) == 1 for chunk in column.chunks)
+    if pa.types.is_boolean(column.type):
+        true = pc.sum(column).as_py() or 0
+        return true in (0, len(column))
     return False
 
 
