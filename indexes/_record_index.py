@@ -27,6 +27,7 @@ older can resurface. Any other merge keeps both, since they hide older entries b
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -928,15 +929,19 @@ def _repeated(value: str | None, count: int, encoded: bool) -> pa.Array:
 _DRAFTS: dict[int, tuple[pa.Table, RecordIndex, Future[tuple[bytes | None, dict[int, int]]]]] = {}
 _DRAFTS_LOCK = threading.Lock()
 _DRAFTS_KEPT: Final = 4
-_LOG_POOL: list[ThreadPoolExecutor] = []
+_LOG_POOL: dict[int, ThreadPoolExecutor] = {}
 
 
 def _log_pool() -> ThreadPoolExecutor:
-    """Threads that encode log files while their writer writes data files."""
+    """Threads that encode log files while their writer writes data files, per process: a
+    child forked after a keyed write inherits the pool without its threads, and a task
+    submitted to it would never run."""
     with _POOL_LOCK:
-        if not _LOG_POOL:
-            _LOG_POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="metatxn-log"))
-        return _LOG_POOL[0]
+        pid = os.getpid()
+        if pid not in _LOG_POOL:
+            _LOG_POOL.clear()
+            _LOG_POOL[pid] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="metatxn-log")
+        return _LOG_POOL[pid]
 
 
 _POOL: list[ThreadPoolExecutor] = []
