@@ -1,7 +1,9 @@
 """Record-index log files: one per data instant (or per piece of one), one shard node per batch.
 
 A log file is an Arrow IPC file of the entries one data instant wrote, sorted by (node, key),
-the repeated strings dictionary-encoded. Its schema metadata names the node of each batch:
+the repeated strings dictionary-encoded, in the stored encoding of ``_index_runs`` (LZ4, integer
+keys, positions and dictionary indices narrowed; read back through ``run_batches``; logs written
+before it are uncompressed and read the same way). Its schema metadata names the node of each batch:
 ``metatxn.batch_shards`` and ``metatxn.batch_shard_counts`` (a batch of node ``(s, n)`` holds
 the keys whose hash ``h`` has ``h % n == s``). Logs written before shards could split have no
 counts: their batches are of the table's creation count.

@@ -1,7 +1,11 @@
 """Record-index run files: their encoding, and the footer a lookup checks before opening one.
 
-A run is an **uncompressed Arrow IPC** file of index entries sorted by key, in batches of
-``batch_rows`` entries (1,024 by default), the repeated strings dictionary-encoded once per file.
+A run is an Arrow IPC file of index entries sorted by key, in batches of ``batch_rows`` entries
+(1,024 by default), the repeated strings dictionary-encoded once per file, its buffers
+LZ4-compressed and its integer key columns stored in the narrowest integer type that holds them
+(the stored encoding, :func:`stored`; log files use it too). Every reader of entry batches goes
+through :func:`run_batches`, which returns the index's own column types: runs and logs written
+before the stored encoding (uncompressed, logical types) read the same way.
 What a lookup needs to decide what to read without reading the entries is read once per process
 (runs never change). In the schema metadata:
 
@@ -31,6 +35,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from ._keys import Hashes, _mix
@@ -45,6 +50,18 @@ ENTRIES: Final = b"metatxn.run_entries"
 BELOW: Final = b"metatxn.run_below"
 #: Columns whose values repeat across many entries: stored and read as dictionaries.
 REPEATED: Final = ["segment", "file", "instant"]
+#: Field metadata of a column stored narrower than the index's type: that type's name.
+LOGICAL_TYPE: Final = b"metatxn.type"
+#: The buffer codec of runs and logs. LZ4 and not ZSTD: a lookup decompresses each 1,024-entry
+#: batch it reads, and Arrow's ZSTD starts a new decompression context per buffer (about 16 us,
+#: some 120 us per batch against LZ4's 10 us); see design/record-index.md for the measurements.
+CODEC: Final = "lz4"
+_INTEGERS: Final = {str(t): t for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64(),
+                                        pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64())}
+_SIGNED: Final = (pa.int8(), pa.int16(), pa.int32())
+_UNSIGNED: Final = (pa.uint8(), pa.uint16(), pa.uint32())
+_INDICES: Final = pa.int32()
+_READ_OPTIONS: Final = ipc.IpcReadOptions(use_threads=False)
 
 _BITS_PER_ENTRY: Final = 10
 _PROBES: Final = 7
@@ -55,14 +72,22 @@ _LOW32: Final = np.uint64(0xFFFFFFFF)
 
 def probe_positions(hashes: Hashes, bits: int | npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """Bit positions of each key (one row per key) in a filter of ``bits`` bits (one count for
-    all keys, or one per key): double hashing of a remixed key hash."""
+    all keys, or one per key, as the probe of many runs at once asks): double hashing of a
+    remixed key hash, ``(first + i * step) % bits`` for probe ``i``. Computed as
+    ``first % bits`` stepped by ``step % bits`` with one conditional subtraction per probe (the
+    same values: no term reaches 2**64): two divisions per key instead of seven."""
     with np.errstate(over="ignore"):
         mixed = _mix(hashes ^ _SALT)
-        first = mixed & _LOW32
-        step = (mixed >> np.uint64(32)) | np.uint64(1)
-        rounds = np.arange(_PROBES, dtype=np.uint64)
-        sizes = bits[:, None] if isinstance(bits, np.ndarray) else np.uint64(bits)
-        return (first[:, None] + rounds[None, :] * step[:, None]) % sizes
+        size = bits if isinstance(bits, np.ndarray) else np.uint64(bits)
+        step = ((mixed >> np.uint64(32)) | np.uint64(1)) % size
+        found = np.empty((len(hashes), _PROBES), dtype=np.uint64)
+        current = (mixed & _LOW32) % size
+        found[:, 0] = current
+        for probe in range(1, _PROBES):
+            current = current + step
+            current -= size * (current >= size)
+            found[:, probe] = current
+        return found
 
 
 _probes = probe_positions
@@ -96,6 +121,87 @@ def dictionary_encoded(entries: pa.Table) -> pa.Table:
     return entries
 
 
+def _narrowest(column: pa.Array, candidates: tuple[pa.DataType, ...]) -> pa.DataType | None:
+    """The first of ``candidates`` narrower than ``column``'s type that holds all its values."""
+    low, high = (value.as_py() for value in pc.min_max(column).values())
+    if low is None:
+        return None
+    width = column.type.bit_width
+    for candidate in candidates:
+        if candidate.bit_width >= width:
+            return None
+        info = np.iinfo(candidate.to_pandas_dtype())
+        if info.min <= low and high <= info.max:
+            return candidate
+    return None
+
+
+def _narrowed(table: pa.Table, name: str, candidates: tuple[pa.DataType, ...]) -> pa.Table:
+    index = table.schema.get_field_index(name)
+    field = table.schema.field(index)
+    target = _narrowest(table.column(index), candidates)
+    if target is None:
+        return table
+    return table.set_column(index, field.with_type(target).with_metadata({LOGICAL_TYPE: str(field.type)}),
+                            table.column(index).cast(target))
+
+
+def stored(entries: pa.Table, *, payload: bool = False) -> pa.Table:
+    """``entries`` (dictionary-encoded, one chunk) in the stored encoding: each integer key
+    column in the narrowest integer type of its signedness that holds it (its own type named in
+    the field's ``metatxn.type`` metadata), and with ``payload`` (log files) ``position`` in the
+    narrowest unsigned type and dictionary indices in int8 or int16 when the dictionary is small.
+
+    Only the keys are narrowed in runs: LZ4 already squeezes the zero bytes of positions and
+    indices there (0.06 bytes per entry left), and each narrowed column costs every lookup a
+    cast; keys matter (lineitem's ``(int64, int32)`` key: 9.3 -> 7.2 bytes per entry)."""
+    for field in entries.schema:
+        if field.name.startswith("key_") and pa.types.is_integer(field.type):
+            entries = _narrowed(entries, field.name, _SIGNED if pa.types.is_signed_integer(field.type)
+                                else _UNSIGNED)
+    if not payload:
+        return entries
+    if pa.types.is_integer(entries.schema.field("position").type):
+        entries = _narrowed(entries, "position", _UNSIGNED)
+    for name in REPEATED:
+        index = entries.schema.get_field_index(name)
+        column = entries.column(index)
+        if column.num_chunks != 1 or not pa.types.is_dictionary(column.type):
+            continue
+        array = column.chunk(0)
+        size = len(array.dictionary)
+        width = pa.int8() if size <= 127 else pa.int16() if size <= 32767 else None
+        if width is not None and width != array.type.index_type:
+            entries = entries.set_column(index, name, pa.DictionaryArray.from_arrays(
+                array.indices.cast(width), array.dictionary))
+    return entries
+
+
+def logical_schema(schema: pa.Schema) -> pa.Schema | None:
+    """The index's column types of a run or log stored with ``schema`` (None: they are its own:
+    a file written before the stored encoding, or nothing was narrowed)."""
+    changes = _logical_types(schema)
+    if not changes:
+        return None
+    fields = [pa.field(f.name, changes.get(i, f.type), f.nullable) for i, f in enumerate(schema)]
+    return pa.schema(fields)
+
+
+def _logical_types(schema: pa.Schema) -> dict[int, pa.DataType]:
+    """The index's type of each column of ``schema`` stored in another, by position."""
+    changes: dict[int, pa.DataType] = {}
+    for i, field in enumerate(schema):
+        field_type = field.type
+        if pa.types.is_dictionary(field_type):
+            if field_type.index_type != _INDICES:
+                changes[i] = pa.dictionary(_INDICES, field_type.value_type)
+        elif pa.types.is_integer(field_type):
+            metadata = field.metadata
+            if metadata and LOGICAL_TYPE in metadata:
+                changes[i] = _INTEGERS[metadata[LOGICAL_TYPE].decode()]
+    return changes
+
+
 def encode_run(entries: pa.Table, hashes: Hashes, first_key: str, batch_rows: int,
                below: str | None = None) -> bytes:
     """A run file of ``entries`` (sorted by key; ``hashes`` their key hashes), written on the run
@@ -113,20 +219,34 @@ def encode_run(entries: pa.Table, hashes: Hashes, first_key: str, batch_rows: in
     metadata = {RANGES: buffer.getvalue().to_pybytes(), ENTRIES: str(entries.num_rows).encode()}
     if below is not None:
         metadata[BELOW] = below.encode()
+    entries = stored(entries)
     schema = entries.schema.with_metadata(metadata)
     sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, schema) as writer:
+    with ipc.new_file(sink, schema, options=ipc.IpcWriteOptions(compression=CODEC)) as writer:
         batches = entries.replace_schema_metadata(schema.metadata).to_batches(max_chunksize=batch_rows)
         for i, batch in enumerate(batches):
             writer.write_batch(batch, custom_metadata={FILTER: bloom_filter(hashes)} if i == 0 else None)
     return bytes(sink.getvalue())
 
 
+def open_entries(source: Any) -> ipc.RecordBatchFileReader:
+    """A reader of a run or log file: its compressed buffers are decompressed on the calling
+    thread. Arrow's default hands each batch's buffers to its thread pool, which costs more than
+    the decompression itself (1,000-key lookup in a 1M-entry run on a busy 2-CPU machine:
+    get_batch 78 us per batch on the pool, 30 us without it)."""
+    return ipc.open_file(source, options=_READ_OPTIONS)
+
+
 def run_batches(reader: ipc.RecordBatchFileReader, groups: list[int]) -> pa.Table:
     """Batches ``groups`` of a run (or of a log file), with the index's column types and the
-    repeated strings still dictionary-encoded: every reader of entry batches goes through here,
-    so the stored encoding may differ from what lookups match on."""
-    return pa.Table.from_batches([reader.get_batch(group) for group in groups], reader.schema)
+    repeated strings still dictionary-encoded (int32 indices): every reader of entry batches goes
+    through here, so the stored encoding may differ from what lookups match on."""
+    schema = reader.schema
+    table = pa.Table.from_batches([reader.get_batch(group) for group in groups], schema)
+    # Only the narrowed columns are cast (a whole-table cast costs a call per column).
+    for i, logical in _logical_types(schema).items():
+        table = table.set_column(i, pa.field(schema.field(i).name, logical), table.column(i).cast(logical))
+    return table
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ older can resurface. Any other merge keeps both, since they hide older entries b
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Container, Hashable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -46,7 +47,7 @@ from timeline import CorruptMetadataError, ObjectNotFoundError, Storage
 from ._blocks import decoding, missing_block, read_block
 from ._compactions import DoneCompactions
 from ._index_entries import ENTRY_FIELDS as ENTRY_FIELDS
-from ._index_entries import Positions, integer_order, live_entries, spans
+from ._index_entries import Positions, integer_order, key_order, live_entries, order_codes, spans
 from ._index_entries import index_schema as index_schema
 from ._index_entries import key_names as key_names
 from ._index_entries import matching as matching
@@ -65,7 +66,17 @@ from ._index_layout import (
 )
 from ._index_logs import LOG_BATCH_ROWS, SHARD_COUNTS, SHARDS, IndexLog, LogLayout, log_layout
 from ._index_logs import parse_index_log as parse_index_log
-from ._index_runs import FooterCache, RunFooter, dictionary_encoded, encode_run, run_batches
+from ._index_runs import (
+    CODEC,
+    REPEATED,
+    FooterCache,
+    RunFooter,
+    dictionary_encoded,
+    encode_run,
+    open_entries,
+    run_batches,
+    stored,
+)
 from ._keys import Hashes, key_hash
 from ._layout import METADATA_FOLDER, RECORD_INDEX, shard_folder
 from ._probe import LOG_HASHED_ROWS, FilterBank, LogKeys, held, probe_runs
@@ -124,18 +135,31 @@ class RecordIndex:
     # -- building entries ----------------------------------------------------------------------
 
     def entries(self, keys: pa.Table, *, segment: str | pa.Array, file: pa.Array,
-                position: pa.Array, instant: str, deleted: bool = False) -> pa.Table:
-        """Index entries for ``keys`` (columns ``key_0``...); scalars are repeated."""
+                position: pa.Array, instant: str, deleted: bool = False, encoded: bool = False) -> pa.Table:
+        """Index entries for ``keys`` (columns ``key_0``...); scalars are repeated. ``encoded``:
+        the repeated strings as dictionaries, a dictionary ``file`` kept as it is (what
+        :meth:`write` stores: a million-row load then never builds a string per row)."""
         count = keys.num_rows
         columns: dict[str, Any] = {name: keys[name] for name in self.keys}
         # Repeated scalars without a Python list per row (1M entries: 0.09 s -> 0.02 s).
-        columns["segment"] = (pa.repeat(pa.scalar(segment, pa.string()), count)
-                              if isinstance(segment, str) else segment)
+        columns["segment"] = (_repeated(segment, count, encoded) if isinstance(segment, str) else segment)
         columns["file"] = file
         columns["position"] = position
-        columns["instant"] = pa.repeat(pa.scalar(instant, pa.string()), count)
+        columns["instant"] = _repeated(instant, count, encoded)
         columns["deleted"] = pa.repeat(pa.scalar(deleted, pa.bool_()), count)
-        return pa.table(columns).cast(self.schema)
+        table = pa.table(columns)
+        return self.encoded(table) if encoded else table.cast(self.schema)
+
+    def encoded(self, entries: pa.Table) -> pa.Table:
+        """``entries`` with the index's columns and types, the repeated strings as dictionaries
+        (one chunk each; a column already dictionary-encoded is not decoded first)."""
+        entries = entries.select(self.schema.names)
+        for index, field in enumerate(self.schema):
+            found = entries.schema.field(index).type
+            if found != field.type and not (pa.types.is_dictionary(found) and field.name in REPEATED
+                                            and found.value_type == field.type):
+                entries = entries.set_column(index, field, entries.column(index).cast(field.type))
+        return dictionary_encoded(entries)
 
     def hashes(self, keys: pa.Table) -> Hashes:
         """The key hash of each row (``keys.key_hash`` of the key columns)."""
@@ -178,37 +202,86 @@ class RecordIndex:
         nodes of the batch that got no entry. A writer that produces its entries in pieces
         (Spark tasks) writes one file per piece, each with its own ``part`` number.
         """
-        entries = entries.select(self.schema.names).cast(self.schema)
+        name = f"{instant_time}.log.arrow" if part is None else f"{instant_time}.{part}.log.arrow"
+        with _DRAFTS_LOCK:
+            draft = _DRAFTS.pop(id(entries), None)
+        if draft is not None and draft[0] is entries and draft[1] is self:
+            data, sizes = draft[2].result()
+        else:
+            data, sizes = self.encode_log(entries)
+        if data is not None:
+            self.storage.put_if_absent(f"{INDEX_FOLDER}/{name}", data)
+            if entries.num_rows <= LOG_HASHED_ROWS:  # its next lookup needs no read
+                self._log_keys.put(f"{INDEX_FOLDER}/{name}", self.hashes(entries))
+        return sizes
+
+    def encode_log(self, entries: pa.Table) -> tuple[bytes | None, dict[int, int]]:
+        """The log file :meth:`write` stores for ``entries`` (None: no entries) and its entries
+        per root shard. Pure computation (numpy and Arrow release the GIL): a writer may run it
+        on a thread while it writes data files."""
         if entries.num_rows == 0:
-            return {}
-        # Encoded before the sort: the permutation then moves dictionary indices, not strings.
-        entries = dictionary_encoded(entries)
-        hashes = self.hashes(entries)
-        roots = (hashes % np.uint64(self.shards)).astype(np.int64)
-        nodes = [node for root in sorted(set(roots.tolist()))
-                 for node in self._layout.get(root, [Node(self.shards, root)])]
-        table, _, spans = self._grouped(entries, locate(hashes, nodes))
+            return None, {}
+        # Repeated strings stay (or become) dictionaries before the sort: the permutation then
+        # moves dictionary indices, not strings, and a million-row load is never decoded.
+        entries = self.encoded(entries)
+        nodes, groups = self._log_nodes(entries)
+        order = key_order([entries[name] for name in self.keys], groups)
+        table = entries if order is None else _taken(entries, pa.array(order))
+        cuts = spans(groups if order is None else groups[order])
         batches: list[pa.RecordBatch] = []
         layout: list[tuple[int, int]] = []
         sizes: dict[int, int] = {}
-        for position, offset, rows in spans:
+        stored_table = stored(table, payload=True)
+        for position, offset, rows in cuts:
             node = nodes[position]
             sizes[node.shard % self.shards] = sizes.get(node.shard % self.shards, 0) + rows
             for start in range(0, rows, LOG_BATCH_ROWS):
                 length = min(LOG_BATCH_ROWS, rows - start)
-                batches.extend(table.slice(offset + start, length).to_batches())
+                batches.extend(stored_table.slice(offset + start, length).to_batches())
                 layout.append((node.shard, node.count))
-        schema = table.schema.with_metadata({
+        schema = stored_table.schema.with_metadata({
             SHARDS: msgspec.json.encode([shard for shard, _ in layout]),
             SHARD_COUNTS: msgspec.json.encode([count for _, count in layout])})
         sink = pa.BufferOutputStream()
-        with ipc.new_file(sink, schema) as writer:
+        with ipc.new_file(sink, schema, options=ipc.IpcWriteOptions(compression=CODEC)) as writer:
             for batch in batches:
                 writer.write_batch(batch.replace_schema_metadata(schema.metadata))
-        name = f"{instant_time}.log.arrow" if part is None else f"{instant_time}.{part}.log.arrow"
-        self.storage.put_if_absent(f"{INDEX_FOLDER}/{name}", bytes(sink.getvalue()))
-        self._log_keys.put(f"{INDEX_FOLDER}/{name}", hashes)  # its next lookup needs no read
-        return dict(sorted(sizes.items()))
+        return sink.getvalue().to_pybytes(), dict(sorted(sizes.items()))
+
+    def prepare(self, entries: pa.Table) -> pa.Table:
+        """Start encoding the log file of ``entries`` on a thread, and return them: a
+        :meth:`write` of this very table stores what the thread encoded. A writer calls it just
+        before it writes the data file the entries point into, so the two overlap (sorting and
+        compressing the log releases the GIL, as writing Parquet does)."""
+        future = _log_pool().submit(self.encode_log, entries)
+        with _DRAFTS_LOCK:
+            _DRAFTS[id(entries)] = (entries, self, future)
+            while len(_DRAFTS) > _DRAFTS_KEPT:  # a write that failed before its log: forgotten
+                _DRAFTS.pop(next(iter(_DRAFTS)))
+        return entries
+
+    @staticmethod
+    def unprepare(entries: pa.Table) -> None:
+        """Forget what :meth:`prepare` started for ``entries`` (they will not be written as
+        they are)."""
+        with _DRAFTS_LOCK:
+            _DRAFTS.pop(id(entries), None)
+
+    def _log_nodes(self, entries: pa.Table) -> tuple[list[Node], Positions]:
+        """The nodes a log of ``entries`` has batches for (the finest layout seen of each root
+        shard, see :meth:`write`) and each entry's position among them. A table of one root
+        shard whose splits this object has not seen needs no key hash at all."""
+        if self.shards == 1 and len(self._layout.get(0, ())) <= 1:
+            return [Node(1, 0)], np.zeros(entries.num_rows, dtype=np.int64)
+        hashes = self.hashes(entries)
+        roots = (hashes % np.uint64(self.shards)).astype(np.int64)
+        present = np.flatnonzero(np.bincount(roots, minlength=self.shards)).tolist()
+        nodes = [node for root in present for node in self._layout.get(root, [Node(self.shards, root)])]
+        if len(nodes) == len(present):  # one node per root: its position is the root's rank
+            rank = np.zeros(self.shards, dtype=np.int64)
+            rank[present] = np.arange(len(present))
+            return nodes, rank[roots]
+        return nodes, locate(hashes, nodes)
 
     def logs_of(self, instant_time: str) -> list[str]:
         """The log files of ``instant_time`` (one, or one per part)."""
@@ -241,7 +314,7 @@ class RecordIndex:
         parts = []
         for log in logs:
             with decoding(log.path, _LOG_EXPECTED):
-                reader = ipc.open_file(self._open(log.path))
+                reader = open_entries(self._open(log.path))
                 layout = self._layout_of(log.path, reader.schema)
                 groups = [i for i, (shard, _) in enumerate(layout.batches) if shard % self.shards in wanted]
                 parts.append(run_batches(reader, groups).select(self.schema.names))
@@ -284,7 +357,7 @@ class RecordIndex:
         """The rows of ``asked`` (key columns) that log file ``path`` holds an entry for."""
         key_schema = pa.schema([self.schema.field(k) for k in self.keys])
         with decoding(path, _LOG_EXPECTED):
-            reader = ipc.open_file(self._open(path))
+            reader = open_entries(self._open(path))
             entries = run_batches(reader, list(range(reader.num_record_batches))).select(self.keys)
         if not self._integer_key:
             return matching(asked, entries.cast(key_schema), self.keys)
@@ -607,7 +680,7 @@ class RecordIndex:
         if known is not None or self._log_keys.too_large(path):
             return known
         with decoding(path, _LOG_EXPECTED):
-            reader = ipc.open_file(self._open(path))
+            reader = open_entries(self._open(path))
             self._layout_of(path, reader.schema)
             keys = run_batches(reader, list(range(reader.num_record_batches))).select(self.keys)
         if keys.num_rows > LOG_HASHED_ROWS:
@@ -653,7 +726,7 @@ class RecordIndex:
         ``done_at`` (the log's completion time); dictionaries still encoded. Batches are sorted
         by key, so an integer key is found by binary search."""
         with decoding(path, _LOG_EXPECTED):
-            reader = ipc.open_file(self._open(path))
+            reader = open_entries(self._open(path))
             layout = self._layout_of(path, reader.schema)
             parts = []
             for i, (shard, count) in enumerate(layout.batches):
@@ -717,7 +790,7 @@ class RecordIndex:
                 continue
             data = self.storage.read(log.path)
             with decoding(log.path, _LOG_EXPECTED):
-                reader = ipc.open_file(pa.BufferReader(data))
+                reader = open_entries(pa.BufferReader(data))
                 layout = self._layout_of(log.path, reader.schema)
                 for i, (shard, count) in enumerate(layout.batches):
                     below = files.nodes_of(shard, count)
@@ -726,8 +799,8 @@ class RecordIndex:
                         continue
                     for node in targets:
                         parts.setdefault(node, [])
+                    # The index's types, strings still dictionaries: folding does not decode them.
                     batch = run_batches(reader, [i]).select(self.schema.names)
-                    batch = batch.cast(self.schema)
                     if len(below) == 1:  # the batch is the node's, or a part of it
                         parts[targets[0]].append(batch)
                         continue
@@ -765,7 +838,7 @@ class RecordIndex:
                 if parse_run(key, INDEX_FOLDER, self.shards) is not None:
                     read_block(self.storage, key, self.schema)
                     with decoding(key, _RUN_EXPECTED):
-                        RunFooter.of(ipc.open_file(pa.BufferReader(self.storage.read(key))),
+                        RunFooter.of(open_entries(pa.BufferReader(self.storage.read(key))),
                                      self._row_group_rows)
                 elif self._log(key) is not None:
                     self._log_layouts.pop(key, None)
@@ -782,7 +855,7 @@ class RecordIndex:
 
     def _read_log(self, path: str) -> pa.Table:
         with decoding(path, _LOG_EXPECTED):
-            reader = ipc.open_file(self._open(path))
+            reader = open_entries(self._open(path))
             self._layout_of(path, reader.schema)
             return run_batches(reader, list(range(reader.num_record_batches))).select(
                 self.schema.names).cast(self.schema)
@@ -806,9 +879,21 @@ class RecordIndex:
         new = self._log_parts(files, set(files.leaves))
         written: list[str] = []
         for node in sorted(new):
-            entries = merge_entries(new[node], self.schema)
+            entries = self._merged_logs(new[node])
             written += self._fold(node, files.leaves[node], entries, compaction_time, horizon, live_files)
         return written
+
+    def _merged_logs(self, parts: list[pa.Table]) -> pa.Table:
+        """A node's entries of the log batches being folded, merged. Entries whose keys are
+        already strictly in order (the batches of one log are sorted by key, and a load writes
+        each key once) are used as they are, their strings still dictionaries: the first
+        compaction of a million-row load then neither sorts nor decodes them."""
+        whole = pa.concat_tables([self.encoded(part) for part in parts]) if parts else None
+        if whole is not None:
+            codes = order_codes([whole[name] for name in self.keys]) if whole.num_rows > 1 else None
+            if whole.num_rows <= 1 or (codes is not None and bool(np.all(codes[1:] > codes[:-1]))):
+                return self.encoded(whole)
+        return merge_entries(parts, self.schema)
 
     def _fold(self, node: Node, chain: list[RunFile], entries: pa.Table, compaction_time: str,
               horizon: str, live_files: pa.Array) -> list[str]:
@@ -853,7 +938,7 @@ class RecordIndex:
         footer = self._footers.get(run.path)
         if footer is None:
             with decoding(run.path, _RUN_EXPECTED):
-                footer = RunFooter.of(ipc.open_file(self._open(run.path)), self._row_group_rows)
+                footer = RunFooter.of(open_entries(self._open(run.path)), self._row_group_rows)
             self._footers.put(run.path, footer)
         return footer
 
@@ -1003,7 +1088,7 @@ class _Readers:
             if found is not None:
                 self._readers.move_to_end(path)
         if found is None:
-            found = (ipc.open_file(self._opener(path)), threading.Lock())
+            found = (open_entries(self._opener(path)), threading.Lock())
             with self._mutex:
                 found = self._readers.setdefault(path, found)
                 while len(self._readers) > self._kept:
@@ -1052,6 +1137,53 @@ def _ancestor(node: Node, descendant: Node, roots: int) -> bool:
             return True
         parent = parent.parent(roots)
     return False
+
+
+def _taken(table: pa.Table, order: pa.Array) -> pa.Table:
+    """``table``'s rows in ``order``; a column holding one value throughout (a load's segment,
+    file, instant and tombstone flag) is kept as it is instead of being permuted."""
+    columns = []
+    for column in table.columns:
+        if column.null_count == 0 and _constant(column):
+            columns.append(column)
+        else:
+            columns.append(column.take(order))
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _constant(column: pa.ChunkedArray) -> bool:
+    if pa.types.is_dictionary(column.type):
+        return all(len(chunk.dictionary) == 1 for chunk in column.chunks)
+    if pa.types.is_boolean(column.type):
+        true = pc.sum(column).as_py() or 0
+        return true in (0, len(column))
+    return False
+
+
+def _repeated(value: str | None, count: int, encoded: bool) -> pa.Array:
+    """``value`` ``count`` times: a dictionary of one string when ``encoded``."""
+    if not encoded or value is None:
+        return pa.repeat(pa.scalar(value, pa.string()), count)
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(count, dtype=np.int32)), pa.array([value]))
+
+
+#: Logs being encoded ahead of their write (``RecordIndex.prepare``), by ``id`` of their entries.
+_DRAFTS: dict[int, tuple[pa.Table, RecordIndex, Future[tuple[bytes | None, dict[int, int]]]]] = {}
+_DRAFTS_LOCK = threading.Lock()
+_DRAFTS_KEPT: Final = 4
+_LOG_POOL: dict[int, ThreadPoolExecutor] = {}
+
+
+def _log_pool() -> ThreadPoolExecutor:
+    """Threads that encode log files while their writer writes data files, per process: a
+    child forked after a keyed write inherits the pool without its threads, and a task
+    submitted to it would never run."""
+    with _POOL_LOCK:
+        pid = os.getpid()
+        if pid not in _LOG_POOL:
+            _LOG_POOL.clear()
+            _LOG_POOL[pid] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="metatxn-log")
+        return _LOG_POOL[pid]
 
 
 _POOL: list[ThreadPoolExecutor] = []

@@ -68,13 +68,15 @@ def overlaps(context: TableContext, view: TimelineView, *, instant_time: str, re
     if not files and (keys is None or keys.num_rows == 0):
         return found  # touches nothing another commit could have touched (an unkeyed append)
     index = context.metadata.record_index
+    others = [other for other in view.completed_after(read_at or "")
+              if other.action in DATA_ACTIONS and other.time != instant_time]
+    if not others:
+        return found  # nothing committed meanwhile: no key hashed (a million-row load: 0.1 s)
     our_shards = set(index.shard_ids(keys).tolist()) if index is not None and keys is not None \
         and keys.num_rows else set()
     folded: dict[str, tuple[str, list[str]]] = {}
     listing: list[str] | None = None  # the index's log files, listed once for every instant
-    for other in view.completed_after(read_at or ""):
-        if other.action not in DATA_ACTIONS or other.time == instant_time:
-            continue
+    for other in others:
         metadata = context.timeline.read_metadata(other, CommitMetadata)
         touched = {d.file for d in metadata.deltas_added} | set(metadata.files_removed)
         common_files = sorted(files & touched)

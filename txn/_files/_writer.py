@@ -291,13 +291,16 @@ class DataFileWriter:
         presorted: bool = False,
         sort_memory_bytes: int = DEFAULT_SORT_MEMORY_BYTES,
         schema_id: int = 0,
+        on_file: Callable[[str, pa.Table], None] | None = None,
     ) -> None:
         """``schema_id``: the table version ``schema`` is (recorded with each file, so readers
         know which names its columns have). ``presorted``: the rows arrive sorted by
         ``sort_by`` already (a compaction sorted all of them at once), so they are cut into
         files as they come, not sorted again.
         ``buffer_bytes`` bounds the memory of a load that is not sorted, ``sort_memory_bytes``
-        that of one that is."""
+        that of one that is. ``on_file(path, keys)`` is called before each file is written,
+        with its record-key columns (row ``i`` at position ``i``): the record index starts
+        its log meanwhile."""
         self._store = store
         self._presorted = presorted
         self._schema = schema
@@ -316,6 +319,7 @@ class DataFileWriter:
         self._written: list[FileStatus] = []
         self._key_columns = list(key_columns)
         self._keys: list[tuple[str, pa.Table]] = []
+        self._on_file = on_file
 
     @property
     def written(self) -> list[FileStatus]:
@@ -457,10 +461,12 @@ class DataFileWriter:
         # range is unknown here therefore gets no Parquet statistics in this file.
         unordered = {n for n, s in stats.items() if s.min is None and s.nulls < s.count}
         statistics = [n for n in table.column_names if n not in unordered] if unordered else True
-        size = self._store.write_parquet(path, table, row_group_rows=self._row_group_rows,
-                                         statistics=statistics, dictionary=repeating_columns(table))
         if self._key_columns:
             self._keys.append((path, table.select(self._key_columns)))
+            if self._on_file is not None:
+                self._on_file(path, self._keys[-1][1])
+        size = self._store.write_parquet(path, table, row_group_rows=self._row_group_rows,
+                                         statistics=statistics, dictionary=repeating_columns(table))
         self._written.append(FileStatus(
             path=path, partition="" if not self._partition_by else buffer.partition,
             rows=table.num_rows, size=size, stats=stats,

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import timeline
 from indexes import DoneCompactions, RecordIndex, key_hash, shard_of
 from indexes._index_layout import Node, RunFile, TierPolicy, chain, leaves, parse_run, run_name
-from indexes._index_runs import RANGES, bloom_filter, may_contain
+from indexes._index_runs import RANGES, bloom_filter, may_contain, run_batches
 from indexes._record_index import _Readers
 
 FOLDER = "_metadata/record_index"
@@ -660,3 +660,119 @@ def test_a_node_far_above_the_limit_splits_to_its_final_depth_in_one_compaction(
         **dict.fromkeys(range(1000), "a.parquet"), 5: "b.parquet", 2000: "b.parquet"}
     policy = TierPolicy(shard_max_entries=100)
     assert [policy.split_levels(n) for n in (40, 51, 200, 201, 400, 401)] == [0, 1, 1, 2, 2, 3]
+
+
+# -- the stored encoding ---------------------------------------------------------------------------
+
+
+def _keys_of(key_types: list[pa.DataType], keys: list[int]) -> pa.Table:
+    if len(key_types) == 1:
+        return pa.table({"key_0": pa.array(keys, key_types[0])})
+    first = [f"k{k % 5}" for k in keys] if key_types[0] == pa.string() else [k // 8 for k in keys]
+    second = keys if key_types[0] == pa.string() else [k % 8 for k in keys]
+    return pa.table({"key_0": pa.array(first, key_types[0]), "key_1": pa.array(second, key_types[1])})
+
+
+def _write_keys(index: RecordIndex, instant: str, keys: list[int], file: str,
+                key_types: list[pa.DataType]) -> None:
+    index.write(instant, index.entries(_keys_of(key_types, keys), segment="0",
+                                       file=pa.array([file] * len(keys)),
+                                       position=pa.array(keys, pa.int64()), instant=instant))
+
+
+@pytest.mark.parametrize("key_types", [[pa.int64()], [pa.string(), pa.int64()], [pa.int64(), pa.int32()]],
+                         ids=["int64", "string-int64", "int64-int32"])
+def test_uncompressed_runs_and_logs_written_before_the_stored_encoding_still_read(
+        key_types: list[pa.DataType], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs and logs written before they were LZ4-compressed with narrowed keys (the encoding
+    of the same code with no codec and nothing narrowed) read, compact and mix with new ones."""
+    import indexes._index_runs as runs_module
+    import indexes._record_index as index_module
+
+    index = RecordIndex(_memory("encoding"), key_types, 2, row_group_rows=8,
+                        policy=TierPolicy(fanout=2, tier_entries=4, shard_max_entries=1000))
+    t1, c1, m1, t2, c2, m2, t3, c3 = _times(8)
+    completed = {t1: c1, t2: c2}
+    with monkeypatch.context() as old:
+        for module in (runs_module, index_module):
+            old.setattr(module, "CODEC", None)
+            old.setattr(module, "stored", lambda entries, payload=False: entries)
+        _write_keys(index, t1, list(range(100)), "a.parquet", key_types)
+        index.compact(m1, c1, {t1: c1}, {m1}, pa.array(["a.parquet"]))
+        _write_keys(index, t2, list(range(90, 110)), "b.parquet", key_types)
+    for key in index.storage.list(FOLDER, recursive=True):
+        schema = ipc.open_file(pa.BufferReader(index.storage.read(key))).schema
+        assert runs_module.logical_schema(schema) is None and all(
+            not pa.types.is_dictionary(f.type) or f.type.index_type == pa.int32() for f in schema)
+        assert all(f.type in (*key_types, pa.int64(), pa.bool_()) or pa.types.is_dictionary(f.type)
+                   for f in schema), "written in the index's own types"
+    done = {m1}
+    probe = _keys_of(key_types, list(range(-1, 111)))
+
+    def files_at(bound: str) -> dict[tuple[Any, ...], str]:
+        found = index.lookup(probe, completed, bound, done)
+        keys = zip(*(found[name].to_pylist() for name in index.keys), strict=True)
+        return {key: f for key, f, d in zip(keys, found["file"].to_pylist(), found["deleted"].to_pylist(),
+                                            strict=True) if not d}
+
+    def expected(files: dict[int, str]) -> dict[tuple[Any, ...], str]:
+        keys = _keys_of(key_types, list(files))
+        return dict(zip(zip(*(keys[name].to_pylist() for name in index.keys), strict=True), files.values(),
+                        strict=True))
+
+    both = {**dict.fromkeys(range(90), "a.parquet"), **dict.fromkeys(range(90, 110), "b.parquet")}
+    assert files_at(c2) == expected(both)
+    assert index.read_all(completed, c2, done).num_rows == 110
+    assert index.instant_entries(t2, range(2)).num_rows == 20
+    written = index.compact(m2, c2, completed, done, pa.array(["a.parquet", "b.parquet"]))
+    done.add(m2)
+    for key in written:  # the new runs are in the stored encoding, on top of the old ones
+        reader = ipc.open_file(pa.BufferReader(index.storage.read(key)))
+        stored_key = reader.schema.field("key_0").type
+        assert stored_key == pa.string() if key_types[0] == pa.string() else stored_key == pa.int8()
+        repeated = pa.dictionary(pa.int32(), pa.string())
+        assert run_batches(reader, list(range(reader.num_record_batches))).schema == pa.schema(
+            [pa.field(f.name, repeated if f.name in ("segment", "file", "instant") else f.type)
+             for f in index.schema])
+    _write_keys(index, t3, [0, 1], "c.parquet", key_types)
+    completed[t3] = c3
+    assert files_at(c3) == expected({**both, 0: "c.parquet", 1: "c.parquet"})
+    assert files_at(c1) == expected(dict.fromkeys(range(100), "a.parquet")), "the old runs still serve"
+    new_log = ipc.open_file(pa.BufferReader(index.storage.read(f"{FOLDER}/{t3}.log.arrow")))
+    assert runs_module.logical_schema(new_log.schema) is not None, "the new log is stored narrowed"
+
+
+def test_filter_probes_are_the_double_hashing_formula() -> None:
+    """The stepped probe positions equal ``(first + i * step) % bits``: filters written before
+    and after read alike."""
+    from indexes._index_runs import _LOW32, _PROBES, _SALT, _probes
+    from indexes._keys import _mix
+
+    drawn = np.random.default_rng(3).integers(0, 2**63, 5_000, dtype=np.int64)
+    hashes = drawn.astype(np.uint64) * np.uint64(3)
+    with np.errstate(over="ignore"):
+        mixed = _mix(hashes ^ _SALT)
+        step = (mixed >> np.uint64(32)) | np.uint64(1)
+        rounds = np.arange(_PROBES, dtype=np.uint64)
+        for bits in (64, 1_000_064, 2**33 + 64):
+            expected = ((mixed & _LOW32)[:, None] + rounds[None, :] * step[:, None]) % np.uint64(bits)
+            assert (_probes(hashes, bits) == expected).all()
+
+
+@given(st.lists(st.tuples(st.integers(-3, 40), st.integers(0, 2**40), st.integers(0, 3)), max_size=60),
+       st.booleans())
+def test_key_order_sorts_by_group_then_keys(rows: list[tuple[int, int, int]], wide: bool) -> None:
+    from indexes._index_entries import key_order
+
+    first = [a for a, _, _ in rows]
+    second = [b if wide else b % 7 for _, b, _ in rows]
+    groups = np.array([g for _, _, g in rows], dtype=np.int64)
+    order = key_order([pa.array(first, pa.int64()), pa.array(second, pa.int64())], groups)
+    order = np.arange(len(rows)) if order is None else order
+    assert sorted(order.tolist()) == list(range(len(rows)))
+    ordered = [(int(groups[i]), first[i], second[i]) for i in order]
+    assert ordered == sorted(ordered)
+    strings = key_order([pa.array([str(a) for a in first])], groups)
+    strings = np.arange(len(rows)) if strings is None else strings
+    assert [(int(groups[i]), str(first[i])) for i in strings] == sorted((int(g), str(a)) for a, g in
+                                                                        zip(first, groups, strict=True))

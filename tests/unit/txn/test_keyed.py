@@ -473,3 +473,21 @@ def test_a_keyed_table_with_date_keys_round_trips(memory_uri: str) -> None:
     found = table.lookup([days[0], days[13], date(2030, 1, 1)])
     assert sorted(found["day"].to_pylist()) == [days[0], days[13]]
     assert table.snapshot().count() == 28 and table.validate().ok
+
+
+def _keyed_load_in_a_child(uri: str) -> int:
+    table = txn.create_table(uri, pa.schema([("k", pa.int64())]), record_key="k")
+    table.append(pa.table({"k": pa.array(range(100), pa.int64())}))
+    return int(table.snapshot().count())
+
+
+def test_a_process_forked_after_a_keyed_load_loads_too(tmp_path: Any) -> None:
+    """The thread that encodes index logs is per process: a forked child gets its own instead
+    of the parent's, whose threads it does not have (a task submitted there never runs)."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    assert _keyed_load_in_a_child(str(tmp_path / "parent")) == 100
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_keyed_load_in_a_child, (str(tmp_path / "child"),)).get(timeout=60) == 100

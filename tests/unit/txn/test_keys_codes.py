@@ -137,3 +137,17 @@ def test_any_composite_key_agrees_with_the_reference(rows: list[tuple[int, str, 
     _check_against_reference(table, ["a", "b", "c"])
     _check_against_reference(table, ["c"])
     _check_against_reference(table, ["b", "a"])
+
+
+@pytest.mark.parametrize("keys", [
+    list(range(1000)),                          # in order: one pass
+    list(range(999, -1, -1)),                   # dense, out of order: a count per value
+    [k * 1_000_003 for k in range(500)][::-1],  # sparse: a sort
+], ids=["sorted", "dense", "sparse"])
+def test_every_way_of_finding_repeats_finds_them(keys: list[int]) -> None:
+    table = pa.table({"k": pa.array(keys, pa.int64())})
+    assert repeated(index_keys(table, ["k"])).num_rows == 0
+    twice = pa.table({"k": pa.array([*keys, keys[len(keys) // 2]], pa.int64())})
+    assert repeated(index_keys(twice, ["k"]))["key_0"].to_pylist() == [keys[len(keys) // 2]]
+    with pytest.raises(txn.DuplicateKeyError):
+        check_unique(twice, ["k"])

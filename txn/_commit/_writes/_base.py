@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from indexes import (
@@ -321,10 +322,26 @@ def write_rows(context: TableContext, pending: Pending, rows: Iterable[pa.Record
                schema: WriteSchema | None = None) -> tuple[list[FileStatus], pa.Table | None]:
     """Write ``rows`` as data files of the pending segment; return their statuses and the index
     entries of their keys (None: the table has no record index, or no row). ``schema``: the
-    one the rows were conformed to (None: the handle's current one)."""
+    one the rows were conformed to (None: the handle's current one).
+
+    The entries of the first data file are built before the file is written, and their log
+    encoded on a thread meanwhile (``RecordIndex.prepare``): a load of one file (up to
+    ``write.target_file_bytes``) pays for its index log while Parquet encodes."""
     assert pending.segment is not None
     schema = schema or current_schema(context)
     keys = layout_names(context, schema.schema, context.record_key_columns)
+    index = context.metadata.record_index
+    drafts: list[pa.Table] = []
+
+    def draft(path: str, file_keys: pa.Table) -> None:
+        assert index is not None and pending.segment is not None
+        count = file_keys.num_rows
+        entries = index.entries(
+            index_keys(file_keys, keys), segment=pending.segment,
+            file=pa.DictionaryArray.from_arrays(pa.array(np.zeros(count, dtype=np.int32)), pa.array([path])),
+            position=pa.array(np.arange(count, dtype=np.int64)), instant=pending.instant.time, encoded=True)
+        drafts.append(index.prepare(entries) if not drafts and count else entries)
+
     writer = DataFileWriter(
         context.store, schema.schema, instant_time=pending.instant.time, segment=pending.segment,
         partition_by=layout_names(context, schema.schema, context.partition_by),
@@ -332,10 +349,14 @@ def write_rows(context: TableContext, pending: Pending, rows: Iterable[pa.Record
         target_file_bytes=target_file_bytes(context.properties),
         key_columns=keys, presorted=presorted,
         sort_memory_bytes=sort_memory_bytes(context.properties), schema_id=schema.schema_id,
+        on_file=draft if index is not None else None,
     )
     statuses = writer.write(rows)
+    if len(drafts) == 1 and drafts[0].num_rows:
+        return statuses, drafts[0]  # the table prepared: its log is (being) encoded already
+    if drafts and index is not None:
+        index.unprepare(drafts[0])  # several files: one log of all of them, encoded below
     located = writer.key_locations()
-    index = context.metadata.record_index
     if index is None or not located.keys.num_rows:
         return statuses, None
     return statuses, new_entries(index, located, keys, pending.segment, pending.instant.time)
@@ -357,10 +378,8 @@ def new_entries(index: RecordIndex, located: KeyLocations, columns: Sequence[str
                 instant_time: str) -> pa.Table:
     """The index entries of every row a write added, built as whole columns (one call for all
     files: the per-file Python cost stays out of million-row loads)."""
-    count = located.keys.num_rows
-    return index.entries(index_keys(located.keys, columns),
-                         segment=pa.repeat(pa.scalar(segment, pa.string()), count),
-                         file=located.file, position=located.position, instant=instant_time)
+    return index.entries(index_keys(located.keys, columns), segment=segment, file=located.file,
+                         position=located.position, instant=instant_time, encoded=True)
 
 
 def removed_entries(index: RecordIndex, keys: pa.Table, instant_time: str) -> pa.Table:
@@ -379,7 +398,9 @@ def finish_phase(context: TableContext, pending: Pending, written: Written, entr
         delete_compaction_threshold(context.properties))
     index = context.metadata.record_index
     if index is not None and entries:
-        all_entries = pa.concat_tables(entries)
+        # One table is passed as it is: a prepared one then stores the log encoded meanwhile.
+        all_entries = entries[0] if len(entries) == 1 else pa.concat_tables(
+            [index.encoded(part) for part in entries])
         written.index_sizes = index.write(pending.instant.time, all_entries)
         written.keys = all_entries.select(index.keys)
     return written
