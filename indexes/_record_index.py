@@ -1062,7 +1062,9 @@ def _caches(shared_as: str | None, opener: Callable[[str], Any]) -> _Caches:
 
 def _sorted_hits(table: pa.Table, search: npt.NDArray[Any]) -> pa.Table:
     """The rows of ``table`` (sorted by its first column, an integer key unique per row) whose
-    key is in ``search`` (sorted): one binary search over the concatenated keys, one take."""
+    key is in ``search``: one binary search over the concatenated keys, one take. Each row
+    once, however often its key is asked (a lookup may name a key twice)."""
+    search = np.unique(search)
     keys = table.column(0).to_numpy()
     at = np.searchsorted(keys, search)
     inside = at < len(keys)

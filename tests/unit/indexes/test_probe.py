@@ -225,3 +225,18 @@ def test_a_bulk_loads_log_is_searched_not_hashed_by_another_handle(memory_uri: s
     assert sorted(found["key_0"].to_pylist()) == [4, 4998]
     path = f"_metadata/record_index/{bulk}.log.arrow"
     assert reader._log_keys.get(path) is None and reader._log_keys.too_large(path)
+
+
+def test_a_key_asked_twice_is_found_once(tmp_path: Path) -> None:
+    """Found by the table machine: a lookup (or a delete by key) naming one key twice got its
+    entry twice from the binary search, and a delete counted the row twice."""
+    table = txn.create_table(f"file://{tmp_path}/t", pa.schema([("k", pa.int64()), ("v", pa.int64())]),
+                             record_key="k",
+                             properties={"metadata.compact_after": "1", "maintenance.mode": "manual"})
+    table.append(pa.table({"k": np.arange(100), "v": np.arange(100)}))
+    assert table.maintain().compaction is not None  # the keys now sit in a run
+    table.append(pa.table({"k": [500, 501], "v": [0, 0]}))  # a log above the run
+    assert sorted(table.lookup(pa.table({"k": [5, 5, 7]}))["k"].to_pylist()) == [5, 7]  # one run
+    found = table.lookup(pa.table({"k": [5, 5, 500, 500, 7, 999]}))
+    assert sorted(found["k"].to_pylist()) == [5, 7, 500]
+    assert table.delete(keys=pa.table({"k": [6, 6, 8]})).rows_deleted == 2
