@@ -26,11 +26,6 @@ RETENTIONS = (1000, 3)
 SHARDS = (1, 4, 64)
 
 
-#: record_index.shard_max_entries of a keyed table: the default (no split in a table this
-#: small), or 8, so compactions split shards, several levels at once, while writers run and crash.
-SHARD_MAX_ENTRIES = (None, 8)
-
-
 #: deletes.compaction.threshold: 1 (a data file keeps one live delete delta) or 2.
 DELTA_THRESHOLDS = (1, 2)
 
@@ -63,7 +58,7 @@ def properties(retain_commits: int, *, shards: int | None, delta_threshold: int,
                clean_retain: int = CLEAN_RETENTIONS[0], trash_hours: int = TRASH_HOURS[0],
                maintenance: str = MAINTENANCE_MODES[0], streaming: bool = False,
                stream_max: int | None = None, auto_handoff: bool = True,
-               changes_retain: int | None = None, shard_max: int | None = None) -> dict[str, str]:
+               changes_retain: int | None = None) -> dict[str, str]:
     chosen = {
         "maintenance.mode": maintenance,
         # Compact the metadata table every second commit; keep what time travel to the last
@@ -87,8 +82,6 @@ def properties(retain_commits: int, *, shards: int | None, delta_threshold: int,
     }
     if shards is not None:
         chosen["record_index.shards"] = str(shards)
-        if shard_max is not None:
-            chosen["record_index.shard_max_entries"] = str(shard_max)
     if changes_retain is not None:
         chosen["changes.retain_commits"] = str(changes_retain)
     if streaming:

@@ -1,8 +1,7 @@
 """The machine's core: the state every capability shares, the table and the processes that open it.
 
 Each run first creates the table (``create``) with one of two retentions, and (keyed) one of
-several record-index shard counts (split past 8 entries or the default), a delete-delta
-compaction threshold of 1 or 2 and the
+several record-index shard counts, a delete-delta compaction threshold of 1 or 2 and the
 compaction and clean properties of ``config``. ``retain_commits`` 1000, so every past snapshot must
 resolve until a clean says otherwise (and, with retention fencing archival, the data timeline is
 never archived), or 3, so the data timeline is archived and metadata cleaned as the run goes:
@@ -45,7 +44,6 @@ from tests.property.table_machine.config import (
     OPTIONS,
     RETENTIONS,
     SCHEMA,
-    SHARD_MAX_ENTRIES,
     SHARDS,
     STREAM_MAX_SIZES,
     TRASH_HOURS,
@@ -99,7 +97,6 @@ class MachineCore(RuleBasedStateMachine):
         # Set by create(), which runs first.
         self.retain_commits = RETENTIONS[0]
         self.shards: int | None = None
-        self.shard_max: int | None = None
         self.delta_threshold = DELTA_THRESHOLDS[0]
         self.level_threshold = LEVEL_THRESHOLDS[0]
         self.clean_retain = CLEAN_RETENTIONS[0]
@@ -163,19 +160,17 @@ class MachineCore(RuleBasedStateMachine):
                 maintenance=st.sampled_from(MAINTENANCE_MODES),
                 streaming=st.sampled_from([True, True, False]),
                 stream_max=st.sampled_from(STREAM_MAX_SIZES), auto_handoff=st.booleans(),
-                changes_retain=st.sampled_from(CHANGES_RETENTIONS),
-                shard_max=st.sampled_from(SHARD_MAX_ENTRIES))
+                changes_retain=st.sampled_from(CHANGES_RETENTIONS))
     def create(self, retain_commits: int, shards: int, delta_threshold: int,
                level_threshold: tuple[int, int], clean_retain: int, trash_hours: int,
                maintenance: str, streaming: bool, stream_max: int | None,
-               auto_handoff: bool, changes_retain: int | None, shard_max: int | None) -> None:
+               auto_handoff: bool, changes_retain: int | None) -> None:
         self.changes_retain = changes_retain
         self.streaming = streaming
         self.stream_max = stream_max
         self.auto_handoff = auto_handoff
         self.retain_commits = retain_commits
         self.shards = shards if self.keyed else None
-        self.shard_max = shard_max
         self.delta_threshold = delta_threshold
         self.level_threshold = level_threshold
         self.clean_retain = clean_retain
@@ -187,8 +182,7 @@ class MachineCore(RuleBasedStateMachine):
                                                clean_retain=clean_retain, trash_hours=trash_hours,
                                                maintenance=maintenance, streaming=streaming,
                                                stream_max=stream_max, auto_handoff=auto_handoff,
-                                               changes_retain=changes_retain,
-                                               shard_max=shard_max),
+                                               changes_retain=changes_retain),
                          clock=self.clock, ids=self._new_id)
         self.config = decode_config(self.inner.read(TABLE_CONFIG_PATH))
         self.reader = self._open(self.inner)  # long-lived: exercises the incremental cache
@@ -204,8 +198,7 @@ class MachineCore(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         low = (self.steps - 1) // 10 * 10
-        layout = (f"{self.shards} shard(s), split past {self.shard_max or 'the default'}"
-                  if self.keyed else "unkeyed")
+        layout = f"{self.shards} shard(s)" if self.keyed else "unkeyed"
         event(f"run of {low}-{low + 9} steps, {len(self.acked)} commits, "
               f"{next(self.serials) - 1} writes, retain_commits={self.retain_commits}")
         event(f"table: {layout}, deletes.compaction.threshold={self.delta_threshold}")
