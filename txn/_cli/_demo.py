@@ -83,9 +83,14 @@ def _folder_bytes(folder: str) -> dict[str, int]:
             for root, _, names in os.walk(folder) for name in names}
 
 
+def _shards(count: int | None) -> str:
+    return "one shard" if count == 1 else f"{count} shards"
+
+
 def _show_created(table: Table) -> None:
     print(f"created by this write: table {table.table_id}, partitioned by {table.partition_by}, "
-          f"keyed by {table.record_key} (a record index of {table.record_index_shards} shards), "
+          f"keyed by {table.record_key} (a record index of {_shards(table.record_index_shards)}, "
+          "split as it grows), "
           f"sorted by {table.sort_by}; its schema, from the DataFrame's:")
     show(_render.table(("column", "type"), ((f.name, f.type) for f in table.schema)))
 
