@@ -79,11 +79,13 @@ from ._index_runs import (
     REPEATED,
     FooterCache,
     RunFooter,
+    as_logical,
     dictionary_encoded,
     encode_run,
     open_entries,
     run_batches,
     stored,
+    stored_batches,
 )
 from ._keys import Hashes, key_hash
 from ._layout import METADATA_FOLDER, RECORD_INDEX, shard_folder
@@ -708,7 +710,8 @@ class RecordIndex:
             if not groups:
                 return None
             with self._readers.open(run.path) as reader:
-                table = run_batches(reader, groups)
+                # An integer key is searched as stored; only the rows taken are cast.
+                table = (stored_batches if self._integer_key else run_batches)(reader, groups)
             # A bottom run holds no tombstones, and every entry in it is older than any other
             # entry of its key, so ``instant`` need not be decoded for a lookup: its entries
             # count as the oldest. Upper runs may hold tombstones and are ordered by instant.
@@ -719,7 +722,8 @@ class RecordIndex:
             # Match while the repeated strings are still dictionary-encoded (one dictionary per
             # run): decoding every file path of the batches read would cost more than the lookup.
             if self._integer_key:  # a run is sorted by key: binary search, then take the hits
-                found = _sorted_hits(table.select(columns), sorted_unique(asked.keys.column(0).to_numpy()))
+                found = as_logical(_sorted_hits(table.select(columns),
+                                                sorted_unique(asked.keys.column(0).to_numpy())))
             else:
                 found = matching(table.select(columns), asked.keys, self.keys)
             if not decode_instant:
@@ -737,24 +741,24 @@ class RecordIndex:
             reader = open_entries(self._open(path))
             layout = self._layout_of(path, reader.schema)
             parts = []
-            unions: dict[tuple[int, ...], npt.NDArray[Any]] = {}
-            for i, (shard, count) in enumerate(layout.batches):
+            # Consecutive batches of one node are one sorted run of keys (a node's entries are
+            # cut into batches of LOG_BATCH_ROWS): searched together, with one cast of the hits.
+            runs: list[tuple[tuple[int, int], list[int]]] = []
+            for i, node in enumerate(layout.batches):
+                if runs and runs[-1][0] == node:
+                    runs[-1][1].append(i)
+                else:
+                    runs.append((node, [i]))
+            for (shard, count), indices in runs:
                 below = [a for a in by_root.get(shard % self.shards, ())
                          if a.top < done_at and a.node.overlaps(shard, count)]
                 if not below:
                     continue
-                batch = run_batches(reader, [i]).to_batches()[0]
-                search = None
-                if self._integer_key:  # one sorted union per set of nodes, not per batch
-                    group = tuple(id(a) for a in below)
-                    search = unions.get(group)
-                    if search is None:
-                        search = unions[group] = _sorted_union(below)
-                if search is None:
+                if not self._integer_key:
                     wanted = below[0].keys if len(below) == 1 else pa.concat_tables([a.keys for a in below])
-                    parts.append(matching(pa.Table.from_batches([batch]), wanted, self.keys))
+                    parts.append(matching(run_batches(reader, indices), wanted, self.keys))
                     continue
-                parts.append(_sorted_hits(pa.Table.from_batches([batch]), search))
+                parts.append(as_logical(_sorted_hits(stored_batches(reader, indices), _sorted_union(below))))
             if not parts:
                 return self.schema.empty_table()
             return pa.concat_tables(parts).select(self.schema.names)
@@ -1080,6 +1084,9 @@ def _sorted_hits(table: pa.Table, search: npt.NDArray[Any]) -> pa.Table:
     callers pass ``sorted_unique`` of what they were asked, once, not once per batch): one binary
     search over the concatenated keys, one take."""
     keys = table.column(0).to_numpy()
+    if keys.dtype != search.dtype and len(search):  # stored narrower: no other value can be there
+        limits = np.iinfo(keys.dtype)
+        search = search[(search >= limits.min) & (search <= limits.max)].astype(keys.dtype)
     at = np.searchsorted(keys, search)
     inside = at < len(keys)
     rows = at[inside][keys[at[inside]] == search[inside]]
