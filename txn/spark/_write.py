@@ -205,7 +205,7 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
     # A keyed table Spark's writer can write is checked on the files written (``_keyed``):
     # nothing to pin, no check before the write.
     keyed_natively = keyed_natively_for(table, df, schema_mode)
-    df = _checked(df, table.schema, [] if keyed_natively else columns)
+    df = _checked(df, table.schema, columns, keys_later=keyed_natively)
     if values:
         _check_in_partition(df, values)
     if table.already_committed(options, stream_progress=progress) or (mode == "upsert" and df.isEmpty()):
@@ -245,11 +245,12 @@ def keyed_natively_for(table: txn.Table, df: Any, schema_mode: str | None) -> bo
     return schema_mode is None and keyed_natively(table.schema, table.partition_by, table.record_key_columns)
 
 
-def _checked(df: Any, schema: pa.Schema, columns: list[str]) -> Any:
+def _checked(df: Any, schema: pa.Schema, columns: list[str], *, keys_later: bool = False) -> Any:
     """``df`` checked for null and repeated keys and nulls in non-nullable columns (small Spark
     jobs); pinned first on keyed tables, so the rows checked are the rows written even when the
-    input is not deterministic."""
-    if columns:
+    input is not deterministic. ``keys_later``: the keys are checked on the files written
+    (:mod:`._keyed`), nothing pinned."""
+    if columns and not keys_later:
         df = df.localCheckpoint(eager=True)
         _check_keys(df, columns)
     _check_not_null(df, [f.name for f in schema
