@@ -48,9 +48,9 @@ class KeyProbe:
 
     def find(self, rows: pa.Table | pa.RecordBatch) -> pa.Table:
         """The live rows holding the keys of ``rows``: key columns, ``file``, ``position``."""
-        return self.find_in(self.record_index(), rows)
+        return self._find_in(self._index(), rows)
 
-    def record_index(self) -> RecordIndex:
+    def _index(self) -> RecordIndex:
         """The record index this probe reads (a writer that then logs entries with the same
         object logs them in the layout its lookups resolved)."""
         schema = pa.ipc.read_schema(pa.py_buffer(self.key_schema))
@@ -62,11 +62,11 @@ class KeyProbe:
         by it (``WriteTicket.key_hashes``) splits by node. Lists the index."""
         if self.read_at is None:
             return self.shards
-        files = self.record_index().files(self.completed, self.read_at, self.done)
+        files = self._index().files(self.completed, self.read_at, self.done)
         return max((node.count for node in files.leaves), default=self.shards)
 
-    def find_in(self, index: RecordIndex, rows: pa.Table | pa.RecordBatch) -> pa.Table:
-        """:meth:`find` through ``index`` (from :meth:`record_index`)."""
+    def _find_in(self, index: RecordIndex, rows: pa.Table | pa.RecordBatch) -> pa.Table:
+        """:meth:`find` through ``index`` (from :meth:`_index`)."""
         schema = pa.ipc.read_schema(pa.py_buffer(self.key_schema))
         columns = list(self.key_columns)
         found_schema = pa.schema([*schema, pa.field("file", pa.string()), pa.field("position", pa.int64())])

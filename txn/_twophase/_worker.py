@@ -191,11 +191,11 @@ def write_index(ticket: WriteTicket, rows: pa.Table, *,
             "more than once; nothing was written\nHelp: de-duplicate the data (a Spark DataFrame has "
             "no row order, so metatxn does not pick a winner)")
     probe = ticket.probe
-    index = probe.record_index() if probe is not None else RecordIndex(
+    index = probe._index() if probe is not None else RecordIndex(
         storage, [schema.field(c).type for c in columns], ticket.shards)
     existing = None
     if probe is not None and rows.num_rows:
-        found = probe.find_in(index, pa.table([rows[c] for c in columns], names=columns))
+        found = probe._find_in(index, pa.table([rows[c] for c in columns], names=columns))
         if found.num_rows:
             existing = found if ticket.operation == "append" else found.select(["file", "position"])
     entries = index.entries(keys, segment=ticket.segment or "", file=rows["file"].cast(pa.string()),
