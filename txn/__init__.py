@@ -74,6 +74,7 @@ from ._twophase import (
     WrittenFiles,
     adopt_files,
     write_files,
+    write_index,
 )
 from ._write import Transaction
 
@@ -141,6 +142,7 @@ __all__ = [
     "open_storage",
     "open_table",
     "write_files",
+    "write_index",
 ]
 
 

@@ -351,6 +351,34 @@ def test_deletes_across_files_are_a_scan_predicate_under_filters_and_time_travel
     assert spark_rows(old, ORDERS) == rows_by(orders(range(4000)))
 
 
+def test_deleted_positions_are_dropped_among_files_of_one_size_and_by_the_positions_fallback(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files told apart by size, by name where sizes repeat; past the bitmap limit, by position
+    lists; files without deletes scanned apart when they hold enough rows."""
+    from txn.spark import _deleted
+
+    uri = str(tmp_path / "orders")
+    table = txn.create_table(uri, ORDERS)
+    for _ in range(3):  # three files of the same rows: the same size
+        table.append(orders(range(200)))
+    table.append(orders(range(5000, 5400)))
+    files = sorted(table.snapshot().files(), key=lambda f: f.path)
+    same = [f for f in files if f.rows == 200]
+    assert len({f.size for f in same}) == 1
+    wanted = {same[0].path: [0, 63, 64, 65, 199], same[2].path: [1, 128]}
+    with table.begin_write("delete") as pending:
+        pending.commit(deletes=wanted)
+    expected = rows_by(table.to_arrow())
+    assert len(expected) == 1000 - 7
+    frame_read = txn.spark.read(spark, uri)
+    assert "file_size" in _plan(frame_read) and "Union" in _plan(frame_read)
+    assert spark_rows(frame_read, ORDERS) == expected
+    monkeypatch.setattr(_deleted, "MAX_WORDS", 0)
+    by_positions = txn.spark.read(spark, uri)
+    assert "file_size" not in _plan(by_positions)
+    assert spark_rows(by_positions, ORDERS) == expected
+
+
 def test_a_count_without_a_filter_reads_no_data_file(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "orders")
     table = txn.create_table(uri, ORDERS)

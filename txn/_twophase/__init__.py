@@ -16,7 +16,7 @@ from ._driver import (
 )
 from ._staging import adopt_files
 from ._ticket import KeyProbe, WriteTicket
-from ._worker import WrittenFiles, write_files
+from ._worker import WrittenFiles, write_files, write_index
 
 __all__ = [
     "OPERATIONS",
@@ -33,4 +33,5 @@ __all__ = [
     "read_state",
     "stream_progress",
     "write_files",
+    "write_index",
 ]

@@ -38,17 +38,21 @@ from ._worker import WrittenFiles
 _FOOTER_THREADS = 16
 
 
-def adopt_files(ticket: WriteTicket, paths: list[str] | None = None) -> WrittenFiles:
+def adopt_files(ticket: WriteTicket, paths: list[str] | None = None, *,
+                index_apart: bool = False) -> WrittenFiles:
     """Make Parquet files a foreign writer wrote into ``ticket.staging`` part of the pending
     write: each is published into the write's segment (its statistics read from its footer);
     files of no rows are dropped. ``paths``: the files, relative to the staging folder (None:
     every ``.parquet`` file under it, not ``_``- or ``.``-prefixed ones). Returns the report for
-    ``PendingWrite.commit``; the staging folder is removed."""
+    ``PendingWrite.commit``; the staging folder is removed. ``index_apart``: on a keyed table,
+    the caller writes the adopted files' record-index entries itself (:func:`txn.write_index`,
+    from the published paths and the rows' positions) and commits its reports with this one."""
     if ticket.segment is None:
         raise InvalidOptionError(f"a {ticket.operation} writes no data files; it commits deletes only")
-    if ticket.key_columns:
+    if ticket.key_columns and not index_apart:
         raise InvalidOptionError("adopt_files is for tables without a record key: a keyed table's "
-                                 "files need record-index entries (write them with txn.write_files)")
+                                 "files need record-index entries (write them with txn.write_files, "
+                                 "or with txn.write_index and index_apart=True)")
     store = DataStore(open_storage(ticket.uri, ticket.storage_options))
     schema = ticket.table_schema
     staging = staging_folder(ticket.instant)

@@ -9,10 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import DoneCompactions, RecordIndex, TableVersion
+from indexes import DoneCompactions, RecordIndex, TableVersion, key_hash
 from timeline import InvalidOptionError, open_storage
 
 from .._rows import index_keys
@@ -47,6 +48,25 @@ class KeyProbe:
 
     def find(self, rows: pa.Table | pa.RecordBatch) -> pa.Table:
         """The live rows holding the keys of ``rows``: key columns, ``file``, ``position``."""
+        return self._find_in(self._index(), rows)
+
+    def _index(self) -> RecordIndex:
+        """The record index this probe reads (a writer that then logs entries with the same
+        object logs them in the layout its lookups resolved)."""
+        schema = pa.ipc.read_schema(pa.py_buffer(self.key_schema))
+        return RecordIndex(open_storage(self.uri, self.storage_options), list(schema.types), self.shards)
+
+    def node_count(self) -> int:
+        """The finest shard-node count of the index at the snapshot (its root count when no
+        node split): keys ``h`` with the same ``h % node_count()`` share a node, so work split
+        by it (``WriteTicket.key_hashes``) splits by node. Lists the index."""
+        if self.read_at is None:
+            return self.shards
+        files = self._index().files(self.completed, self.read_at, self.done)
+        return max((node.count for node in files.leaves), default=self.shards)
+
+    def _find_in(self, index: RecordIndex, rows: pa.Table | pa.RecordBatch) -> pa.Table:
+        """:meth:`find` through ``index`` (from :meth:`_index`)."""
         schema = pa.ipc.read_schema(pa.py_buffer(self.key_schema))
         columns = list(self.key_columns)
         found_schema = pa.schema([*schema, pa.field("file", pa.string()), pa.field("position", pa.int64())])
@@ -56,7 +76,6 @@ class KeyProbe:
         if missing:
             raise InvalidOptionError(f"KeyProbe.find: rows lack record key column(s) {missing}")
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
-        index = RecordIndex(open_storage(self.uri, self.storage_options), list(schema.types), self.shards)
         entries = index.lookup(index_keys(table.select(columns).cast(schema), columns),
                                self.completed, self.read_at, self.done)
         alive = entries.filter(pc.and_(pc.invert(entries["deleted"]), pc.is_in(
@@ -118,6 +137,15 @@ class WriteTicket:
     @property
     def table_schema(self) -> pa.Schema:
         return pa.ipc.read_schema(pa.py_buffer(self.schema))
+
+    def key_hashes(self, rows: pa.Table | pa.RecordBatch) -> np.ndarray:
+        """The record-index hash (``uint64``) of each row's key: rows whose hashes agree modulo
+        a node count (``shards``, ``KeyProbe.node_count()``) belong to one shard node. Key
+        columns must hold no nulls."""
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+        schema = self.table_schema
+        columns = list(self.key_columns)
+        return key_hash([table[c].cast(schema.field(c).type) for c in columns])
 
     @property
     def staging(self) -> str:

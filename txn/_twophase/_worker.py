@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from indexes import RecordIndex
-from timeline import InvalidOptionError, SchemaMismatchError, Timeline, open_storage
+from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError, Timeline, open_storage
 
 from .._files import DataFileWriter, DataStore, FileStatus
 from .._rows import batches as rows_of
-from .._rows import index_keys
+from .._rows import describe, index_keys, repeated
 from ._ticket import WriteTicket
 
 _FOUND = pa.schema([("file", pa.string()), ("position", pa.int64())])
@@ -142,3 +142,65 @@ def write_files(ticket: WriteTicket, batches: Iterable[pa.RecordBatch] | pa.Tabl
     return WrittenFiles(instant=ticket.instant, files=tuple(statuses), index_part=part,
                         index_shards=shards,
                         existing=pa.concat_tables(found) if found else None)
+
+
+def write_index(ticket: WriteTicket, rows: pa.Table, *,
+                task_id: int | tuple[int, int] | None = None) -> WrittenFiles:
+    """Write the record-index entries of rows a foreign writer wrote for the pending write
+    ``ticket`` names (files joined by ``adopt_files(..., index_apart=True)``) as one index log
+    file of the instant, anywhere the table's storage is reachable; return the report for its
+    commit.
+
+    ``rows``: the key columns, ``file`` (the table-relative path of a file of this write, as
+    ``WrittenFiles.paths`` gives it) and ``position`` (the row's number in that file). Every row
+    of a key must be in the same call: split the rows by ``ticket.key_hashes(rows)`` modulo a
+    node count (``KeyProbe.node_count()``; the table's ``shards`` when the write has no probe),
+    and each call holds whole shard nodes. A null key raises SchemaMismatchError, a key that
+    repeats among ``rows`` DuplicateKeyError. On a keyed append or upsert the keys are looked up
+    in the snapshot the write read and the rows found reported, as :func:`write_files` does;
+    the log file is then written in the node layout that lookup resolved. ``task_id`` names the
+    log file as for :func:`write_files`.
+    """
+    if not isinstance(ticket, WriteTicket):
+        raise InvalidOptionError(f"write_index needs a txn.WriteTicket, got {type(ticket).__name__}")
+    columns = list(ticket.key_columns)
+    if not columns:
+        raise InvalidOptionError("write_index is for tables with a record key; this one has none")
+    missing = [c for c in [*columns, "file", "position"] if c not in rows.column_names]
+    if missing:
+        raise InvalidOptionError(f"write_index: rows lack column(s) {missing}; expected the key "
+                                 f"columns {columns}, 'file' and 'position'")
+    task, attempt = _identity(task_id)
+    storage = open_storage(ticket.uri, ticket.storage_options)
+    if ticket.workers_beat:
+        timeline = Timeline(storage)
+        instant = timeline.load().get(ticket.instant)
+        if instant is None or not instant.is_pending:
+            raise _missing(ticket.instant)
+        timeline.heartbeat(instant).beat()
+    nulls = [c for c in columns if rows[c].null_count]
+    if nulls:
+        raise SchemaMismatchError(f"record key column(s) {nulls} hold nulls; every row of a keyed "
+                                  "table needs a key; nothing was written")
+    schema = ticket.table_schema
+    keys = index_keys(pa.table([rows[c].cast(schema.field(c).type) for c in columns], names=columns), columns)
+    twice = repeated(keys)
+    if twice.num_rows:
+        raise DuplicateKeyError(
+            f"record key {columns} repeats within the DataFrame: {describe(twice, columns)} appear "
+            "more than once; nothing was written\nHelp: de-duplicate the data (a Spark DataFrame has "
+            "no row order, so metatxn does not pick a winner)")
+    probe = ticket.probe
+    index = probe._index() if probe is not None else RecordIndex(
+        storage, [schema.field(c).type for c in columns], ticket.shards)
+    existing = None
+    if probe is not None and rows.num_rows:
+        found = probe._find_in(index, pa.table([rows[c] for c in columns], names=columns))
+        if found.num_rows:
+            existing = found if ticket.operation == "append" else found.select(["file", "position"])
+    entries = index.entries(keys, segment=ticket.segment or "", file=rows["file"].cast(pa.string()),
+                            position=rows["position"].cast(pa.int64()), instant=ticket.instant)
+    part = task * 1000 + attempt
+    shards = index.write(ticket.instant, entries, part=part)
+    return WrittenFiles(instant=ticket.instant, index_part=part if shards else None, index_shards=shards,
+                        existing=existing)

@@ -12,9 +12,10 @@ statistics and publishes each into the segment folder under metatxn's own name, 
 (see ``txn/_twophase/_staging.py``, which also says how staging folders of dead writers go).
 
 Only tables whose every column Spark writes back as the table's own Arrow type take this path
-(:func:`writes_natively`); partitioned and keyed tables keep the ``mapInArrow`` path, which
-writes Hive folders with the partition columns inside the files and the record index's log
-files from the rows it sees.
+(:func:`writes_natively`); partitioned tables keep the ``mapInArrow`` path, which writes Hive
+folders with the partition columns inside the files. ``txn.spark.write`` to an unpartitioned
+keyed table writes here too, then writes the record index from the files written
+(:mod:`._keyed`).
 """
 
 from __future__ import annotations
@@ -46,9 +47,17 @@ def writes_natively(schema: pa.Schema, partition_by: Sequence[str], key_columns:
     return not partition_by and not key_columns and all(_round_trips(f.type) for f in schema)
 
 
-def write_files(df: Any, ticket: txn.WriteTicket, staging: str) -> txn.WrittenFiles:
+def keyed_natively(schema: pa.Schema, partition_by: Sequence[str], key_columns: Sequence[str]) -> bool:
+    """Whether a ``txn.spark.write`` to a keyed table of this layout goes through Spark's own
+    Parquet writer, its record-index entries written after it (:mod:`._keyed`)."""
+    return bool(key_columns) and writes_natively(schema, partition_by, ())
+
+
+def write_files(df: Any, ticket: txn.WriteTicket, staging: str, *,
+                index_apart: bool = False) -> txn.WrittenFiles:
     """Write ``df`` (checked against the table) into ``staging`` (the pending write's staging
-    folder) with Spark's writer, then adopt the files into the write; return the report."""
+    folder) with Spark's writer, then adopt the files into the write; return the report.
+    ``index_apart``: a keyed table's index entries are written afterwards (:mod:`._keyed`)."""
     from pyspark.sql import functions as F
 
     schema = ticket.table_schema
@@ -65,4 +74,4 @@ def write_files(df: Any, ticket: txn.WriteTicket, staging: str) -> txn.WrittenFi
                  for f in with_field_ids(schema).fields])
        .write.mode("overwrite")
        .option("compression", "snappy").option(*_TIMESTAMP_OPTION).parquet(staging))
-    return txn.adopt_files(ticket)
+    return txn.adopt_files(ticket, index_apart=index_apart)

@@ -5,7 +5,7 @@ The driver resolves the snapshot (no listing of data folders) and prunes files w
 ranges of the metadata table; Spark then scans exactly those files with its native Parquet
 reader (column pruning, row-group and dictionary pushdown, vectorized decoding intact). Rows
 deleted by delete deltas are removed inside the scan, by a predicate on ``_metadata.row_index``
-and ``_metadata.file_name`` (:mod:`._deleted`), never by a join.
+and the file's size (a bitmap per file, :mod:`._deleted`), never by a join.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
 from .. import DataFile, FileReader, InvalidOptionError, open_table
-from ._deleted import kept_rows
+from ._deleted import Deleted, kept_rows
 from ._external import external_frames
 from ._filters import to_expression
 from ._types import conform, spark_schema
@@ -29,6 +30,7 @@ from ._workers import ensure_workers_run_metatxn
 #: Spark lists explicitly given paths with a distributed job above this many (default 32);
 #: the snapshot already knows its files, so listing them is pure overhead.
 _LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def _filter_batches(expression: ds.Expression, schema: bytes,
@@ -108,16 +110,27 @@ def native_frames(spark: Any, target: pa.Schema, target_id: int, versions: Versi
     frames = []
     for schema_id, group in by_version(files).items():
         written = written_schema(schema_id, target, target_id, versions)
-        frame = without_deleted(native_scan(spark, spark_schema(written), [f.path for f in group]), [
-            (f.path, reader.deleted_positions(f)) for f in group if f.delete_files])
-        frames.append(frame if schema_id == target_id else projected(frame, written, target))
+        for part in _apart(group):
+            frame = without_deleted(native_scan(spark, spark_schema(written), [f.path for f in part]), [
+                Deleted(f.path, f.rows, f.size, reader.deleted_positions(f) if f.delete_files
+                        else _NONE) for f in part])
+            frames.append(frame if schema_id == target_id else projected(frame, written, target))
     return frames
 
 
-def without_deleted(frame: Any, deleted: Sequence[tuple[str, Any]]) -> Any:
-    """``frame`` (a native Parquet scan) without the rows at the given positions of the given
-    files (location, sorted positions): a predicate of the scan itself (:mod:`._deleted`)."""
-    predicate = kept_rows(deleted)
+def _apart(files: Sequence[DataFile]) -> list[Sequence[DataFile]]:
+    """``files`` as one scan, or two when files without deletes hold at least a quarter of the
+    rows: their scan then needs no predicate (nor row positions) at all."""
+    clean = [f for f in files if not f.delete_files]
+    if not clean or len(clean) == len(files) or 4 * sum(f.rows for f in clean) < sum(f.rows for f in files):
+        return [files]
+    return [clean, [f for f in files if f.delete_files]]
+
+
+def without_deleted(frame: Any, files: Sequence[Deleted]) -> Any:
+    """``frame`` (a native Parquet scan of exactly ``files``) without the rows at their deleted
+    positions: a predicate of the scan itself (:mod:`._deleted`)."""
+    predicate = kept_rows(files)
     return frame if predicate is None else frame.where(predicate)
 
 

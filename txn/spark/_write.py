@@ -28,7 +28,8 @@ import pyarrow as pa
 
 import txn
 
-from ._native import write_files, writes_natively
+from ._keyed import write_keyed
+from ._native import keyed_natively, write_files, writes_natively
 from ._tables import Layout, resolve, save_mode
 from ._types import aligned, conform, quoted, table_schema
 from ._workers import ensure_workers_run_metatxn
@@ -201,7 +202,10 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
         created.append(table)
     columns = table.record_key_columns
     values = table.overwrite_partition(partitions)
-    df = _checked(df, table.schema, columns)
+    # A keyed table Spark's writer can write is checked on the files written (``_keyed``):
+    # nothing to pin, no check before the write.
+    keyed_natively = keyed_natively_for(table, df, schema_mode)
+    df = _checked(df, table.schema, columns, keys_later=keyed_natively)
     if values:
         _check_in_partition(df, values)
     if table.already_committed(options, stream_progress=progress) or (mode == "upsert" and df.isEmpty()):
@@ -213,7 +217,7 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
     for attempt in range(REPLANS + 1):
         read: Any = None
         deletes = None
-        if columns and operation in ("append", "upsert"):
+        if columns and operation in ("append", "upsert") and not keyed_natively:
             read, deletes = _find_existing_rows(table, df, operation)
         merge = {"schema_mode": "merge", "data_schema": table_schema(df.schema)} \
             if schema_mode == "merge" else {}
@@ -224,8 +228,8 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
                 return None
             # A merge write's ticket has the table's schema after its change: the rows are
             # given exactly its columns (a column the DataFrame lacks as nulls).
-            reports = run_job(table, aligned(df, pending.ticket.table_schema) if merge else df,
-                              pending)
+            rows = aligned(df, pending.ticket.table_schema) if merge else df
+            reports = write_keyed(rows, pending) if keyed_natively else run_job(table, rows, pending)
             try:
                 return pending.commit(reports, deletes=deletes, retries=attempt)
             except txn.TxnError as exc:
@@ -234,11 +238,19 @@ def _write_once(df: Any, uri: str, mode: str, created: list[txn.Table], *, parti
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _checked(df: Any, schema: pa.Schema, columns: list[str]) -> Any:
+def keyed_natively_for(table: txn.Table, df: Any, schema_mode: str | None) -> bool:
+    """Whether this write to a keyed table goes through Spark's writer (:mod:`._keyed`): its
+    layout allows it, and the schema the files get is the table's (a merge write's new schema
+    is known only once begun: it keeps the ``mapInArrow`` path)."""
+    return schema_mode is None and keyed_natively(table.schema, table.partition_by, table.record_key_columns)
+
+
+def _checked(df: Any, schema: pa.Schema, columns: list[str], *, keys_later: bool = False) -> Any:
     """``df`` checked for null and repeated keys and nulls in non-nullable columns (small Spark
     jobs); pinned first on keyed tables, so the rows checked are the rows written even when the
-    input is not deterministic."""
-    if columns:
+    input is not deterministic. ``keys_later``: the keys are checked on the files written
+    (:mod:`._keyed`), nothing pinned."""
+    if columns and not keys_later:
         df = df.localCheckpoint(eager=True)
         _check_keys(df, columns)
     _check_not_null(df, [f.name for f in schema
