@@ -212,6 +212,12 @@ class Crashes(MachineCore):
             # (Nothing here about the lock: such a write never takes it, so a lease an earlier
             # failed write left behind may still be running.)
             event(f"{what}")
+        elif (expected.refused is not None and isinstance(outcome, expected.refused)
+              and fired.call.is_write):
+            # A write checked against the latest state under the lock (ALTER) first rolls back
+            # what dead writers left (best effort: a failed step is logged and left to the next
+            # lock holder); a fault there leaves the refusal as it would be without it.
+            event(f"{what}: fault in the recovery before the check")
         else:
             # The fault can only have hit a read (of the table's state) before the write began.
             assert isinstance(outcome, Exception) and injected(outcome) is not None, (
