@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ... import (
     DuplicateKeyError,
@@ -199,21 +200,30 @@ def _joined_query(merge: Merge, view: str, values: dict[int, dict[str, str]], ch
     return f"SELECT * FROM ({inner}) AS `__metatxn_joined` WHERE {_quoted(CLAUSE)} IS NOT NULL"
 
 
-def _refuse_repeated_matches(pinned: Any, merge: Merge, name: TableName) -> None:
-    """MergeCardinalityError if a MATCHED clause was chosen for one target row more than once."""
+def _refuse_repeated_matches(changed: pa.Table, merge: Merge, name: TableName) -> None:
+    """MergeCardinalityError if a MATCHED clause was chosen for one target row more than once
+    (``changed``: the clause, file and position of every target row a clause changes)."""
     matched = [i for i, c in enumerate(merge.clauses) if c.kind == MATCHED]
     only = [merge.clauses[i] for i in matched]
     if not matched or (len(only) == 1 and only[0].action == "DELETE" and only[0].condition is None):
         return  # deleting a row twice deletes it once (Spark and Delta allow it too)
-    repeated = (pinned.where(f"{_quoted(CLAUSE)} IN ({', '.join(map(str, matched))})")
-                .groupBy(FILE, POSITION).count().where("count > 1").limit(1).collect())
-    if repeated:
+    rows = changed.filter(pc.is_in(changed[CLAUSE], pa.array(matched, changed.schema.field(CLAUSE).type)))
+    counted = rows.group_by([FILE, POSITION]).aggregate([([], "count_all")])
+    most = pc.max(counted["count_all"]).as_py() if counted.num_rows else 0
+    if most > 1:
         raise MergeCardinalityError(
-            f"MERGE INTO {name}: {repeated[0]['count']} rows of the source match one row of the target, "
-            "and a WHEN MATCHED clause would change it (Spark: MERGE_CARDINALITY_VIOLATION; Delta: "
-            "multiple source rows matched and attempted to modify the same target row); nothing was "
-            "written\nHelp: make the source hold one row per target row (aggregate or de-duplicate it), "
-            "or narrow the ON condition")
+            f"MERGE INTO {name}: {most} rows of the source match one row of the target, and a WHEN "
+            "MATCHED clause would change it (Spark: MERGE_CARDINALITY_VIOLATION; Delta: multiple "
+            "source rows matched and attempted to modify the same target row); nothing was "
+            "written\nHelp: make the source hold one row per target row (aggregate or de-duplicate "
+            "it), or narrow the ON condition")
+
+
+def _located(changed: pa.Table, indices: list[int]) -> pa.Table:
+    """The distinct (file, position) of the rows the clauses ``indices`` chose."""
+    rows = changed.filter(pc.is_in(changed[CLAUSE], pa.array(indices, changed.schema.field(CLAUSE).type)))
+    rows = rows.group_by([FILE, POSITION]).aggregate([])
+    return rows.select([FILE, POSITION]).rename_columns(["file", "position"])
 
 
 def _check_new_keys(rows: Any, inserted: Any, keys: list[str], probe: KeyProbe, name: TableName) -> None:
@@ -249,21 +259,18 @@ def _plan(spark: Any, catalog: Catalog, merge: Merge, table: Table, snapshot: Sn
         joined = _analysed(spark, catalog, _joined_query(merge, view, values, changes, names), statement,
                            "Spark cannot evaluate the MERGE")
         pinned = joined.localCheckpoint(eager=True)
-    _refuse_repeated_matches(pinned, merge, merge.target)
     _refuse_key_change(pinned, changes, merge.target, keys)
     counts = {row[CLAUSE]: row["count"] for row in pinned.groupBy(CLAUSE).count().collect()}
     clauses = merge.clauses
-    deleting = [i for i, c in enumerate(clauses) if c.action == "DELETE"]
     changing = [i for i, c in enumerate(clauses) if c.action in ("UPDATE", "DELETE")]
-
-    def located(indices: list[int]) -> pa.Table:
-        if not indices or not any(counts.get(i) for i in indices):
-            return pa.table({"file": pa.array([], pa.string()), "position": pa.array([], pa.int64())})
-        found = (pinned.where(f"{_quoted(CLAUSE)} IN ({', '.join(map(str, indices))})")
-                 .select(FILE, POSITION).distinct().toArrow())
-        return found.rename_columns(["file", "position"])
-
-    deletes, retire = located(changing), located(deleting)
+    # The target rows changed, to the driver (their positions are the commit's deletes).
+    changed = pinned.where(f"{_quoted(CLAUSE)} IN ({', '.join(map(str, changing))})") \
+        .select(CLAUSE, FILE, POSITION).toArrow() if any(counts.get(i) for i in changing) else \
+        pa.table({CLAUSE: pa.array([], pa.int32()), FILE: pa.array([], pa.string()),
+                  POSITION: pa.array([], pa.int64())})
+    _refuse_repeated_matches(changed, merge, merge.target)
+    deletes = _located(changed, changing)
+    retire = _located(changed, [i for i, c in enumerate(clauses) if c.action == "DELETE"])
     parts: dict[str, list[Any]] = {"UPDATE": [], "INSERT": []}
     for index, clause in enumerate(clauses):
         if index not in values or not counts.get(index):
