@@ -33,7 +33,7 @@ WHEN MATCHED AND s.op = 'star' THEN UPDATE SET *
 WHEN MATCHED THEN UPDATE SET tgt.amt = tgt.amt + s.amt,
                              note = CASE WHEN s.amt > 50 THEN 'big' ELSE 'small' END
 WHEN NOT MATCHED AND s.amt > 0 THEN INSERT *
-WHEN NOT MATCHED BY TARGET THEN INSERT (id, part, note) VALUES (s.id, s.part, concat('it''s ', s.note))
+WHEN NOT MATCHED BY TARGET THEN INSERT (id, part, note) VALUES (id, s.part, concat('it''s ', note))
 WHEN NOT MATCHED BY SOURCE AND tgt.amt >= 50 THEN DELETE
 WHEN NOT MATCHED BY SOURCE THEN UPDATE SET note = 'stale'
 """
@@ -41,7 +41,8 @@ WHEN NOT MATCHED BY SOURCE THEN UPDATE SET note = 'stale'
 
 def reference(target: list[tuple[Any, ...]], source: list[tuple[Any, ...]]) -> tuple[list[dict[str, Any]],
                                                                                      tuple[int, ...]]:
-    """STATEMENT's merge written out row by row (NULL comparisons are not true, as in SQL)."""
+    """STATEMENT's merge written out row by row (NULL comparisons are not true, as in SQL; a NOT
+    MATCHED clause's unqualified column is the source's, as Spark resolves it)."""
     by_id = {s[0]: s for s in source if s[0] > 0}
     out, updated, deleted, inserted = [], 0, 0, 0
     for id_, part, amt, _ in target:

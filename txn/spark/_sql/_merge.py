@@ -57,7 +57,7 @@ from ... import (
 from .._types import spark_schema
 from .._write import REPLANS, run_job
 from ._assign import converted
-from ._catalog import Catalog, TableName
+from ._catalog import DEFAULT_DATABASE, Catalog, TableName
 from ._merge_syntax import FORM, MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE, Clause, Merge, read, target_name
 from ._parse import Token, refused, spark_message
 from ._positions import FILE, POSITION, located_rows
@@ -134,9 +134,32 @@ def _join(kinds: set[str]) -> str:
     return "LEFT OUTER JOIN" if outer_target else "RIGHT OUTER JOIN" if outer_source else "JOIN"
 
 
-def _source_relation(merge: Merge) -> str:
-    inner = f"({merge.source}) AS `__metatxn_query`" if merge.source_is_query else merge.source
-    return f"(SELECT *, TRUE AS {_quoted(_IN_SOURCE)} FROM {inner}) AS {_quoted(merge.source_alias)}"
+def _source_table(merge: Merge) -> str:
+    """The source as a relation, aliased as the statement aliases it."""
+    relation = f"({merge.source})" if merge.source_is_query else merge.source
+    return f"{relation} AS {_quoted(merge.source_alias)}"
+
+
+def _side(merge: Merge, kind: str, relation: str, alias: str, values: dict[int, dict[str, str]],
+          names: list[str], marker: str = "") -> str:
+    """One side's rows (the source for NOT MATCHED clauses, the target for NOT MATCHED BY
+    SOURCE), with the first of those clauses whose condition holds (:func:`_choice`) and its new
+    row, evaluated on that side alone: Spark resolves these clauses against one side only, so an
+    unqualified column is that side's, and the other side's columns are unknown."""
+    quoted = _quoted(alias)
+    columns = [f"{quoted}.*", *([f"TRUE AS {_quoted(marker)}"] if marker else [])]
+    clauses = [(i, c) for i, c in enumerate(merge.clauses) if c.kind == kind]
+    if clauses:
+        whens = " ".join(f"WHEN ({c.condition or 'TRUE'}) THEN {i}" for i, c in clauses)
+        choice = f"CASE {whens} END"
+        columns.append(f"{choice} AS {_quoted(_choice(kind))}")
+        columns += [f"CASE WHEN {choice} = {i} THEN ({values[i][c]}) END AS {_quoted(_value(i, j))}"
+                    for i, _ in clauses if i in values for j, c in enumerate(names)]
+    return f"(SELECT {', '.join(columns)} FROM {relation}) AS {quoted}"
+
+
+def _choice(kind: str) -> str:
+    return f"__metatxn_choice_{'source' if kind == NOT_MATCHED else 'target'}"
 
 
 def _analysed(spark: Any, catalog: Catalog, query: str, statement: str, why: str) -> Any:
@@ -161,42 +184,55 @@ def _target_view(spark: Any, snapshot: Snapshot) -> Iterator[str]:
         spark.catalog.dropTempView(view)
 
 
-def _check_scopes(spark: Any, catalog: Catalog, merge: Merge, view: str, statement: str) -> None:
-    """A NOT MATCHED clause sees the source row only, a NOT MATCHED BY SOURCE clause the target
-    row only (Spark refuses a reference to the other side): each analysed on its side alone."""
-    sides = {NOT_MATCHED: (_source_relation(merge), "the source's columns only (there is no target row)"),
-             NOT_MATCHED_BY_SOURCE: (f"{_quoted(view)} AS {_quoted(merge.target_alias)}",
-                                     "the target's columns only (there is no source row)")}
-    for kind, (relation, scope) in sides.items():
-        expressions = [f"({c.condition}) AS `c{i}`" for i, c in enumerate(merge.clauses)
-                       if c.kind == kind and c.condition]
-        expressions += [f"({text}) AS `v{i}_{j}`" for i, c in enumerate(merge.clauses) if c.kind == kind
-                        for j, (_, text) in enumerate(c.assignments)]
-        if expressions:
-            _analysed(spark, catalog, f"SELECT {', '.join(expressions)} FROM {relation}", statement,
+def _sides(merge: Merge, view: str, values: dict[int, dict[str, str]], names: list[str]) -> tuple[str, str]:
+    """The target's and the source's relations of the join."""
+    target = _side(merge, NOT_MATCHED_BY_SOURCE, f"{_quoted(view)} AS {_quoted(merge.target_alias)}",
+                   merge.target_alias, values, names)
+    source = _side(merge, NOT_MATCHED, _source_table(merge), merge.source_alias, values, names,
+                   marker=_IN_SOURCE)
+    return target, source
+
+
+def _check_scopes(spark: Any, catalog: Catalog, merge: Merge, sides: tuple[str, str], statement: str) -> None:
+    """Each side with its own clauses analysed alone first, so that a NOT MATCHED clause using
+    the target's columns (or a NOT MATCHED BY SOURCE clause the source's) is refused saying so."""
+    for kind, relation, scope in (
+            (NOT_MATCHED_BY_SOURCE, sides[0], "the target's columns only (there is no source row)"),
+            (NOT_MATCHED, sides[1], "the source's columns only (there is no target row)")):
+        if any(c.kind == kind for c in merge.clauses):
+            _analysed(spark, catalog, f"SELECT * FROM {relation}", statement,
                       f"WHEN {kind} clauses may use {scope}")
 
 
-def _joined_query(merge: Merge, view: str, values: dict[int, dict[str, str]], changes: dict[int, str],
-                  names: list[str]) -> str:
+def _joined_query(merge: Merge, sides: tuple[str, str], values: dict[int, dict[str, str]],
+                  changes: dict[int, str], names: list[str]) -> str:
     """The query of every joined row a clause chooses: :data:`CLAUSE` (the clause's index), each
     writing clause's new row (``_value(i, j)``, NULL where another clause was chosen), and the
     target row's file and position."""
     target, source = _quoted(merge.target_alias), _quoted(merge.source_alias)
-    choices = " ".join(
-        f"WHEN {_kind_test(c.kind, target, source)}{f' AND ({c.condition})' if c.condition else ''} THEN {i}"
-        for i, c in enumerate(merge.clauses))
+    kinds = {c.kind for c in merge.clauses}
+    matched = _kind_test(MATCHED, target, source)
+    choices = " ".join(f"WHEN {matched}{f' AND ({c.condition})' if c.condition else ''} THEN {i}"
+                       for i, c in enumerate(merge.clauses) if c.kind == MATCHED)
+    if NOT_MATCHED in kinds:
+        choices += (f" WHEN {_kind_test(NOT_MATCHED, target, source)} "
+                    f"THEN {source}.{_quoted(_choice(NOT_MATCHED))}")
+    if NOT_MATCHED_BY_SOURCE in kinds:
+        choices += (f" WHEN {_kind_test(NOT_MATCHED_BY_SOURCE, target, source)} "
+                    f"THEN {target}.{_quoted(_choice(NOT_MATCHED_BY_SOURCE))}")
     chosen = f"CASE {choices} END"
     projection = [f"{chosen} AS {_quoted(CLAUSE)}",
                   f"{target}.{_quoted(FILE)} AS {_quoted(FILE)}",
                   f"{target}.{_quoted(POSITION)} AS {_quoted(POSITION)}"]
-    projection += [f"CASE WHEN {chosen} = {i} THEN ({row[c]}) END AS {_quoted(_value(i, j))}"
-                   for i, row in values.items() for j, c in enumerate(names)]
+    for i, row in values.items():
+        kind = merge.clauses[i].kind
+        side = source if kind == NOT_MATCHED else target
+        projection += [f"CASE WHEN {chosen} = {i} THEN ({row[c]}) END AS {_quoted(_value(i, j))}"
+                       if kind == MATCHED else f"{side}.{_quoted(_value(i, j))} AS {_quoted(_value(i, j))}"
+                       for j, c in enumerate(names)]
     projection += [f"CASE WHEN {chosen} = {i} THEN ({test}) END AS {_quoted(_change(i))}"
                    for i, test in changes.items()]
-    kinds = {c.kind for c in merge.clauses}
-    inner = (f"SELECT {', '.join(projection)} FROM {_quoted(view)} AS {target} {_join(kinds)} "
-             f"{_source_relation(merge)} ON {merge.on}")
+    inner = f"SELECT {', '.join(projection)} FROM {sides[0]} {_join(kinds)} {sides[1]} ON {merge.on}"
     return f"SELECT * FROM ({inner}) AS `__metatxn_joined` WHERE {_quoted(CLAUSE)} IS NOT NULL"
 
 
@@ -226,7 +262,8 @@ def _located(changed: pa.Table, indices: list[int]) -> pa.Table:
     return rows.select([FILE, POSITION]).rename_columns(["file", "position"])
 
 
-def _check_new_keys(rows: Any, inserted: Any, keys: list[str], probe: KeyProbe, name: TableName) -> None:
+def _check_new_keys(rows: Any, inserted: Any | None, keys: list[str], probe: KeyProbe,
+                    name: TableName) -> None:
     """Keys of the new rows: set, once each, and an INSERT's not in the snapshot (a keyed
     append's rule)."""
     if rows.where(" OR ".join(f"{_quoted(c)} IS NULL" for c in keys)).limit(1).count():
@@ -238,6 +275,8 @@ def _check_new_keys(rows: Any, inserted: Any, keys: list[str], probe: KeyProbe, 
         raise DuplicateKeyError(f"MERGE INTO {name}: record key {keys} repeats among the rows it "
                                 f"writes: {shown}; nothing was written\nHelp: make the source hold one "
                                 "row per key")
+    if inserted is None:
+        return
     types = {f.name: f.dataType.simpleString() for f in inserted.schema.fields}
     schema = ", ".join([*(f"{_quoted(c)} {types[c]}" for c in keys), "file string", "position long"])
     found = inserted.select(*keys).mapInArrow(functools.partial(_find_task, probe), schema).toArrow()
@@ -255,8 +294,9 @@ def _plan(spark: Any, catalog: Catalog, merge: Merge, table: Table, snapshot: Sn
     keys = table.record_key_columns
     types = {f.name: f.dataType for f in spark_schema(snapshot.schema).fields}
     with _target_view(spark, snapshot) as view:
-        _check_scopes(spark, catalog, merge, view, statement)
-        joined = _analysed(spark, catalog, _joined_query(merge, view, values, changes, names), statement,
+        sides = _sides(merge, view, values, names)
+        _check_scopes(spark, catalog, merge, sides, statement)
+        joined = _analysed(spark, catalog, _joined_query(merge, sides, values, changes, names), statement,
                            "Spark cannot evaluate the MERGE")
         pinned = joined.localCheckpoint(eager=True)
     _refuse_key_change(pinned, changes, merge.target, keys)
@@ -288,8 +328,7 @@ def _plan(spark: Any, catalog: Catalog, merge: Merge, table: Table, snapshot: Sn
         if keys:
             inserted = functools.reduce(lambda a, b: a.unionByName(b), parts["INSERT"]) \
                 if parts["INSERT"] else None
-            _check_new_keys(rows, inserted if inserted is not None else rows.limit(0), keys,
-                            table.key_probe(snapshot), merge.target)
+            _check_new_keys(rows, inserted, keys, table.key_probe(snapshot), merge.target)
     updated = sum(counts.get(i, 0) for i, c in enumerate(clauses) if c.action == "UPDATE")
     inserted_count = sum(counts.get(i, 0) for i, c in enumerate(clauses) if c.action == "INSERT")
     return _Plan(deletes, retire, rows, (updated, retire.num_rows, inserted_count))
@@ -358,8 +397,10 @@ def merge(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> 
     except InvalidOptionError:
         return None  # not a name metatxn can have: Spark's to judge
     if not catalog.exists(name):
-        if spark.catalog.tableExists(f"{name.database}.{name.table}"):
-            return None  # Spark's own table (Spark refuses MERGE but for row-level tables)
+        known = spark.catalog.tableExists(f"{name.database}.{name.table}") or (
+            name.database == DEFAULT_DATABASE and spark.catalog.tableExists(name.table))  # a temporary view
+        if known:
+            return None  # Spark's own table or view: Spark's to run or refuse
         raise TableNotFoundError(f"MERGE INTO {name}: no such table in the warehouse "
                                  f"({catalog.location(name)!r}) nor in Spark's catalog; nothing was written")
     parsed = read(statement, tokens)
@@ -367,7 +408,7 @@ def merge(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> 
     names = table.schema.names
     columns = {c.lower(): c for c in names}
     source_columns = {c.lower() for c in _analysed(
-        spark, catalog, f"SELECT * FROM {_source_relation(parsed)}", statement,
+        spark, catalog, f"SELECT * FROM {_source_table(parsed)}", statement,
         "Spark cannot read the source").columns}
     values = {i: _row_values(parsed, c, columns, names, table.record_key_columns, source_columns, statement)
               for i, c in enumerate(parsed.clauses) if c.action != "DELETE"}
