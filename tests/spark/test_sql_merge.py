@@ -14,6 +14,7 @@ import pytest
 
 import txn
 import txn.spark
+from txn.spark._sql import _merge as merge_module
 
 pytestmark = pytest.mark.spark
 
@@ -93,7 +94,8 @@ def make_tables(spark: Any, sql: Any, warehouse: Path, layout: str,
 
 
 @pytest.mark.parametrize("layout", ["plain", "keyed, partitioned"])
-def test_every_clause_kind_matches_the_reference(spark: Any, sql: Any, warehouse: Path, layout: str) -> None:
+def test_every_clause_kind_matches_the_reference(spark: Any, sql: Any, warehouse: Path, layout: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     table = make_tables(spark, sql, warehouse, layout)
     before = len(table.timeline())
 
@@ -111,6 +113,31 @@ def test_every_clause_kind_matches_the_reference(spark: Any, sql: Any, warehouse
         back = spark.createDataFrame([(1, "a", 1, "back")], "id int, part string, amt int, note string")
         txn.spark.write(back.select(*table.schema.names), table.uri)
         assert table.to_arrow(filter=pc.field("id") == 1)["note"].to_pylist() == ["back"]
+        assert 1 not in live  # the MERGE deleted it
+        expected.append({"id": 1, "part": "a", "amt": 1, "note": "back"})
+        on_the_key_reads_only_the_files_holding_the_keys(sql, table, expected, monkeypatch)
+
+
+def on_the_key_reads_only_the_files_holding_the_keys(sql: Any, table: txn.Table, rows: list[dict[str, Any]],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ON condition over the record key finds the target's rows through the record index: only
+    the files holding the source's keys are read."""
+    read: list[int] = []
+    located = merge_module.located_rows
+
+    def counting(spark: Any, snapshot: txn.Snapshot, pruning: Any, keep: Any = None) -> Any:
+        read.append(sum(1 for f in snapshot.files() if keep is None or keep(f)))
+        return located(spark, snapshot, pruning, keep)
+
+    monkeypatch.setattr(merge_module, "located_rows", counting)
+    answer = sql("MERGE INTO t USING (SELECT 3 AS id, 'e' AS note UNION ALL SELECT 11, 'k') AS s "
+                 "ON t.id = s.id AND s.note <> 'x' WHEN MATCHED THEN UPDATE SET t.note = s.note "
+                 "WHEN NOT MATCHED THEN INSERT (id, part, note) VALUES (s.id, 'c', s.note)").first()
+
+    assert tuple(answer) == (2, 1, 0, 1)
+    assert read == [1] and len(table.snapshot().files()) > 2, "the one file holding key 3"
+    expected = {r["id"]: r["note"] for r in rows} | {3: "e", 11: "k"}
+    assert {r["id"]: r["note"] for r in table_rows(table)} == expected
 
 
 REFUSED = [

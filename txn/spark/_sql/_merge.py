@@ -34,15 +34,17 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
 from ... import (
+    DataFile,
     DuplicateKeyError,
     InvalidOptionError,
     KeyProbe,
@@ -62,6 +64,7 @@ from ._merge_syntax import FORM, MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE, Cl
 from ._parse import Token, refused, spark_message
 from ._positions import FILE, POSITION, located_rows
 from ._select import fresh_views
+from ._tree import parse
 
 CLAUSE = "__metatxn_clause"
 _IN_SOURCE = "__metatxn_in_source"
@@ -175,9 +178,9 @@ def _analysed(spark: Any, catalog: Catalog, query: str, statement: str, why: str
 
 
 @contextmanager
-def _target_view(spark: Any, snapshot: Snapshot) -> Iterator[str]:
+def _target_view(spark: Any, snapshot: Snapshot, keep: Callable[[DataFile], bool] | None) -> Iterator[str]:
     view = f"metatxn_merge_target_{secrets.token_hex(4)}"
-    located_rows(spark, snapshot, None).createOrReplaceTempView(view)
+    located_rows(spark, snapshot, None, keep).createOrReplaceTempView(view)
     try:
         yield view
     finally:
@@ -288,12 +291,62 @@ def _find_task(probe: KeyProbe, batches: Iterator[pa.RecordBatch]) -> Iterator[p
         yield from probe.find(batch).to_batches()
 
 
+def _keyed_on(merge: Merge, keys: list[str], columns: dict[str, str]) -> dict[str, str] | None:
+    """Record key column -> the source column the ON condition equates it with, when the ON
+    condition is a conjunction holding ``target.key = source.column`` for every key column (both
+    qualified by their aliases); None otherwise."""
+    if not keys:
+        return None
+    tree = parse(merge.on)
+    conjuncts = list(tree.flatten()) if isinstance(tree, exp.And) else [tree]
+    target, source = merge.target_alias.lower(), merge.source_alias.lower()
+    found: dict[str, str] = {}
+    for node in conjuncts:
+        if not isinstance(node, exp.EQ):
+            continue
+        for one, other in ((node.this, node.expression), (node.expression, node.this)):
+            if isinstance(one, exp.Column) and isinstance(other, exp.Column) and \
+                    one.table.lower() == target and other.table.lower() == source:
+                name = columns.get(one.name.lower())
+                if name in keys:
+                    found.setdefault(name, other.name)
+    return found if set(found) == set(keys) else None
+
+
+def _files_with_keys(spark: Any, catalog: Catalog, merge: Merge, keyed_on: dict[str, str], probe: KeyProbe,
+                     types: dict[str, Any], statement: str) -> Callable[[DataFile], bool] | None:
+    """Which data files hold a target row the ON condition can match, found through the record
+    index (``KeyProbe``) by the source's keys: only those are read. None (read every file) when
+    a source column's type is not its key column's (Spark would compare them converted)."""
+    source = _quoted(merge.source_alias)
+    frame = _analysed(spark, catalog, "SELECT " + ", ".join(
+        f"{source}.{_quoted(column)} AS {_quoted(key)}" for key, column in keyed_on.items())
+        + f" FROM {_source_table(merge)}", statement, "Spark cannot read the source")
+    given = {f.name: f.dataType for f in frame.schema.fields}
+    if any(given[key] != types[key] for key in keyed_on):
+        return None
+    schema = ", ".join([*(f"{_quoted(k)} {types[k].simpleString()}" for k in keyed_on),
+                        "file string", "position long"])
+    found = set(frame.mapInArrow(functools.partial(_find_task, probe), schema)
+                .select("file").distinct().toArrow()["file"].to_pylist())
+
+    def keep(data_file: DataFile) -> bool:
+        parts = data_file.path.split("/")
+        return any("/".join(parts[i:]) in found for i in range(len(parts)))
+
+    return keep
+
+
 def _plan(spark: Any, catalog: Catalog, merge: Merge, table: Table, snapshot: Snapshot,
-          values: dict[int, dict[str, str]], changes: dict[int, str], statement: str) -> _Plan:
+          values: dict[int, dict[str, str]], changes: dict[int, str], keyed_on: dict[str, str] | None,
+          statement: str) -> _Plan:
     names = table.schema.names
     keys = table.record_key_columns
     types = {f.name: f.dataType for f in spark_schema(snapshot.schema).fields}
-    with _target_view(spark, snapshot) as view:
+    keep = None
+    if keyed_on is not None and NOT_MATCHED_BY_SOURCE not in {c.kind for c in merge.clauses}:
+        keep = _files_with_keys(spark, catalog, merge, keyed_on, table.key_probe(snapshot), types, statement)
+    with _target_view(spark, snapshot, keep) as view:
         sides = _sides(merge, view, values, names)
         _check_scopes(spark, catalog, merge, sides, statement)
         joined = _analysed(spark, catalog, _joined_query(merge, sides, values, changes, names), statement,
@@ -413,8 +466,10 @@ def merge(spark: Any, catalog: Catalog, statement: str, tokens: list[Token]) -> 
     values = {i: _row_values(parsed, c, columns, names, table.record_key_columns, source_columns, statement)
               for i, c in enumerate(parsed.clauses) if c.action != "DELETE"}
     changes = _key_changes(parsed, values, table.record_key_columns)
+    keyed_on = _keyed_on(parsed, table.record_key_columns, columns)
     updated, deleted, inserted = _commit(
-        table, lambda snapshot: _plan(spark, catalog, parsed, table, snapshot, values, changes, statement))
+        table, lambda snapshot: _plan(spark, catalog, parsed, table, snapshot, values, changes, keyed_on,
+                                      statement))
     return _answer(spark, (updated + deleted + inserted, updated, deleted, inserted))
 
 
