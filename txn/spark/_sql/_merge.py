@@ -51,6 +51,7 @@ from ... import (
     MergeCardinalityError,
     SchemaMismatchError,
     Snapshot,
+    SnapshotExpiredError,
     Table,
     TableNotFoundError,
     TxnError,
@@ -436,7 +437,8 @@ def _commit(table: Table, plan: Any) -> tuple[int, int, int]:
                                retire=retire, retries=retry)
             return planned.counts
         except TxnError as exc:
-            overtaken = pending.retryable(exc) if pending is not None else False
+            overtaken = (pending.retryable(exc) if pending is not None
+                         else isinstance(exc, SnapshotExpiredError))
             if retry == REPLANS or not overtaken:
                 raise
             log.info("MERGE planned again: %s (retry %d of %d)", exc, retry + 1, REPLANS)
