@@ -191,6 +191,10 @@ def test_bad_statements_are_refused_and_change_nothing(spark: Any, sql: Any, war
     answer = sql("MERGE INTO t USING twice ON t.id = twice.id WHEN MATCHED THEN DELETE").first()
     assert tuple(answer) == (2, 0, 2, 0)
     assert [(r["id"], r["amt"]) for r in table_rows(table)] == [(3, 30), (4, 40)]
+    # A metatxn table as the source, by name (read at its latest snapshot): here the target itself.
+    answer = sql("MERGE INTO t USING t AS s ON t.id = s.id WHEN MATCHED THEN UPDATE SET note = s.note || '!'")
+    assert tuple(answer.first()) == (2, 2, 0, 0)
+    assert [r["note"] for r in table_rows(table)] == ["three!", "four!"]
 
 
 def once_before_the_commit(monkeypatch: pytest.MonkeyPatch, action: Callable[[], None]) -> None:
