@@ -56,6 +56,12 @@ class DuplicateKeyError(TxnError, ValueError):
     """A record key that must be unique was found more than once."""
 
 
+class MergeCardinalityError(TxnError, ValueError):
+    """A MERGE's source holds more than one row matching one target row that a ``WHEN MATCHED``
+    clause changes (Spark's ``MERGE_CARDINALITY_VIOLATION``, Delta's "multiple source rows
+    matched"): which row wins would be arbitrary, so nothing is written."""
+
+
 class CommitConflictError(TxnError):
     """The commit definitely did not land: a concurrent commit won.
 
@@ -206,7 +212,7 @@ class WorkerEnvironmentError(TxnError, RuntimeError):
 # and pickles, whichever package the caller imported; ``txn`` is part of the same distribution.
 for _error in (TxnError, TableNotFoundError, TableExistsError, SchemaMismatchError,
                DuplicateKeyError, CommitConflictError, CommitStateUnknownError, InvalidOptionError,
-               SegmentNotFoundError, CorruptMetadataError, IllegalTransitionError, StorageError,
-               LockTimeoutError, LockLostError, WorkerEnvironmentError, StreamDroppedError):
+               MergeCardinalityError, SegmentNotFoundError, CorruptMetadataError, IllegalTransitionError,
+               StorageError, LockTimeoutError, LockLostError, WorkerEnvironmentError, StreamDroppedError):
     _error.__module__ = "txn"
 del _error

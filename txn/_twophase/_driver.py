@@ -309,7 +309,7 @@ class PendingWrite:
     # -- commit or abort -----------------------------------------------------------------------
 
     def commit(self, files: Iterable[WrittenFiles] = (), *, deletes: object = None,
-               check_keys: bool = False, retries: int = 0) -> Commit | None:
+               check_keys: bool = False, retries: int = 0, retire: object = None) -> Commit | None:
         """Commit the workers' reports ``files`` and the rows ``deletes`` (``{path: positions}``,
         or a table of ``file`` and ``position`` columns; paths as ``Snapshot.files()`` gives them
         or table-relative) as one instant. Data files marked for the instant that no report
@@ -320,6 +320,9 @@ class PendingWrite:
         None when the write's ``app_id`` committed its version already. ``retries``: how often
         the engine planned this write again after a table service overtook an earlier attempt
         (``retryable``), recorded as ``Commit.retries`` as a local write records it.
+        ``retire`` (keyed tables; as ``deletes``, rows among them): rows deleted whose keys leave
+        the table, not rewritten by ``files`` (a MERGE's deleted rows in an ``"update"``): their
+        index entries are tombstoned, as a ``"delete"`` tombstones every deleted row's.
         """
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidOptionError(f"retries must be an int >= 0, got {retries!r}; nothing was committed")
@@ -345,8 +348,9 @@ class PendingWrite:
         self._state = state
         deleted = self._deleted(state, deletes, reports)
         columns = context.record_key_columns
-        removed = (index_keys(_keys_at(context, state, deleted), columns)
-                   if self._operation == "delete" and columns and deleted else None)
+        retired = deleted if self._operation == "delete" else \
+            self._deleted(state, retire, []) if retire is not None else {}
+        removed = index_keys(_keys_at(context, state, retired), columns) if columns and retired else None
         statuses, parts, shards = gathered(reports)
         planned: Overwrite | RowChanges
         written_with = WriteSchema(ticket.table_schema, ticket.schema_id)

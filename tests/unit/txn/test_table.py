@@ -251,7 +251,7 @@ def test_a_corrupt_instant_file_raises_corrupt_metadata_naming_it(table_uri: str
 def test_every_public_error_is_a_txn_error_importable_from_txn() -> None:
     names = ["TxnError", "TableNotFoundError", "TableExistsError", "SchemaMismatchError",
              "DuplicateKeyError", "CommitConflictError", "InvalidOptionError",
-             "SegmentNotFoundError", "CorruptMetadataError"]
+             "SegmentNotFoundError", "CorruptMetadataError", "MergeCardinalityError"]
     for name in names:
         error = getattr(txn, name)
         assert issubclass(error, txn.TxnError)

@@ -195,6 +195,28 @@ def test_deletes_by_position(tmp_path: Path) -> None:
     assert table.validate().ok
 
 
+def test_an_update_retires_the_keys_of_the_rows_it_deletes_without_rewriting(tmp_path: Path) -> None:
+    """SQL MERGE's form: one ``"update"`` rewrites some rows, inserts others and deletes some
+    outright; the keys of those (``retire``) leave the record index, so they can come back."""
+    table = txn.create_table(str(tmp_path / "t"), SCHEMA, record_key="id")
+    table.append(rows(range(4)))
+    snapshot = table.snapshot()
+    [data_file] = snapshot.files()
+    where = relative(table, data_file)
+    positions = {key: _position(table, key) for key in (1, 2)}
+    with table.begin_write("update", read_instant=snapshot) as pending:
+        new = pa.concat_tables([rows([1]).set_column(3, "price", pa.array([7.0])), rows([50])])
+        [report] = _in_threads(pending.ticket, [new])
+        deletes = pa.table({"file": [where] * 2, "position": list(positions.values())})
+        commit = pending.commit([report], deletes=deletes,
+                                retire=pa.table({"file": [where], "position": [positions[2]]}))
+    assert commit is not None and (commit.rows_added, commit.rows_deleted) == (2, 2)
+    assert sorted(table.to_arrow()["id"].to_pylist()) == [0, 1, 3, 50]
+    assert sorted(table.lookup([0, 1, 2, 3, 50])["id"].to_pylist()) == [0, 1, 3, 50]
+    table.append(rows([2]))  # key 2 left the table: no DuplicateKeyError
+    assert table.validate().ok
+
+
 def _position(table: txn.Table, key: int) -> int:
     return int(table.lookup([key])["position"][0].as_py())
 

@@ -11,6 +11,8 @@ Stream statements first (:mod:`._streams`), then by the statement's first words:
 ``CLEAN FILES``                                :func:`._segments.clean`
 ``DELETE FROM TABLE t WHERE SEGMENT...``       :func:`._segments.delete_segments`
 ``DELETE FROM t``, ``UPDATE t``                metatxn's table: :mod:`._dml`
+``MERGE INTO t``                               metatxn's table: :mod:`._merge` (a name no catalog
+                                               has: TableNotFoundError)
 ``LOAD DATA``                                  metatxn's table (or any with OPTIONS): :mod:`._load`
 ``CREATE [...] TABLE ... STORED AS metatxn``   :mod:`._ddl` (EXTERNAL, TEMPORARY, OR REPLACE refused)
 ``INSERT INTO t``                              metatxn's table: :mod:`._insert`
@@ -33,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import InvalidOptionError
-from . import _ddl, _dml, _insert, _load, _segments
+from . import _ddl, _dml, _insert, _load, _merge, _segments
 from ._catalog import Catalog, catalog_of
 from ._parse import Cursor, Token, leading_words, quoting, spark_errors, tokenize, without_terminator
 from ._select import QUERY_WORDS, fresh_frame
@@ -52,6 +54,7 @@ _ROUTES: list[tuple[tuple[str, ...], Handler]] = [
     (("DELETE", "FROM", "TABLE"), _segments.delete_segments),
     (("DELETE", "FROM"), _dml.delete),
     (("UPDATE",), _dml.update),
+    (("MERGE", "INTO"), _merge.merge),
     (("LOAD", "DATA"), _load.load),
     (("CREATE",), _ddl.create),
     (("INSERT",), _insert.insert),

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from ... import FileReader, Snapshot
+from ... import DataFile, FileReader, Snapshot
 from .._types import spark_schema
 
 FILE = "__metatxn_file"
@@ -39,17 +39,18 @@ def _scan_task(reader: FileReader, target: bytes,
             yield from located.to_batches()
 
 
-def located_rows(spark: Any, snapshot: Snapshot, pruning: ds.Expression | None) -> Any:
+def located_rows(spark: Any, snapshot: Snapshot, pruning: ds.Expression | None,
+                 keep: Callable[[DataFile], bool] | None = None) -> Any:
     """A DataFrame of the live rows of ``snapshot`` (files ``pruning`` can rule out are left
-    out), the table's columns then :data:`FILE` (the file's ``DataFile.path``) and
-    :data:`POSITION`."""
+    out, and files ``keep`` says no to), the table's columns then :data:`FILE` (the file's
+    ``DataFile.path``) and :data:`POSITION`."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     columns = spark_schema(snapshot.schema)
     located = StructType([*columns.fields, StructField(FILE, StringType(), False),
                           StructField(POSITION, LongType(), False)])
-    files = snapshot.files(pruning)
+    files = [f for f in snapshot.files(pruning) if keep is None or keep(f)]
     if not files:
         return spark.createDataFrame([], located)
     reader = snapshot.file_reader()
