@@ -10,9 +10,10 @@ process (see design/spark.md):
   worker, without Spark) commits once (``PendingWrite.resume(ticket).commit``); ``abort()``
   rolls the instant back unless it completed.
 * ``reader()`` resolves the snapshot (option ``asOf``, or Hudi's ``as.of.instant``) on the
-  planning worker; ``pushFilters`` keeps the filters :mod:`._pushed` translates exactly (files
-  pruned by the metadata table's column ranges, row groups by their statistics, rows filtered
-  exactly) and gives Spark back the others; ``partitions()`` packs the remaining files into
+  planning worker; with option ``pushFilters`` (not the default: :class:`_PushingReader` says
+  why), ``pushFilters`` keeps the filters :mod:`._pushed` translates exactly (files pruned by
+  the metadata table's column ranges, row groups by their statistics, rows filtered exactly)
+  and gives Spark back the others; ``partitions()`` packs the remaining files into
   about the session's parallelism of tasks, as Spark packs a file scan; tasks read their files
   with the snapshot's ``txn.FileReader`` (deleted rows dropped, external segments read). With a
   change option (``startingInstant``, ``readChangeFeed``, ...) it reads a window of the change
@@ -144,7 +145,7 @@ class MetatxnDataSource(DataSource):
         return reader(_path(self.options), _as_of(self.options), schema, self.parallelism)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        options = {k: v for k, v in self.options.items() if k.lower() not in (_PUSH, *_AS_OF)}
+        options = {k: v for k, v in self.options.items() if k.lower() not in _AS_OF}
         return ChangeStreamReader(_path(self.options), change_options(options), schema,
                                   as_of=len(options) < len(self.options))
 
