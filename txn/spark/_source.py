@@ -9,10 +9,15 @@ process (see design/spark.md):
   ``txn.spark.write``'s tasks do, and beats the instant's heartbeat; ``commit()`` (another
   worker, without Spark) commits once (``PendingWrite.resume(ticket).commit``); ``abort()``
   rolls the instant back unless it completed.
-* ``reader()`` resolves the snapshot (option ``asOf``) on the planning worker, one partition per
-  data file; tasks read their file with pyarrow and drop deleted positions. With a change option
-  (``startingInstant``, ``readChangeFeed``, ...) it reads a window of the change feed instead
-  (:mod:`._change_read`).
+* ``reader()`` resolves the snapshot (option ``asOf``, or Hudi's ``as.of.instant``) on the
+  planning worker; with option ``pushFilters`` (not the default: :class:`_PushingReader` says
+  why), ``pushFilters`` keeps the filters :mod:`._pushed` translates exactly (files pruned by
+  the metadata table's column ranges, row groups by their statistics, rows filtered exactly)
+  and gives Spark back the others; ``partitions()`` packs the remaining files into
+  about the session's parallelism of tasks, as Spark packs a file scan; tasks read their files
+  with the snapshot's ``txn.FileReader`` (deleted rows dropped, external segments read). With a
+  change option (``startingInstant``, ``readChangeFeed``, ...) it reads a window of the change
+  feed instead (:mod:`._change_read`).
 * ``streamReader()`` (``spark.readStream.format("metatxn")``): the change feed as a stream, exactly
   once (:mod:`._stream_source`; options in :mod:`._change_options`).
 
@@ -26,31 +31,37 @@ Spark jobs).
 
 What it does not do, and why: modes other than ``append`` and ``overwrite`` raise in Spark before
 any hook runs (Spark offers no others to Python sources), so there is no upsert through the
-format (use ``txn.spark.write``); reads have no column pruning or filter pushdown (use
-``txn.spark.read``).
+format (use ``txn.spark.write``). Reads have no column pruning: PySpark 4.3 gives Python sources
+none (every column of the table, or of a ``.schema(...)`` the user gives, crosses to the JVM),
+so ``txn.spark.read`` (Spark's own Parquet scan) stays faster where a query uses few columns
+(bench/README.md).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
     WriterCommitMessage,
 )
 
 import txn
 
-from .. import DataFile, FileReader, InvalidOptionError, open_table
+from .. import DataFile, FileReader, InvalidOptionError, Snapshot, open_table
 from ._change_options import ChangeOptions, change_options
 from ._change_read import ChangeReader, change_schema
+from ._pushed import columns_typed_alike, translate
 from ._sql._catalog import set_warehouse
 from ._stream_source import ChangeStreamReader
 from ._tables import Layout, layout_of_options, resolve, schema_mode_of_options
@@ -68,20 +79,51 @@ def _path(options: Mapping[str, str]) -> str:
     return path
 
 
+#: The options naming a snapshot: ``asOf``, and Hudi's ``as.of.instant`` (lower case: Spark's
+#: options are case-insensitive).
+_AS_OF = ("asof", "as.of.instant")
+#: The option that has a snapshot read take Spark's filters (see :class:`_PushingReader`).
+_PUSH = "pushfilters"
+
+
+def _pushes(options: Mapping[str, str]) -> bool:
+    value = next((v for k, v in options.items() if k.lower() == _PUSH), "false").strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidOptionError(f"format('metatxn') option pushFilters must be true or false, "
+                                 f"got {value!r}")
+    return value == "true"
+
+
+def _as_of(options: Mapping[str, str]) -> str | None:
+    """The snapshot a read names (None: the latest); ``asOf`` and ``as.of.instant`` are one
+    option under two names."""
+    given = {name.lower(): value for name, value in options.items() if name.lower() in _AS_OF}
+    if len(given) > 1:
+        raise InvalidOptionError("format('metatxn') options asOf and as.of.instant name the same "
+                                 "thing (the snapshot to read); give one of them")
+    return next(iter(given.values()), None)
+
+
 def _change_read(options: Mapping[str, str]) -> ChangeOptions | None:
     """The options of a read of changes (a stream's, or a batch read naming any change option),
-    checked; None for a snapshot read (``asOf`` or nothing), whose options are not."""
-    if all(name.lower() in ("path", "asof") for name in options):
+    checked; None for a snapshot read (``asOf``/``as.of.instant`` or nothing), whose options
+    are not."""
+    if all(name.lower() in ("path", _PUSH, *_AS_OF) for name in options):
         return None
-    if "asof" in (name.lower() for name in options):
-        raise InvalidOptionError("format('metatxn') option asOf reads a snapshot; it cannot be "
-                                 "combined with the options of a read of changes (startingInstant, "
-                                 "endingInstant, readChangeFeed, maxFilesPerTrigger, maxRowsPerTrigger)")
+    if any(name.lower() in (_PUSH, *_AS_OF) for name in options):
+        raise InvalidOptionError("format('metatxn') options asOf (as.of.instant) and pushFilters "
+                                 "read a snapshot; they cannot be combined with the options of a "
+                                 "read of changes (startingInstant, endingInstant, readChangeFeed, "
+                                 "maxFilesPerTrigger, maxRowsPerTrigger)")
     return change_options(options)
 
 
 class MetatxnDataSource(DataSource):
     """``format("metatxn")``."""
+
+    #: How many tasks a snapshot read aims at (the session's default parallelism, set by
+    #: :func:`register` on the class it registers; the hooks run where no session is at hand).
+    parallelism: int = os.cpu_count() or 2
 
     @classmethod
     def name(cls) -> str:
@@ -93,16 +135,17 @@ class MetatxnDataSource(DataSource):
         if changes is not None:
             return spark_schema(change_schema(table, changes))
         # The snapshot's schema: a read as of an older instant has that instant's columns.
-        return spark_schema(table.snapshot(self.options.get("asof")).schema)
+        return spark_schema(table.snapshot(_as_of(self.options)).schema)
 
     def reader(self, schema: Any) -> DataSourceReader:
         changes = _change_read(self.options)
         if changes is not None:
             return ChangeReader(_path(self.options), changes, schema)
-        return _Reader(_path(self.options), self.options.get("asof"), schema)
+        reader = _PushingReader if _pushes(self.options) else _Reader
+        return reader(_path(self.options), _as_of(self.options), schema, self.parallelism)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        options = {k: v for k, v in self.options.items() if k.lower() != "asof"}
+        options = {k: v for k, v in self.options.items() if k.lower() not in _AS_OF}
         return ChangeStreamReader(_path(self.options), change_options(options), schema,
                                   as_of=len(options) < len(self.options))
 
@@ -111,41 +154,100 @@ class MetatxnDataSource(DataSource):
                        schema_mode_of_options(self.options))
 
 
-class _File(InputPartition):
-    def __init__(self, file: DataFile | None) -> None:
-        super().__init__(file)
-        self.file = file
+class _Files(InputPartition):
+    """Some data files of the snapshot, read one after another by one task."""
+
+    def __init__(self, files: list[DataFile]) -> None:
+        super().__init__(len(files))
+        self.files = files
+
+
+#: Spark's own split planning for file scans (``spark.sql.files.maxPartitionBytes`` and
+#: ``openCostInBytes`` at their defaults): a file costs its size plus the cost of opening it.
+_MAX_SPLIT = 128 << 20
+_OPEN_COST = 4 << 20
+
+
+def plan(files: list[DataFile], parallelism: int) -> list[list[DataFile]]:
+    """The files in groups of about ``max(total / parallelism, open cost)`` bytes (at most
+    :data:`_MAX_SPLIT`), the biggest first, as Spark packs a file scan's files: many small
+    files share a task, and each core gets work when there are fewer files than cores."""
+    live = sorted(files, key=lambda f: (-f.size, f.path))
+    total = sum(f.size + _OPEN_COST for f in live)
+    split = min(_MAX_SPLIT, max(_OPEN_COST, total // max(1, parallelism)))
+    groups: list[list[DataFile]] = []
+    size = 0
+    for data_file in live:
+        if groups and groups[-1] and size + data_file.size <= split:
+            groups[-1].append(data_file)
+        else:
+            groups.append([data_file])
+            size = 0
+        size += data_file.size + _OPEN_COST
+    return groups
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, uri: str, as_of: str | None, schema: Any) -> None:
-        #: The schema Spark asks for (the table's, or one the user gave with ``.schema(...)``).
-        self._wanted = schema
-        snapshot = open_table(uri).snapshot(as_of)
-        #: Pickled with this reader to the tasks: each reads its file through it.
-        self._reader: FileReader = snapshot.file_reader()
-        self._files = snapshot.files()
-        # Checked here as well as by the tasks: a changed external file fails the plan, before
-        # any task runs.
-        for data_file in self._files:
-            self._reader.check(data_file)
+    """A snapshot read, its files packed into tasks (:func:`plan`); with a filter
+    (:class:`_PushingReader`), files pruned by the metadata table's column ranges, then row
+    groups by their statistics, and the rows filtered exactly."""
 
-    def partitions(self) -> list[InputPartition]:
-        return [_File(data_file) for data_file in self._files] or [_File(None)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _File)
-        if partition.file is None:
-            return
+    def __init__(self, uri: str, as_of: str | None, schema: Any, parallelism: int) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        schema = self._reader.schema
-        target = to_arrow_schema(self._wanted, timezone="UTC")
-        unknown = [name for name in target.names if schema.get_field_index(name) < 0]
+        #: The schema Spark asks for (the table's, or one the user gave with ``.schema(...)``).
+        self._wanted = to_arrow_schema(schema, timezone="UTC")
+        self._parallelism = parallelism
+        snapshot = open_table(uri).snapshot(as_of)
+        #: Pickled with this reader to the tasks: each reads its files through it.
+        self._reader: FileReader = snapshot.file_reader()
+        table = self._reader.schema
+        unknown = [name for name in self._wanted.names if table.get_field_index(name) < 0]
         if unknown:
             raise InvalidOptionError(f"the schema given to read names column(s) {unknown} the table "
-                                     f"does not have; its columns: {schema.names}")
-        yield from self._reader.read(partition.file, columns=target.names).cast(target).to_batches()
+                                     f"does not have; its columns: {table.names}")
+        self._typed_alike = columns_typed_alike(spark_schema(table), schema)
+        #: The pushed filters translated (None: none), applied to files, row groups and rows.
+        self._filter: ds.Expression | None = None
+        self._snapshot: Snapshot | None = snapshot  # planning only: not shipped to the tasks
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_snapshot": None}
+
+    def partitions(self) -> list[InputPartition]:
+        assert self._snapshot is not None
+        files = self._snapshot.files(self._filter)
+        # Checked here as well as by the tasks: a changed external file fails the plan, before
+        # any task runs.
+        for data_file in files:
+            if data_file.external:
+                self._reader.check(data_file)
+        return [_Files(group) for group in plan(files, self._parallelism)] or [_Files([])]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Files)
+        names = self._wanted.names
+        for data_file in partition.files:
+            rows = self._reader.read(data_file, columns=names, filter=self._filter)
+            if rows.num_rows:
+                yield from rows.cast(self._wanted).to_batches()
+
+
+class _PushingReader(_Reader):
+    """A snapshot read that takes Spark's filters (option ``pushFilters``).
+
+    Not the default, because of PySpark 4.3: Spark keeps the outcome of ``pushFilters`` (this
+    reader and its partitions) on the data source object that every scan of one DataFrame or
+    view shares (``PythonScanBuilder.pushFilters`` calls ``PythonDataSourceV2.setReadInfo``), so
+    when one query scans it twice with different filters (a self-join, a union, a subquery),
+    every scan reads with the filters pushed last and rows go missing. Scans of separate
+    ``load()`` calls do not share it.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Keep the filters translated exactly (:mod:`._pushed`); give Spark back the others."""
+        self._filter, rest = translate(filters, self._reader.schema, self._typed_alike)
+        yield from rest
 
 
 @dataclass
@@ -188,14 +290,28 @@ class _Writer(DataSourceArrowWriter):
         txn.PendingWrite.resume(self._ticket).abort()
 
 
+#: Spark's switch for ``DataSourceReader.pushFilters`` (Spark 4.1+).
+PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark: Any, *, warehouse: str | None = None) -> None:
     """Register the ``metatxn`` format with ``spark`` (once per session).
 
     Its hooks run in Spark's Python workers: they are checked first (WorkerEnvironmentError).
     With ``warehouse`` (a path or URI), :func:`txn.spark.sql` also finds tables by name there:
     ``t`` at ``<warehouse>/t``, ``db.t`` at ``<warehouse>/db.db/t``.
+
+    Turns on ``spark.sql.python.filterPushdown.enabled`` (off by default in Spark 4.x, and
+    Spark refuses to read a source whose reader takes filters while it is off): it changes
+    nothing for Python sources that take no filters.
     """
     ensure_workers_run_metatxn(spark)
-    spark.dataSource.register(MetatxnDataSource)
+    spark.conf.set(PUSHDOWN, "true")
+    # A subclass made here pickles by value (it is no module's attribute): the session's
+    # parallelism reaches the planning worker with it.
+    source = type(MetatxnDataSource.__name__, (MetatxnDataSource,),
+                  {"parallelism": int(spark.sparkContext.defaultParallelism),
+                   "__doc__": MetatxnDataSource.__doc__})
+    spark.dataSource.register(source)
     if warehouse is not None:
         set_warehouse(spark, warehouse)
