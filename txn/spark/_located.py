@@ -41,8 +41,9 @@ def created_by_catalog(options: Mapping[str, str]) -> bool:
 
 
 def source_options(options: Any) -> Any:
-    """``options`` (Spark's case-insensitive dict) without the keys Spark's catalog adds
-    (``path`` kept: it is the location)."""
+    """``options`` (Spark's case-insensitive dict) of Spark's catalog creating a table, without
+    the keys the catalog adds (``path`` kept: it is the location). Only then: a user's option of
+    one of these names is refused as unknown, as any misspelt option is."""
     for key in [key for key in options if key.lower() in CATALOG_KEYS]:
         del options[key]
     return options

@@ -89,7 +89,7 @@ class MetatxnDataSource(DataSource):
     def __init__(self, options: Any) -> None:
         # Spark's catalog creating a table adds keys of its own (:mod:`._located`).
         self._in_catalog = created_by_catalog(options)
-        super().__init__(source_options(options))
+        super().__init__(source_options(options) if self._in_catalog else options)
 
     @classmethod
     def name(cls) -> str:

@@ -44,11 +44,14 @@ def warehouse_tables(catalog: Catalog) -> list[TableName]:
         if not key.endswith("/" + _TABLE_FILE):
             continue
         parts = key[:-len(_TABLE_FILE) - 1].split("/")
+        # Names are lower-cased: a folder with capitals is no name's location.
+        if any(part != part.lower() for part in parts):
+            continue
         if len(parts) == 1 and is_identifier(parts[0]):
-            found.append(TableName(DEFAULT_DATABASE, parts[0].lower()))
+            found.append(TableName(DEFAULT_DATABASE, parts[0]))
         elif len(parts) == 2 and parts[0].endswith(".db") and is_identifier(parts[0][:-3]) \
-                and is_identifier(parts[1]) and parts[0][:-3].lower() != DEFAULT_DATABASE:
-            found.append(TableName(parts[0][:-3].lower(), parts[1].lower()))
+                and is_identifier(parts[1]) and parts[0][:-3] != DEFAULT_DATABASE:
+            found.append(TableName(parts[0][:-3], parts[1]))
     return sorted(set(found), key=str)
 
 
