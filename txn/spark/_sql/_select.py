@@ -10,6 +10,10 @@ was written. A view pinned when it was created (``txn.spark.create_view``) would
 that snapshot; these views live for one statement and are dropped once Spark has analysed it
 (the returned DataFrame keeps the plan, that is, the snapshot's file list).
 
+A table read ``VERSION AS OF`` / ``TIMESTAMP AS OF`` gets a view of that snapshot instead, the
+clause replaced along with the name (:mod:`._travel`); one statement may read several snapshots
+of a table.
+
 A table of the statement keeps its name as an alias (``FROM orders`` reads
 ``FROM `metatxn_..._orders` AS `orders```), so ``orders.o_custkey`` still resolves; a name
 with a database (``FROM sales.orders``) can be used as ``orders.col``, not ``sales.orders.col``.
