@@ -10,17 +10,22 @@ what Spark 4 permits).
 The catalog keeps the schema it was given at entry: a schema changed by another process shows in
 Spark's catalog once the table is entered again (``register`` again, or any ALTER through
 ``txn.spark.sql``). A name Spark's catalog already holds for a table metatxn did not enter (the
-names entered are kept in the session's configuration) is left alone: its owner decides.
+names entered are kept in the session's configuration) is left alone: its owner decides. A table
+Spark cannot type (its schema has a column Spark has no type for) is not entered, with a
+warning; ``txn.spark.sql`` still reads it by name.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from ... import InvalidOptionError, open_storage
 from ._catalog import DEFAULT_DATABASE, Catalog, TableName, is_identifier
 from ._parse import Cursor, Token
+
+log = logging.getLogger("metatxn")
 
 #: The Spark runtime configuration key listing the names metatxn entered in Spark's catalog.
 PUBLISHED_KEY = "spark.metatxn.sql.published"
@@ -76,7 +81,17 @@ def publish(spark: Any, catalog: Catalog, name: TableName) -> bool:
         if str(name) not in published:
             return False
         spark.sql(f"DROP TABLE {qualified}")
-    spark.sql(f"CREATE TABLE {qualified} USING metatxn LOCATION {_string(catalog.location(name))}")
+    from pyspark.errors import PySparkException
+
+    try:
+        spark.sql(f"CREATE TABLE {qualified} USING metatxn LOCATION {_string(catalog.location(name))}")
+    except PySparkException as exc:
+        # A table Spark cannot type (its schema() refused: unsigned integers, times of day, ...)
+        # stays reachable through txn.spark.sql; the statement that made it stands.
+        _remember(spark, published - {str(name)})
+        log.warning("metatxn table %s is not entered in Spark's catalog: %s", name,
+                       str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return False
     _remember(spark, published | {str(name)})
     return True
 
