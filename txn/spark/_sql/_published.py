@@ -1,7 +1,8 @@
 """The warehouse's tables in Spark's own catalog: ``spark.table("db.t")`` and plain ``spark.sql``.
 
 :func:`txn.spark.register` with a warehouse enters every table of it in Spark's session catalog
-(``CREATE TABLE db.t USING metatxn LOCATION '...'``, databases created as Spark databases), and
+(``spark.catalog.createTable("db.t", source="metatxn", schema=..., path=...)``, the schema
+tagged with the location; databases created as Spark databases), and
 ``txn.spark.sql``'s CREATE TABLE and ALTER TABLE enter the table they made or changed. Spark then
 resolves the name itself and instantiates the ``metatxn`` source at every query, which plans the
 latest snapshot (:mod:`.._located` says how the source finds the location; design/spark.md says
@@ -21,7 +22,9 @@ import json
 import logging
 from typing import Any
 
-from ... import InvalidOptionError, open_storage
+from ... import InvalidOptionError, TxnError, open_storage
+from .._located import located
+from .._types import spark_schema
 from ._catalog import DEFAULT_DATABASE, Catalog, TableName, is_identifier
 from ._parse import Cursor, Token
 
@@ -31,11 +34,6 @@ log = logging.getLogger("metatxn")
 PUBLISHED_KEY = "spark.metatxn.sql.published"
 
 _TABLE_FILE = "_timeline/table.json"
-
-
-def _string(text: str) -> str:
-    """A Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _qualified(name: TableName) -> str:
@@ -83,9 +81,13 @@ def publish(spark: Any, catalog: Catalog, name: TableName) -> bool:
         spark.sql(f"DROP TABLE {qualified}")
     from pyspark.errors import PySparkException
 
+    location = catalog.location(name)
     try:
-        spark.sql(f"CREATE TABLE {qualified} USING metatxn LOCATION {_string(catalog.location(name))}")
-    except PySparkException as exc:
+        # The schema given, tagged here: Spark stores it without calling the source (no Python
+        # worker), as it would store the tagged schema() of CREATE TABLE ... USING metatxn.
+        schema = located(spark_schema(catalog.open(name).schema), location)
+        spark.catalog.createTable(qualified, source="metatxn", schema=schema, path=location)
+    except (PySparkException, TxnError) as exc:
         # A table Spark cannot type (its schema() refused: unsigned integers, times of day, ...)
         # stays reachable through txn.spark.sql; the statement that made it stands.
         _remember(spark, published - {str(name)})
