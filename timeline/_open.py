@@ -47,7 +47,9 @@ def open_storage(uri: str | os.PathLike[str], storage_options: dict[str, Any] | 
     if scheme in ("s3", "s3a"):
         from ._s3 import S3Storage
 
-        return S3Storage(f"s3://{rest}" if scheme == "s3a" else text, storage_options)
+        # The location as given: its files' paths are built from it, and Spark's Hadoop reads
+        # s3a:// (open-source Hadoop has no s3:// filesystem at all).
+        return S3Storage(text, storage_options)
     raise InvalidOptionError(
         f"unsupported table location {text!r}: scheme {scheme!r} has no atomic put-if-absent in "
         f"metatxn; expected one of {', '.join(s + '://' for s in SUPPORTED_SCHEMES)} or a local path"

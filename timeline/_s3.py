@@ -51,7 +51,8 @@ def _load_s3fs() -> Any:
 
 
 class S3Storage:
-    """Storage rooted at ``s3://bucket/prefix``."""
+    """Storage rooted at ``s3://bucket/prefix`` (or ``s3a://``: the same objects; :attr:`uri`
+    keeps the scheme as given)."""
 
     def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
         s3fs = _load_s3fs()

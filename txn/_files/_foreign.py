@@ -598,5 +598,9 @@ def _read_csv(data: bytes, stored: pa.Schema, wanted: pa.Schema) -> pa.Table:
 
 def external_options(table_uri: str, storage_options: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     """The storage options external files start with: the table's own, for its protocol."""
-    protocol = table_uri.split("://", 1)[0] if "://" in table_uri else "file"
-    return {f"{protocol}://": dict(storage_options)} if storage_options else {}
+    protocol = table_uri.split("://", 1)[0].lower() if "://" in table_uri else "file"
+    if not storage_options:
+        return {}
+    # s3:// and s3a:// name the same objects: a table at one reads external files at either.
+    protocols = ("s3", "s3a") if protocol in ("s3", "s3a") else (protocol,)
+    return {f"{name}://": dict(storage_options) for name in protocols}

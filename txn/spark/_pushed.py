@@ -95,15 +95,17 @@ def _filter(pushed: Filter, schema: pa.Schema, same_type: Mapping[str, bool]) ->
         if not values or any(v is None or _is_nan(v) for v in values):
             raise _Untranslated
         return column.isin(pa.array([_literal(v, kind).as_py() for v in values], kind))
+    # Every comparison and string filter has a ``value``; mypy cannot see it through the maps.
+    value = getattr(pushed, "value", None)
     for cls, method in _COMPARISONS.items():
         if isinstance(pushed, cls):
-            return _compare(column, kind, method, pushed.value)
+            return _compare(column, kind, method, value)
     for cls, function in _STRINGS.items():
         if isinstance(pushed, cls):
             if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)) \
-                    or not isinstance(pushed.value, str):
+                    or not isinstance(value, str):
                 raise _Untranslated
-            return function(column, pushed.value)
+            return function(column, value)
     raise _Untranslated
 
 

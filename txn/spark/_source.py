@@ -61,8 +61,10 @@ import txn
 from .. import DataFile, FileReader, InvalidOptionError, Snapshot, open_table
 from ._change_options import ChangeOptions, change_options
 from ._change_read import ChangeReader, change_schema
+from ._located import BY_NAME_WRITE, created_by_catalog, located, location_of, source_options
 from ._pushed import columns_typed_alike, translate
 from ._sql._catalog import set_warehouse
+from ._sql._published import publish_warehouse
 from ._stream_source import ChangeStreamReader
 from ._tables import Layout, layout_of_options, resolve, schema_mode_of_options
 from ._types import conform, spark_schema, table_schema
@@ -73,7 +75,8 @@ from ._write import _task_identity
 def _path(options: Mapping[str, str]) -> str:
     path = options.get("path")
     if not path:
-        raise InvalidOptionError("format('metatxn') needs the table location: .load(uri) or .save(uri)")
+        raise InvalidOptionError("format('metatxn') needs the table location: .load(uri) or .save(uri); "
+                                 + BY_NAME_WRITE)
     if path.startswith("file:/") and not path.startswith("file://"):
         return path.removeprefix("file:")  # Spark's form of a local path
     return path
@@ -125,6 +128,11 @@ class MetatxnDataSource(DataSource):
     #: :func:`register` on the class it registers; the hooks run where no session is at hand).
     parallelism: int = os.cpu_count() or 2
 
+    def __init__(self, options: Any) -> None:
+        # Spark's catalog creating a table adds keys of its own (:mod:`._located`).
+        self._in_catalog = created_by_catalog(options)
+        super().__init__(source_options(options) if self._in_catalog else options)
+
     @classmethod
     def name(cls) -> str:
         return "metatxn"
@@ -135,9 +143,17 @@ class MetatxnDataSource(DataSource):
         if changes is not None:
             return spark_schema(change_schema(table, changes))
         # The snapshot's schema: a read as of an older instant has that instant's columns.
-        return spark_schema(table.snapshot(_as_of(self.options)).schema)
+        schema = spark_schema(table.snapshot(_as_of(self.options)).schema)
+        return located(schema, _path(self.options)) if self._in_catalog else schema
+
+    def _locate(self, schema: Any) -> None:
+        """A read of a table of Spark's catalog: its location from the schema (:mod:`._located`)."""
+        location = location_of(schema)
+        if not self.options.get("path") and location is not None:
+            self.options["path"] = location
 
     def reader(self, schema: Any) -> DataSourceReader:
+        self._locate(schema)
         changes = _change_read(self.options)
         if changes is not None:
             return ChangeReader(_path(self.options), changes, schema)
@@ -145,6 +161,7 @@ class MetatxnDataSource(DataSource):
         return reader(_path(self.options), _as_of(self.options), schema, self.parallelism)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        self._locate(schema)
         options = {k: v for k, v in self.options.items() if k.lower() not in _AS_OF}
         return ChangeStreamReader(_path(self.options), change_options(options), schema,
                                   as_of=len(options) < len(self.options))
@@ -299,7 +316,9 @@ def register(spark: Any, *, warehouse: str | None = None) -> None:
 
     Its hooks run in Spark's Python workers: they are checked first (WorkerEnvironmentError).
     With ``warehouse`` (a path or URI), :func:`txn.spark.sql` also finds tables by name there:
-    ``t`` at ``<warehouse>/t``, ``db.t`` at ``<warehouse>/db.db/t``.
+    ``t`` at ``<warehouse>/t``, ``db.t`` at ``<warehouse>/db.db/t``; and every table there is
+    entered in Spark's own catalog under that name, for ``spark.table(name)`` and plain
+    ``spark.sql`` (:mod:`._sql._published`).
 
     Turns on ``spark.sql.python.filterPushdown.enabled`` (off by default in Spark 4.x, and
     Spark refuses to read a source whose reader takes filters while it is off): it changes
@@ -314,4 +333,4 @@ def register(spark: Any, *, warehouse: str | None = None) -> None:
                    "__doc__": MetatxnDataSource.__doc__})
     spark.dataSource.register(source)
     if warehouse is not None:
-        set_warehouse(spark, warehouse)
+        publish_warehouse(spark, set_warehouse(spark, warehouse))

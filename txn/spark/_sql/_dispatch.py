@@ -13,12 +13,14 @@ Stream statements first (:mod:`._streams`), then by the statement's first words:
 ``DELETE FROM t``, ``UPDATE t``                metatxn's table: :mod:`._dml`
 ``MERGE INTO t``                               metatxn's table: :mod:`._merge` (a name no catalog
                                                has: TableNotFoundError)
+``DESCRIBE HISTORY | DETAIL t``                :mod:`._describe` (Delta's columns)
 ``LOAD DATA``                                  metatxn's table (or any with OPTIONS): :mod:`._load`
 ``CREATE [...] TABLE ... STORED AS metatxn``   :mod:`._ddl` (EXTERNAL, TEMPORARY, OR REPLACE refused)
 ``INSERT INTO t``                              metatxn's table: :mod:`._insert`
 ``DROP TABLE t``                               metatxn's table: refused (not supported)
 anything else                                  ``spark.sql``, metatxn tables it reads replaced
-                                               by fresh views (:mod:`._select`), and
+                                               by fresh views (:mod:`._select`; ``AS OF``
+                                               clauses: :mod:`._travel`), and
                                                ``table_changes(...)`` calls by views of their
                                                change rows (:mod:`._changes`)
 =============================================  ==============================================
@@ -26,7 +28,9 @@ anything else                                  ``spark.sql``, metatxn tables it 
 "metatxn's table" means a table of that name exists in the warehouse; a statement about any
 other table is Spark's, and reaches ``spark.sql`` as written (Spark's errors pass through).
 Spark's errors while metatxn runs one of its own statements (analysis and runtime errors alike)
-become InvalidOptionErrors quoting the statement (:func:`._parse.spark_errors`).
+become InvalidOptionErrors quoting the statement (:func:`._parse.spark_errors`). A CREATE TABLE
+or ALTER TABLE metatxn ran enters its table in Spark's own catalog again
+(:mod:`._published`).
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import InvalidOptionError
-from . import _ddl, _dml, _insert, _load, _merge, _segments
+from . import _ddl, _describe, _dml, _insert, _load, _merge, _segments
 from ._catalog import Catalog, catalog_of
 from ._parse import Cursor, Token, leading_words, quoting, spark_errors, tokenize, without_terminator
+from ._published import publish_statement_table
 from ._select import QUERY_WORDS, fresh_frame
 from ._streams import run_stream_statement
 
@@ -55,6 +60,10 @@ _ROUTES: list[tuple[tuple[str, ...], Handler]] = [
     (("DELETE", "FROM"), _dml.delete),
     (("UPDATE",), _dml.update),
     (("MERGE", "INTO"), _merge.merge),
+    (("DESCRIBE", "HISTORY"), _describe.describe_history),
+    (("DESC", "HISTORY"), _describe.describe_history),
+    (("DESCRIBE", "DETAIL"), _describe.describe_detail),
+    (("DESC", "DETAIL"), _describe.describe_detail),
     (("LOAD", "DATA"), _load.load),
     (("CREATE",), _ddl.create),
     (("INSERT",), _insert.insert),
@@ -108,6 +117,8 @@ def sql(spark: Any, statement: str) -> Any:
                 with spark_errors(text):
                     frame = handler(spark, catalog, text, tokens)
                 if frame is not None:
+                    if prefix[0] in ("CREATE", "ALTER"):
+                        publish_statement_table(spark, catalog, text, tokens)
                     return frame
                 break
         if words[:2] == ("DROP", "TABLE"):

@@ -10,6 +10,10 @@ was written. A view pinned when it was created (``txn.spark.create_view``) would
 that snapshot; these views live for one statement and are dropped once Spark has analysed it
 (the returned DataFrame keeps the plan, that is, the snapshot's file list).
 
+A table read ``VERSION AS OF`` / ``TIMESTAMP AS OF`` gets a view of that snapshot instead, the
+clause replaced along with the name (:mod:`._travel`); one statement may read several snapshots
+of a table.
+
 A table of the statement keeps its name as an alias (``FROM orders`` reads
 ``FROM `metatxn_..._orders` AS `orders```), so ``orders.o_custkey`` still resolves; a name
 with a database (``FROM sales.orders``) can be used as ``orders.col``, not ``sales.orders.col``.
@@ -32,6 +36,7 @@ from ... import InvalidOptionError
 from .._read import read
 from ._catalog import Catalog, TableName
 from ._changes import change_views
+from ._travel import CLAUSE, as_of, travel_of
 from ._tree import name_of, parse
 
 #: First words of statements that may read tables by name: parsed to find metatxn tables.
@@ -86,10 +91,18 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _rewritten(text: str, found: list[tuple[exp.Table, TableName]], views: dict[TableName, str]) -> str:
+def _rewritten(text: str, found: list[tuple[exp.Table, TableName]],
+               views: dict[tuple[TableName, Any], str]) -> str:
     spans = []
     for table, name in found:
         span = _span(table)
+        travel = travel_of(table, text)
+        if span is not None and travel is not None:
+            # The AS OF clause goes with the name: the view is of that snapshot.
+            clause = CLAUSE.match(text, span[1])
+            if clause is None:
+                raise InvalidOptionError(f"cannot locate the AS OF clause of table {name}, in: {text!r}")
+            span = span[0], clause.end()
         if span is None:
             # Printing the statement from its tree instead could change what its literals mean
             # (sqlglot prints 'it''s' as CONCAT('it', 's')): the text is Spark's as written, or
@@ -101,7 +114,7 @@ def _rewritten(text: str, found: list[tuple[exp.Table, TableName]], views: dict[
         aliased = isinstance(table.parent, (exp.From, exp.Join)) and not table.alias \
             and not table.args.get("sample")
         alias = f" AS {_quoted(name.table)}" if aliased else ""
-        spans.append((span, _quoted(views[name]) + alias))
+        spans.append((span, _quoted(views[(name, travel)]) + alias))
     for (start, end), replacement in sorted(spans, reverse=True):
         text = text[:start] + replacement + text[end:]
     return text
@@ -139,13 +152,15 @@ def _table_views(spark: Any, catalog: Catalog, text: str) -> Iterator[str]:
             f"CACHE TABLE of metatxn table {found[0][1]} is not supported: each statement reads it "
             f"at its latest snapshot, never from a cache, in: {text!r}\nExpected: CACHE TABLE name "
             f"AS SELECT ... FROM {found[0][1].table} (a cached snapshot under a name of its own)")
-    views: dict[TableName, str] = {}
+    views: dict[tuple[TableName, Any], str] = {}
     try:
-        for _, name in found:
-            if name not in views:
+        for table, name in found:
+            travel = travel_of(table, text)
+            if (name, travel) not in views:
                 view = f"metatxn_{name.database}_{name.table}_{secrets.token_hex(4)}"
-                read(spark, catalog.location(name)).createOrReplaceTempView(view)
-                views[name] = view
+                when = None if travel is None else as_of(spark, catalog.open(name), travel)
+                read(spark, catalog.location(name), as_of=when).createOrReplaceTempView(view)
+                views[(name, travel)] = view
         yield _rewritten(text, found, views)
     finally:
         for view in views.values() if not _keeps_views(tree) else ():
