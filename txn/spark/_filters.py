@@ -345,8 +345,9 @@ class _Parser:
             return _number(text)
         if kind == "word" and text.upper() in ("TRUE", "FALSE"):
             return "boolean", text.upper() == "TRUE"
-        if kind == "word" and text.upper() in ("DATE", "TIMESTAMP") and self.peek() is not None \
-                and self.peek()[0] == "string":  # type: ignore[index]
+        following = self.peek()
+        if kind == "word" and text.upper() in ("DATE", "TIMESTAMP") and following is not None \
+                and following[0] == "string":
             raw = self._next()[1]
             if "\\" in raw or "''" in raw:
                 return "other", None
