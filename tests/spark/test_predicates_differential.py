@@ -262,9 +262,24 @@ def _predicate(rng: random.Random, depth: int = 0) -> str:
     return glue.join(_predicate(rng, depth + 1) for _ in range(rng.randint(2, 3)))
 
 
+#: One of each case the issue names, whatever the seed draws.
+ANCHORS = [
+    "name = 'it''s'", "name = 'a' 'b'", "name >= 'a' ''''", r"name = 'back\\slash'", r"name = 'a\'b'",
+    "name = \"Z\" \"ürich\"", r"name < '\u00e9'", "name IN ('ab', NULL, 'b')", "name NOT IN ('ab', 'b')",
+    "name = NULL OR i32 IS NULL", "NOT (i32 = 3 OR NULL)", "NOT (i32 > 50 AND NULL)", "i32 <=> NULL",
+    "day BETWEEN DATE'2026-01-05' AND DATE '2026-01-09'", "day BETWEEN '2026-01-05' AND '2026-01-09'",
+    "at BETWEEN TIMESTAMP '2026-01-02 00:00:00' AND TIMESTAMP '2026-01-03 00:00:00+00:00'",
+    "day > TIMESTAMP '2026-01-10 12:00:00'", "amt >= 12.5BD AND amt < 30", "score >= 1e3",
+    "score = -0.0", "score = CAST('NaN' AS DOUBLE)", "score > 'NaN'", "ratio > 0.5",
+    "`Name` = 'ab' AND NAME = 'ab'", "REGION = 'eu' AND i32 < 40", "region IS NULL",
+    "lower(name) = 'upper' OR region = 'us'", "substr(name, 1, 1) = 'a' AND region = 'us'",
+    "coalesce(i32, 0) = 0 AND abs(big) > 10", "CAST(i32 AS STRING) = '40' AND flag",
+]
+
+
 def predicates() -> list[str]:
     rng = random.Random(SEED)
-    return [_predicate(rng) for _ in range(PREDICATES)]
+    return ANCHORS + [_predicate(rng) for _ in range(PREDICATES - len(ANCHORS))]
 
 
 # -- the table and Spark's answers ---------------------------------------------------------------
