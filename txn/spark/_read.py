@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 from .. import DataFile, FileReader, InvalidOptionError, open_table
 from ._deleted import Deleted, kept_rows
 from ._external import external_frames
-from ._filters import to_expression
+from ._filters import case_sensitive, to_expression
 from ._types import conform, spark_schema
 from ._versions import Versions, by_version, projected, versions_of, written_schema
 from ._workers import ensure_workers_run_metatxn
@@ -72,7 +72,8 @@ def read(spark: Any, uri: str, filter: str | ds.Expression | None = None,
         if unknown or isinstance(columns, str):
             raise InvalidOptionError(f"columns must be a list of table columns; unknown "
                                      f"{unknown or [columns]}, table columns: {target.names}")
-    pruning = to_expression(filter, target) if isinstance(filter, str) else filter
+    pruning = to_expression(filter, target, case_sensitive=case_sensitive(spark)) if isinstance(filter, str) \
+        else filter
     files = snapshot.files(pruning)
     reader = snapshot.file_reader()
     versions = versions_of(table)

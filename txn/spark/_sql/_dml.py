@@ -53,7 +53,7 @@ from ... import (
     TxnError,
     open_table,
 )
-from .._filters import to_expression
+from .._filters import case_sensitive, to_expression
 from .._types import spark_schema
 from .._write import REPLANS, run_job
 from ._assign import converted
@@ -242,7 +242,8 @@ def _matching(spark: Any, catalog: Catalog, snapshot: Snapshot, target: _Target,
     (``joined``: a join after the target's rows)."""
     from pyspark.errors import AnalysisException
 
-    pruning = to_expression(target.predicate, snapshot.schema) if target.predicate else None
+    pruning = to_expression(target.predicate, snapshot.schema, case_sensitive=case_sensitive(spark)) \
+        if target.predicate else None
     view = f"metatxn_target_{target.name.table}_{secrets.token_hex(4)}"
     located_rows(spark, snapshot, pruning).createOrReplaceTempView(view)
     query = f"SELECT {', '.join(projection)} FROM {_quoted(view)} AS {_quoted(target.alias)}{joined}"
