@@ -56,6 +56,11 @@ class DuplicateKeyError(TxnError, ValueError):
     """A record key that must be unique was found more than once."""
 
 
+class DuplicateMatchError(TxnError, ValueError):
+    """A merge would change one target row by two source rows (Delta's and Spark's rule): the
+    result would depend on the order of the source, so nothing is committed."""
+
+
 class CommitConflictError(TxnError):
     """The commit definitely did not land: a concurrent commit won.
 
