@@ -237,6 +237,9 @@ class TableMerger:
                                              None if self._has(_BY_SOURCE) else self._ranges())
         t_ids, s_ids = _join(target, self._source, on)
         self._refuse_duplicates(target, t_ids)
+        # What remains of a row matched twice is an unconditional delete: it acts once.
+        t_ids, first = np.unique(t_ids, return_index=True)
+        s_ids = s_ids[first]
         t_alias, s_alias = self._target_alias, self._source_alias
         matched_scope = _prefixed(target.take(t_ids), t_alias, self._source.take(s_ids), s_alias)
         unmatched_s = np.setdiff1d(np.arange(self._source.num_rows), s_ids)

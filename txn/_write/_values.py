@@ -46,8 +46,8 @@ def check_values(table: pa.Schema, keys: list[str], values: object, scope: pa.Sc
                 f"{operation} cannot change record key column {name!r}\n"
                 "Help: delete the row and upsert it under its new key")
         if isinstance(value, ds.Expression):
-            _cast(name, table.field(index), _evaluate(name, value, scope.empty_table(), operation),
-                  operation)
+            _cast(name, table.field(index), _evaluate(name, value, scope.empty_table(), operation,
+                                                      checking=True), operation)
     new_values(table, values, scope.empty_table(), operation=operation)
     return dict(values)
 
@@ -66,11 +66,18 @@ def new_values(table: pa.Schema, values: Mapping[str, Any], scope: pa.Table, *,
     return arrays
 
 
-def _evaluate(name: str, expression: ds.Expression, scope: pa.Table, operation: str) -> pa.Array:
+def _evaluate(name: str, expression: ds.Expression, scope: pa.Table, operation: str, *,
+              checking: bool = False) -> pa.Array:
+    """``expression`` on ``scope``'s rows. ``checking`` (no rows): an error is the expression's
+    (InvalidOptionError); on rows, a value's (SchemaMismatchError: an overflow, a parse)."""
     try:
         found = ds.dataset(scope).to_table(columns={name: expression}).column(0)
     except _ARROW_ERRORS as exc:
         first = str(exc).strip().splitlines()[0]
+        if not checking:
+            raise SchemaMismatchError(
+                f"{operation}: the value of column {name!r}, {expression}, cannot be computed "
+                f"for every row: {first}") from None
         raise InvalidOptionError(
             f"{operation}: the value of column {name!r}, {expression}, does not apply to the "
             f"columns {scope.column_names}: {first}") from None
