@@ -1,4 +1,4 @@
-"""Model-based test of tables: appends, overwrites, keyed writes (upsert, delete, update),
+"""Model-based test of tables: appends, overwrites, keyed writes (upsert, delete, update), merges,
 transactions of several of them, schema and property changes, ADD SEGMENT of external Parquet
 folders, streams and idempotent writes, record lookups, time travel, the table services
 (compaction, hand-off, DELETE SEGMENT, CLEAN FILES) and crashes at every storage call.
@@ -63,6 +63,7 @@ from tests.property.table_machine.actions import (
     DropStream,
     Lookup,
     Maintain,
+    MergeInto,
     MergeWrite,
     RacingDeleteKeys,
     ReadLatest,
@@ -106,7 +107,7 @@ class TableMachine(Invariants, ChangeFeed, Commits, Writes, Transactions, Schema
             self._revive_if_dead()
             self._wait(action.wait_ms)
             self._merge_write(action)
-        elif isinstance(action, (Write, AddSegment, Upsert, DeleteKeys, DeleteWhere, Update,
+        elif isinstance(action, (Write, AddSegment, Upsert, DeleteKeys, DeleteWhere, Update, MergeInto,
                                  DeleteSegments, StreamWrite, DropStream, Transaction, Alter)):
             self._revive_if_dead()
             self._wait(action.wait_ms)
