@@ -404,8 +404,13 @@ def _join(target: pa.Table, source: pa.Table, on: Sequence[str]) -> tuple[np.nda
     left, right = _non_null(left, names), _non_null(right, names)
     if not left.num_rows or not right.num_rows:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    pairs = left.join(right, keys=names, join_type="inner").sort_by([("__t", "ascending"),
-                                                                       ("__s", "ascending")])
+    try:
+        pairs = left.join(right, keys=names, join_type="inner")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        types = [str(target.schema.field(n).type) for n in on]
+        raise InvalidOptionError(f"merge: cannot match rows on {list(on)} (types {types}): "
+                                 f"{exc}") from None
+    pairs = pairs.sort_by([("__t", "ascending"), ("__s", "ascending")])
     return (pairs["__t"].to_numpy().astype(np.int64), pairs["__s"].to_numpy().astype(np.int64))
 
 

@@ -335,3 +335,40 @@ def test_an_update_expression_that_does_not_fit_is_refused(memory_uri: str, valu
     with pytest.raises(error, match=match):
         table.update(None, values)
     assert (_instants(table), _listing(memory_uri)) == before
+
+
+# -- conflicts -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("other", ["update of a matched row", "upsert of a key it inserts"])
+def test_a_merge_loses_to_a_commit_that_changed_what_it_read(
+        memory_uri: str, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
+    from txn._write import _state
+
+    table = txn.create_table(memory_uri, SCHEMA, record_key="k")
+    table.append(pa.table({"k": [1, 2], "g": ["a", "b"], "v": [1, 2]}))
+    rival = txn.open_table(memory_uri)
+    read_state = _state.read_state
+
+    def then_other(context: Any) -> Any:
+        state = read_state(context)
+        monkeypatch.setattr(_state, "read_state", read_state)  # once
+        if other.startswith("update"):
+            rival.update(pc.field("k") == 2, {"v": 200})
+        else:
+            rival.upsert(pa.table({"k": [9], "g": ["r"], "v": [900]}))
+        return state
+
+    monkeypatch.setattr(_state, "read_state", then_other)
+    merger = (table.merge(pa.table({"k": [2, 9], "g": ["x", "y"], "v": [20, 90]}), "k")
+              .when_matched_update_all().when_not_matched_insert_all())
+    with pytest.raises(txn.CommitConflictError):
+        merger.execute()
+    rows = _rows(table)
+    assert (2, "b", 200) in rows or (9, "r", 900) in rows
+    assert (2, "x", 20) not in rows and (9, "y", 90) not in rows
+    # The retry reads the table as it is now.
+    result = (table.merge(pa.table({"k": [2, 9], "g": ["x", "y"], "v": [20, 90]}), "k")
+              .when_matched_update_all().when_not_matched_insert_all().execute())
+    assert _rows(table) == [(1, "a", 1), (2, "x", 20), (9, "y", 90)]
+    assert (result.num_target_rows_updated, result.num_target_rows_inserted) == (
+        (1, 1) if other.startswith("update") else (2, 0))
