@@ -368,13 +368,16 @@ class RecordIndex:
         key_schema = pa.schema([self.schema.field(k) for k in self.keys])
         with decoding(path, _LOG_EXPECTED):
             reader = open_entries(self._open(path))
-            entries = run_batches(reader, list(range(reader.num_record_batches))).select(self.keys)
-        if not self._integer_key:
-            return matching(asked, entries.cast(key_schema), self.keys)
-        # Batches are sorted by key (one node each): search each for the asked keys.
+            groups = list(range(reader.num_record_batches))
+            if not self._integer_key:
+                entries = run_batches(reader, groups).select(self.keys)
+                return matching(asked, entries.cast(key_schema), self.keys)
+            # Batches are sorted by key (one node each): search each for the asked keys, as
+            # stored and one by one (cast back together, narrowed batches came out as one
+            # unsorted batch, and a key of a later node was never found).
+            batches = [stored_batches(reader, [group]).select(self.keys) for group in groups]
         wanted = sorted_unique(asked.column(0).to_numpy())
-        found = [_sorted_hits(pa.Table.from_batches([batch]), wanted).column(0)
-                 for batch in entries.to_batches() if batch.num_rows]
+        found = [_sorted_hits(batch, wanted).column(0) for batch in batches if batch.num_rows]
         if not found:
             return asked.slice(0, 0)
         present = pa.chunked_array([c for f in found for c in f.chunks], found[0].type)

@@ -56,6 +56,7 @@ from ._results import (
     DataFile,
     HistoryEntry,
     MaintenanceReport,
+    MergeResult,
     Operation,
     Problem,
     ProblemKind,
@@ -77,7 +78,7 @@ from ._twophase import (
     write_files,
     write_index,
 )
-from ._write import Transaction
+from ._write import TableMerger, Transaction
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -106,6 +107,7 @@ __all__ = [
     "LockTimeoutError",
     "MaintenanceReport",
     "MergeCardinalityError",
+    "MergeResult",
     "ObjectExistsError",
     "ObjectNotFoundError",
     "Operation",
@@ -132,6 +134,7 @@ __all__ = [
     "StreamProgress",
     "Table",
     "TableExistsError",
+    "TableMerger",
     "TableNotFoundError",
     "Transaction",
     "TxnError",

@@ -41,7 +41,7 @@ from ._results import (
     ValidationReport,
 )
 from ._segments import CleanResult
-from ._write import Transaction
+from ._write import TableMerger, Transaction
 
 #: What a write accepts: a pyarrow Table, a RecordBatchReader (streamed) or a pandas DataFrame.
 WriteInput: TypeAlias = "pa.Table | pa.RecordBatchReader | Any"
@@ -370,7 +370,9 @@ class Table:
 
         The old rows are deleted by delete deltas and the updated rows written as a new
         segment. Returns None, and commits nothing, when no row matches. Record key columns
-        cannot be updated.
+        cannot be updated. A value is a constant or a ``pyarrow.compute.Expression`` over the
+        row's columns (``{"amt": pc.field("amt") * 2}``), evaluated on the old rows (every
+        value sees the row as it was) and cast safely to the column's type.
         """
         options = _write.write_options(self._context, commit_properties, extra=extra,
                                        app_id=app_id, version=version)
@@ -378,6 +380,26 @@ class Table:
             return None
         return _write.update(self._context, where, values, extra=options.extra,
                              progress=options.progress)
+
+    def merge(self, source: WriteInput, on: str | Sequence[str], *, source_alias: str = "source",
+              target_alias: str = "target",
+              commit_properties: CommitProperties | None = None) -> TableMerger:
+        """A merge of ``source`` (anything ``append`` takes) into the table, matched on the
+        ``on`` columns (equal on both sides; a null matches nothing), in deltalake's style::
+
+            (t.merge(updates, on="id")
+              .when_matched_update({"amt": pc.field("source.amt")},
+                                   predicate=pc.field("source.amt") > pc.field("target.amt"))
+              .when_not_matched_insert_all()
+              .execute())
+
+        Predicates and values are ``pyarrow.compute.Expression`` over ``"target.<col>"`` and
+        ``"source.<col>"`` (the aliases); clauses act in the order added, the first that applies
+        to a row wins. ``execute()`` commits once (a ``merge`` instant) and returns a
+        ``txn.MergeResult``. See design/merge.md.
+        """
+        return TableMerger(self._context, source, on, source_alias=source_alias,
+                           target_alias=target_alias, commit_properties=commit_properties)
 
     def add_segment(self, path: str | os.PathLike[str], format: str = "parquet", *,
                     partition: str | None = None,

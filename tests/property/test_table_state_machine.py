@@ -1,4 +1,4 @@
-"""Model-based test of tables: appends, overwrites, keyed writes (upsert, delete, update),
+"""Model-based test of tables: appends, overwrites, keyed writes (upsert, delete, update), merges,
 transactions of several of them, schema and property changes, ADD SEGMENT of external Parquet
 folders, streams and idempotent writes, record lookups, time travel, the table services
 (compaction, hand-off, DELETE SEGMENT, CLEAN FILES) and crashes at every storage call.
@@ -31,7 +31,8 @@ from collections.abc import Callable
 import fsspec
 import pyarrow as pa
 import pytest
-from hypothesis import event, settings
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 import txn
@@ -61,8 +62,10 @@ from tests.property.table_machine.actions import (
     DeleteSegments,
     DeleteWhere,
     DropStream,
+    FaultPlan,
     Lookup,
     Maintain,
+    MergeInto,
     MergeWrite,
     RacingDeleteKeys,
     ReadLatest,
@@ -106,7 +109,7 @@ class TableMachine(Invariants, ChangeFeed, Commits, Writes, Transactions, Schema
             self._revive_if_dead()
             self._wait(action.wait_ms)
             self._merge_write(action)
-        elif isinstance(action, (Write, AddSegment, Upsert, DeleteKeys, DeleteWhere, Update,
+        elif isinstance(action, (Write, AddSegment, Upsert, DeleteKeys, DeleteWhere, Update, MergeInto,
                                  DeleteSegments, StreamWrite, DropStream, Transaction, Alter)):
             self._revive_if_dead()
             self._wait(action.wait_ms)
@@ -327,3 +330,40 @@ def test_a_keyed_overwrite_emits_deletes_and_inserts(memory_uri: str) -> None:
     got = table.changes(append.instant, overwrite.instant).to_arrow()
     assert sorted(zip(got["_change_type"].to_pylist(), got["k"].to_pylist(), strict=True)) == [
         ("delete", 0), ("delete", 1), ("insert", 0)]
+
+
+@pytest.mark.xfail(strict=True, reason="open bug on main (found by the machine's ci draw with the "
+                   "merge action, issue 28): after a write that died, a failed DELETE SEGMENT and a "
+                   "forced CLEAN FILES that died, validate() reports a committed append's data file "
+                   "as unreferenced")
+@settings(max_examples=1, deadline=None, database=None)
+@given(st.none())
+def test_a_dead_clean_after_a_dead_write_leaves_no_unreferenced_file(_: None) -> None:
+    """The machine's case, shrunk (TestTableOnLocalDisk with the ci profile): every step is an
+    action of the machine, checked by ``metadata_table_agrees_with_storage`` after each. The
+    dying write may be a merge or an append: both fail the same way (so does main without
+    merges)."""
+    F = FaultPlan
+    state = UnkeyedLocalDiskMachine()
+    try:
+        state.create(retain_commits=1000, shards=1, delta_threshold=1, level_threshold=(2, 2),
+                     clean_retain=2, trash_hours=0, maintenance="inline", streaming=True,
+                     stream_max=2048, auto_handoff=False, changes_retain=None)
+        for action in [
+                AddSegment(rows=[(0, "a", 0)], fault=F("before", "death", "writes", 108), wait_ms=5,
+                           clash=None, files=1, marker=False, again=None, position=512),
+                Maintain(step="run", fault=None, wait_ms=5),
+                Write("append", [(0, "a", 0)], fault=F("before", "death", "all", 684), wait_ms=5),
+                Write("append", [(0, "a", 0)], fault=F("after", "exception", "instants", 127), wait_ms=5),
+                ReadPast(position=0, form="instant"),
+                Alter(kind="add", position=0, type=0, fault=F("before", "death", "all", 2), wait_ms=5),
+                DeleteSegments(picks=[0], bad=None, fault=F("after", "exception", "instants", 39),
+                               wait_ms=5),
+                Clean(mode="force", fault=F("before", "death", "writes", 799), wait_ms=65001),
+                Write("append", [(0, "a", 0)], fault=None, wait_ms=5),
+                Write("append", [(0, "a", 0)], fault=F("before", "death", "all", 0), wait_ms=5),
+                Write("append", [(0, "a", 0)], fault=None, wait_ms=5)]:
+            state.act(action=action)  # type: ignore[call-arg]
+            state.metadata_table_agrees_with_storage()
+    finally:
+        state.teardown()

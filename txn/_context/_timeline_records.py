@@ -28,6 +28,7 @@ ACTION_OF: Final[dict[str, Action]] = {
     Operation.UPSERT: Action.COMMIT,
     Operation.DELETE: Action.COMMIT,
     Operation.UPDATE: Action.COMMIT,
+    Operation.MERGE: Action.COMMIT,
     #: Several writes in one instant (``Table.transaction``); a ``commit`` even when it begins
     #: with an overwrite: its ``files_removed`` and ``segments_removed`` say what it replaced.
     Operation.TRANSACTION: Action.COMMIT,

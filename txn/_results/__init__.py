@@ -11,7 +11,7 @@ from ._changes import (
     ChangeType,
 )
 from ._commit_properties import CommitProperties, StreamProgress, commit_properties
-from ._commits import Commit, CompactionKind, Operation
+from ._commits import Commit, CompactionKind, MergeResult, Operation
 from ._display import load_time_taken, segment_size
 from ._history import HistoryEntry
 from ._listings import DataFile, Segment
@@ -34,6 +34,7 @@ __all__ = [
     "DataFile",
     "HistoryEntry",
     "MaintenanceReport",
+    "MergeResult",
     "Operation",
     "Problem",
     "ProblemKind",

@@ -15,6 +15,8 @@ class Operation(Vocabulary):
     UPSERT = "upsert"
     DELETE = "delete"
     UPDATE = "update"
+    #: ``Table.merge(...).execute()``: matched rows updated or deleted, others inserted.
+    MERGE = "merge"
     #: ADD SEGMENT: external files join the table in place.
     ADD_SEGMENT = "add_segment"
     #: A stream's micro-batch.
@@ -70,3 +72,16 @@ class Commit:
     operations: tuple[str, ...] = ()
     #: The table version the commit created (a schema or property change); None otherwise.
     schema_version: int | None = None
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """What ``TableMerger.execute()`` did: its commit (None when no clause applied to any row)
+    and the counts deltalake's ``execute()`` reports."""
+
+    commit: Commit | None
+    num_source_rows: int
+    num_target_rows_inserted: int
+    num_target_rows_updated: int
+    num_target_rows_deleted: int
+

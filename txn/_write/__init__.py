@@ -3,6 +3,7 @@ state and handed to the commit; transactions of several writes; the options of a
 
 from ._alter import SchemaUpdate, add_columns, alter_table, column_names, schema_history
 from ._merge import SCHEMA_MODES, merging, write_schema
+from ._merger import TableMerger
 from ._mutations import append, delete, lookup, overwrite, refuse_existing_keys, update, upsert
 from ._options import WriteOptions, write_options
 from ._scope import layout_scope, overwrite_scope
@@ -24,6 +25,7 @@ __all__ = [
     "SCHEMA_MODES",
     "SchemaUpdate",
     "State",
+    "TableMerger",
     "Transaction",
     "WriteOptions",
     "add_columns",

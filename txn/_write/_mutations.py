@@ -11,8 +11,7 @@ rewritten.
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -51,6 +50,7 @@ from .._rows import (
 from ._merge import arrow_input, is_pandas, merging, write_schema
 from ._scope import check_in_partition, overwrite_scope
 from ._state import State, commit_once, commit_planned, find_keys, latest
+from ._values import check_values, new_values
 
 log = logging.getLogger("metatxn")
 
@@ -345,84 +345,19 @@ def delete(context: TableContext, where: Any = None, *, keys: Any = None,
     return commit_planned(context, plan, extra, progress=progress)
 
 
-def _new_values(context: TableContext, values: object, count: int) -> dict[str, pa.Array]:
-    if not isinstance(values, Mapping) or not values:
-        raise InvalidOptionError(
-            f"values must be a non-empty dict of column name -> new value, got {values!r}")
-    arrays = {}
-    for name, value in values.items():
-        index = context.schema.get_field_index(name) if isinstance(name, str) else -1
-        if index < 0:
-            raise InvalidOptionError(
-                f"update sets unknown column {name!r}; the table's columns are {context.schema.names}")
-        if name in context.record_key_columns:
-            raise InvalidOptionError(
-                f"update cannot change record key column {name!r}\n"
-                "Help: delete the row and upsert it under its new key")
-        field = context.schema.field(index)
-        if value is None and not field.nullable:
-            raise SchemaMismatchError(f"column {name!r} is not nullable; update cannot set it to None")
-        try:
-            scalar = value if isinstance(value, pa.Scalar) else pa.scalar(value, field.type)
-            typed = scalar.cast(field.type)
-            arrays[name] = pa.array([typed.as_py()] * count, field.type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError,
-                TypeError, ValueError) as exc:
-            raise SchemaMismatchError(
-                f"update value {value!r} for column {name!r} does not fit its type {field.type}: {exc}"
-            ) from None
-        lost = _lost_in_conversion(value, typed)
-        if lost is not None:
-            raise SchemaMismatchError(
-                f"update value {value!r} for column {name!r} does not fit its type {field.type} "
-                f"without loss: it would be stored as {lost}\n"
-                f"Help: give a value of type {field.type}, or round it yourself")
-    return arrays
-
-
-def _lost_in_conversion(value: object, typed: pa.Scalar) -> str | None:
-    """How ``value`` would be stored as ``typed`` if the conversion changed it, else None.
-
-    pyarrow converts Python values to a column type unsafely (``pa.scalar(2.7, pa.int32())`` is
-    2, a datetime becomes its date), so the stored value is converted back to the value's own
-    type and compared. Floating-point columns round by nature: a float stored in a float32
-    column only has to stay finite.
-    """
-    if value is None or not typed.is_valid:
-        return None
-    source = value if isinstance(value, pa.Scalar) else _inferred(value)
-    if source is None or source.type.equals(typed.type):
-        return None
-    if pa.types.is_floating(source.type) and pa.types.is_floating(typed.type):
-        before, after = source.as_py(), typed.as_py()
-        kept = not math.isfinite(before) or math.isfinite(after)
-        return None if kept else repr(after)
-    try:
-        back = typed.cast(source.type, safe=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return None if typed.as_py() == source.as_py() else repr(typed.as_py())
-    return None if back.equals(source) else repr(typed.as_py())
-
-
-def _inferred(value: object) -> pa.Scalar | None:
-    try:
-        return pa.scalar(value)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError,
-            TypeError, ValueError):
-        return None
-
-
 def update(context: TableContext, where: Any, values: Any, *,
            extra: dict[str, str] | None = None, progress: Progress | None = None) -> Commit | None:
     expression = _fresh_where(context, where)
-    _new_values(context, values, 0)  # check the values before reading anything
+    # Checked before reading anything; expressions read the table's own columns.
+    values = check_values(context.schema, context.record_key_columns, values, context.schema)
 
     def plan(state: State) -> Update | None:
         deleted, matched = _matching_rows(context, state, expression, list(context.schema.names))
         if not deleted:
             log.info("update matched no rows: nothing to commit")
             return None
-        for name, array in _new_values(context, values, matched.num_rows).items():
+        # Every value from the old rows, before any column is replaced (SQL's UPDATE).
+        for name, array in new_values(context.schema, values, matched).items():
             matched = matched.set_column(matched.schema.get_field_index(name),
                                          context.schema.field(name), array)
         return Update(rows=matched.to_batches(), read_at=state.read_at, current=state.deltas,

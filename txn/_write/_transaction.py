@@ -74,10 +74,11 @@ from .._rows import (
     last_wins,
 )
 from ._merge import merging
-from ._mutations import _by_file, _check_where, _materialize, _new_values, _require_key
+from ._mutations import _by_file, _check_where, _materialize, _require_key
 from ._options import WriteOptions
 from ._scope import check_in_partition, overwrite_scope
 from ._state import State, commit_planned, find_keys, read_state
+from ._values import check_values, new_values
 
 log = logging.getLogger("metatxn")
 
@@ -264,7 +265,7 @@ class _Apply:
         before = staged.rows.filter(mask)
         positions, matched = self._matching(staged, where, list(self.context.schema.names))
         changed = pa.concat_tables([before, matched])
-        for name, array in _new_values(self.context, values, changed.num_rows).items():
+        for name, array in new_values(self.context.schema, values, changed).items():
             changed = changed.set_column(changed.schema.get_field_index(name),
                                          self.context.schema.field(name), array)
         rows = pa.concat_tables([self._without_staged(staged, mask), changed])
@@ -444,8 +445,9 @@ class Transaction:
         """Set ``values`` (column -> new value) on the rows matching ``where`` (None: all rows),
         staged or in the snapshot. Record key columns cannot be updated."""
         expression = _check_where(where, self._context.schema)
-        _new_values(self._context, values, 0)
-        self._run("update", expression, dict(values))
+        schema = self._context.schema
+        self._run("update", expression,
+                  check_values(schema, self._context.record_key_columns, values, schema))
 
     def delete_rows(self, positions: Mapping[str, Any]) -> None:
         """Delete rows by position: data file (``txn.DataFile.path`` of the snapshot this

@@ -204,6 +204,21 @@ class Update:
 
 
 @dataclass(frozen=True)
+class MergeInto:
+    """``t.merge(source, on=k)...execute()``: source rows (keys resolved as an upsert's, the
+    first row of a key kept) merged by ``form``'s clauses (``writes.merge_clauses``); ``twice``
+    adds a second source row for the first key, refused (MergeCardinalityError, nothing written)
+    when that key is live in the table."""
+
+    rows: list[tuple[KeySpec, str | None, int]]
+    form: Literal["upsert", "conditional", "by_source"]
+    twice: bool
+    fault: FaultPlan | None
+    wait_ms: int
+    app: App | None = None
+
+
+@dataclass(frozen=True)
 class Lookup:
     """Keyed: look drawn keys (existing and missing) up through the writer."""
 
@@ -374,7 +389,7 @@ class MergeWrite:
 
 
 Mutation = (Write | AddSegment | Upsert | DeleteKeys | DeleteWhere | Update | DeleteSegments
-            | StreamWrite | DropStream | Transaction | Alter | MergeWrite)
+            | StreamWrite | DropStream | Transaction | Alter | MergeWrite | MergeInto)
 
 
 Action = (Mutation | Compact | Clean | Maintain | Lookup | ReadLatest | ReadPast | ReadWithFault
@@ -415,6 +430,13 @@ add_segments = st.builds(
 upserts = st.builds(
     Upsert, rows=st.lists(st.tuples(key_specs, GROUPS, st.integers(0, 999)), max_size=20),
     fault=fault_plans, wait_ms=waits, app=app_specs)
+
+
+merges_into = st.builds(
+    MergeInto, rows=st.lists(st.tuples(key_specs, GROUPS, st.integers(0, 999)), max_size=12),
+    form=st.sampled_from(["upsert", "conditional", "by_source"]),
+    twice=st.sampled_from([False, False, False, True]), fault=fault_plans, wait_ms=waits,
+    app=app_specs)
 
 
 delete_keys = st.builds(DeleteKeys, keys=st.lists(key_specs, max_size=12), fault=fault_plans,
@@ -605,8 +627,8 @@ reads: list[st.SearchStrategy[Action]] = [
 keyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, add_segments, add_segments, stream_writes, stream_writes, stream_writes,
     drop_streams, upserts, upserts, delete_keys, racing_delete_keys, delete_wheres, updates,
-    updates, keyed_transactions, keyed_transactions, alters, alters, keyed_merge_writes, compactions,
-    compactions, close_streamings, cleans, segment_deletes, maintenance, maintenance, lookups,
+    updates, merges_into, keyed_transactions, keyed_transactions, alters, alters, keyed_merge_writes,
+    compactions, compactions, close_streamings, cleans, segment_deletes, maintenance, maintenance, lookups,
     *reads,
     st.builds(ReadWithFault, nth=st.integers(1, 30), when=st.sampled_from(["before", "after"]),
               past=st.booleans(), lookup=st.booleans()),
@@ -615,7 +637,8 @@ keyed_actions: st.SearchStrategy[Action] = weighted(
 
 unkeyed_actions: st.SearchStrategy[Action] = weighted(
     writes, writes, writes, add_segments, add_segments, stream_writes, stream_writes,
-    stream_writes, drop_streams, delete_wheres, updates, unkeyed_transactions, alters, alters,
+    stream_writes, drop_streams, delete_wheres, updates, merges_into, unkeyed_transactions, alters,
+    alters,
     unkeyed_merge_writes, compactions,
     compactions,
     close_streamings, cleans, segment_deletes, maintenance, maintenance, *reads,

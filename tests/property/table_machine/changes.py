@@ -68,18 +68,19 @@ ADDS = frozenset({"insert", "update_postimage"})
 SILENT = frozenset({"compact", "alter_table", "drop_stream"})
 
 
-#: The change types each operation may emit (design/changes.md); keyed upserts, updates and
-#: transactions are judged key by key (``IMAGES``).
+#: The change types each operation may emit (design/changes.md); keyed upserts, updates,
+#: transactions and merges are judged key by key (``IMAGES``).
 KINDS = {
     "append": {"insert"}, "add_segment": {"insert"}, "stream": {"insert"}, "delete": {"delete"},
     "update": {"update_preimage", "update_postimage"}, "overwrite": {"delete", "insert"},
     "delete_segments": {"delete"}, "transaction": {"delete", "insert"},
+    "merge": {"delete", "insert"},
 }
 
 
 #: Keyed operations whose rewritten keys come as pre- and postimages (the others delete and
 #: insert).
-IMAGES = frozenset({"upsert", "update", "transaction"})
+IMAGES = frozenset({"upsert", "update", "transaction", "merge"})
 
 
 

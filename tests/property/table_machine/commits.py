@@ -28,6 +28,7 @@ from indexes import SegmentStatus
 from tests.property.table_machine.actions import (
     Alter,
     DropStream,
+    MergeInto,
     MergeWrite,
     Mutation,
     StreamWrite,
@@ -56,6 +57,7 @@ class Commits(MachineCore):
         if isinstance(action, MergeWrite):
             return self._expect_merge(action, serial)
         predict = (self._expect_transaction if isinstance(action, Transaction)
+                   else self._expect_merge_into if isinstance(action, MergeInto)
                    else self._expect_mutation)
         app = getattr(action, "app", None)
         if app is None:

@@ -38,7 +38,7 @@ Row = tuple[int, "str | None", int]
 
 
 Operation = Literal["append", "overwrite", "upsert", "delete", "update", "delete_segments", "compact",
-                    "add_segment", "stream", "drop_stream", "transaction", "alter_table"]
+                    "add_segment", "stream", "drop_stream", "transaction", "alter_table", "merge"]
 
 
 #: Segment statuses whose segments hold table rows (a streaming segment's rows are readable

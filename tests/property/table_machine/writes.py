@@ -25,7 +25,14 @@ The table is keyed (``record_key="k"``) in one pair of variants and unkeyed in t
   compaction removed what its key lookup needs), the delete reads the table again: it then
   deletes what it finds after the insert, without conflict;
 
-A delete, update or upsert that matches nothing must return None and create no instant, whatever
+* ``merge(source, on=k)`` (``MergeInto``), keyed and unkeyed, by one of three sets of clauses
+  (``merge_clauses``): ``upsert`` (update_all, insert_all), ``conditional`` (delete a match
+  whose source ``v`` is under 300 of its tag, else update ``v``; insert a source row whose ``v``
+  is 500 or more, ``g`` null) and ``by_source`` (set a match's ``g``; delete a target row no
+  source row matched whose ``g`` is ``"a"``). A second source row for a live key is refused
+  with MergeCardinalityError; the commit is one ``merge`` instant, crashes at every call included;
+
+A delete, update, upsert or merge that matches nothing must return None and create no instant, whatever
 fault was armed (a fault can then only hit its reads).
 """
 
@@ -45,6 +52,7 @@ from tests.property.table_machine.actions import (
     DeleteKeys,
     DeleteSegments,
     DeleteWhere,
+    MergeInto,
     Mutation,
     RacingDeleteKeys,
     Upsert,
@@ -84,6 +92,23 @@ def resolve_where(where: Where, rows: tuple[Row, ...], names: tuple[str, str, st
         group, low = where.group or "a", where.low
         return (g == group) | (k <= low), lambda r: r[1] == group or r[0] <= low
     return None, lambda r: True
+
+
+def merge_clauses(merger: txn.TableMerger, form: str, names: tuple[str, str, str],
+                  added: tuple[str, ...], tag: int) -> txn.TableMerger:
+    """The clauses of a ``MergeInto`` of ``form`` (``names``: the current names of ``k``, ``g``
+    and ``v``; ``added``: the added columns, set with ``v`` as the model's ``Shape`` wants)."""
+    k, g, v = names
+    source, target = (lambda name: pc.field(f"source.{name}")), (lambda name: pc.field(f"target.{name}"))
+    with_v = {v: source(v), **{name: source(name) for name in added}}
+    if form == "upsert":
+        return merger.when_matched_update_all().when_not_matched_insert_all()
+    if form == "conditional":
+        return (merger.when_matched_delete(source(v) < tag + 300)
+                .when_matched_update(with_v)
+                .when_not_matched_insert({k: source(k), **with_v}, predicate=source(v) >= tag + 500))
+    return (merger.when_matched_update({g: source(g)})
+            .when_not_matched_by_source_delete(target(g) == "a"))
 
 
 class Writes(MachineCore):
@@ -161,6 +186,72 @@ class Writes(MachineCore):
                         added=len(matched), deleted=len(matched), segment=True, noop=not matched,
                         label=f"update(where {action.where.kind}) of {action.sets}",
                         written=_sort(changed), removes=matches)
+
+    def _expect_merge_into(self, action: MergeInto, serial: int, kw: dict[str, object]) -> Expected:
+        """``t.merge(source, on=k)`` with ``action.form``'s clauses, as the model predicts it."""
+        tag = serial * 1000
+        source: list[Row] = []
+        present = sorted({row[0] for row in self.expected})  # an unkeyed table repeats keys
+        for spec, g, v in action.rows:
+            if self.keyed or isinstance(spec, int) or not present:
+                k = self._key(spec)
+            else:
+                k = present[spec.position * len(present) // 1000]
+            if all(k != row[0] for row in source):
+                source.append((k, g, tag + v))
+        self.seen_keys.update(r[0] for r in source)
+        before = self.expected
+        live_keys = {row[0] for row in before}
+        twice = action.twice and bool(source) and source[0][0] in live_keys
+        drawn = [*source, (source[0][0], "b", tag + 999)] if twice else source
+        names, added = self.shape.names, tuple(c.name for c in self.shape.added)
+        data = self.shape.table(drawn)
+        properties = txn.CommitProperties(**kw) if kw else None  # type: ignore[arg-type]
+
+        def call(t: txn.Table) -> object:
+            merger = t.merge(data, names[0], commit_properties=properties)
+            return merge_clauses(merger, action.form, names, added, tag).execute().commit
+
+        label = f"merge ({action.form})"
+        if twice:
+            return Expected("merge", call, before, added=0, deleted=0, segment=False,
+                            refused=txn.MergeCardinalityError, label=f"{label} of a key twice")
+        by_key = {row[0]: row for row in source}
+        after: list[Row] = []
+        written: list[Row] = []
+        removed: set[Row] = set()
+        updated = deleted = 0
+        for row in before:
+            match = by_key.get(row[0])
+            new: Row | None = row
+            if match is not None and action.form == "upsert":
+                new = match
+            elif match is not None and action.form == "conditional":
+                new = None if match[2] < tag + 300 else (row[0], row[1], match[2])
+            elif match is not None:
+                new = (row[0], match[1], row[2])
+            elif action.form == "by_source" and row[1] == "a":
+                new = None
+            if new is row:
+                after.append(row)
+                continue
+            removed.add(row)
+            if new is None:
+                deleted += 1
+            else:
+                updated += 1
+                after.append(new)
+                written.append(new)
+        inserted = [row for row in source if row[0] not in live_keys and (
+            action.form == "upsert" or (action.form == "conditional" and row[2] >= tag + 500))]
+        inserted = [(k, None, v) if action.form == "conditional" else (k, g, v)
+                    for k, g, v in inserted]
+        changed = updated + deleted + len(inserted)
+        return Expected("merge", call, _sort([*after, *inserted]), added=updated + len(inserted),
+                        deleted=updated + deleted, segment=bool(updated or inserted),
+                        noop=not changed, written=_sort([*written, *inserted]),
+                        removes=lambda row: row in removed,
+                        label=f"{label}: {updated} updated, {deleted} deleted, {len(inserted)} inserted")
 
     def _new_rows(self, drawn: list[Row], clash: Literal["table", "batch"] | None,
                   tag: int) -> tuple[list[Row], type[Exception] | None]:

@@ -937,3 +937,28 @@ def test_processes_in_lockstep_have_exactly_one_winner_per_round(tmp_path: Any) 
         losers = [p for p, (_, lost) in reports.items() if n in lost]
         assert len(winners) == 1 and len(losers) == PROCESSES - 1, (n, reports)
     assert _check_against_acknowledged(table, reports) == (rounds, rounds * (PROCESSES - 1))
+
+
+def test_a_delete_of_keys_loses_to_an_upsert_of_them_across_many_index_shards(
+        memory_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22's rule with 64 shards: the upsert's log holds a batch per node, its small keys
+    stored narrowed (int8); its keys in later nodes must still be found by the conflict check
+    (they were not: the batches, cast back together, were searched as one unsorted batch).
+    Found by the table state machine (a racing delete of keys)."""
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    table = txn.create_table(memory_uri, schema, record_key="k",
+                             properties={"record_index.shards": "64"})
+    table.append(pa.table({"k": [0, 1], "v": [0, 0]}, schema=schema))
+    rival = txn.open_table(memory_uri)
+    read_state = _state.read_state
+
+    def then_upsert(context: Any) -> _state.State:
+        state = read_state(context)
+        monkeypatch.setattr(_state, "read_state", read_state)  # once
+        rival.upsert(pa.table({"k": [-48, -47, -30, -7], "v": [1, 1, 1, 1]}, schema=schema))
+        return state
+
+    monkeypatch.setattr(_state, "read_state", then_upsert)
+    with pytest.raises(txn.CommitConflictError, match="conflicts with upsert"):
+        table.delete(keys=[0, -7, -48, -30, -47])
+    assert sorted(table.to_arrow()["k"].to_pylist()) == [-48, -47, -30, -7, 0, 1]

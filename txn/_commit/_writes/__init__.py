@@ -34,7 +34,7 @@ from ._progress import (
     in_range,
     producer_record,
 )
-from ._rows import Append, Delete, RowChanges, Update, Upsert
+from ._rows import Append, Delete, MergeInto, RowChanges, Update, Upsert
 from ._streams import DropStream, StreamBatch, StreamStep
 from ._versions import WriteSchema, admit_versions, current_schema, evolved_schema, next_versions, stamped
 
@@ -55,6 +55,7 @@ __all__ = [
     "ExternalLoad",
     "LockPolicy",
     "Merge",
+    "MergeInto",
     "Overwrite",
     "Progress",
     "Recorded",

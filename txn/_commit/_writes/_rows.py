@@ -1,4 +1,4 @@
-"""The row-changing writes: append, upsert, delete and update.
+"""The row-changing writes: append, upsert, delete, update and merge.
 
 All four are one shape, :class:`RowChanges`: new rows (written as one new segment), rows
 deleted by position from existing data files (delete deltas), index keys removed (rows deleted
@@ -148,3 +148,13 @@ class Update(RowChanges):
     segment; conflicts on the files it deletes from and the keys it writes."""
 
     operation: Operation = Operation.UPDATE
+
+
+@dataclass(kw_only=True)
+class MergeInto(RowChanges):
+    """``merge``: matched target rows updated (deleted by position and written again) or
+    deleted, source rows inserted, in one new segment; conflicts as an upsert and a delete by
+    keys do (the files it deletes from, the keys it writes, removes or looked up)."""
+
+    operation: Operation = Operation.MERGE
+
