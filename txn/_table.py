@@ -682,7 +682,9 @@ class Table:
         """Begin a write whose data files are written elsewhere (Spark executors, Ray or Dask
         workers, other processes), committed once by the returned :class:`txn.PendingWrite`.
 
-        ``operation``: ``append``, ``overwrite``, ``upsert``, ``delete`` or ``update``.
+        ``operation``: ``append``, ``overwrite``, ``upsert``, ``delete``, ``update`` or ``merge``
+        (an engine's MERGE: committed as ``update`` is, new rows and deletes by position, and
+        recorded as a merge, whose change feed shows deletes and inserts on unkeyed tables).
         ``read_instant``: the snapshot the caller planned from (``Snapshot.instant``, a
         ``Snapshot``, ``KeyProbe.read_instant``; None: the latest); the commit is checked for
         conflicts against every commit completed after it, as a local write is. ``partitions``:

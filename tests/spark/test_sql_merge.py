@@ -104,6 +104,7 @@ def test_every_clause_kind_matches_the_reference(spark: Any, sql: Any, warehouse
     expected, counts = reference(TARGET, SOURCE)
     assert tuple(answer) == counts
     assert table.timeline()[-1].action == "commit" and len(table.timeline()) == before + 1, "one commit"
+    assert table.history(limit=1)[0].operation == "merge"
     assert table_rows(table) == expected
     assert table.validate().ok
     if layout != "plain":

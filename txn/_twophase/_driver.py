@@ -63,7 +63,7 @@ from ._worker import WrittenFiles
 log = logging.getLogger("metatxn")
 
 #: The kinds of write the two-phase form commits.
-OPERATIONS = ("append", "overwrite", "upsert", "delete", "update")
+OPERATIONS = ("append", "overwrite", "upsert", "delete", "update", "merge")
 _OPEN, _DONE, _SKIPPED = "open", "done", "skipped"
 
 

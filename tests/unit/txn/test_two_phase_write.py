@@ -195,22 +195,26 @@ def test_deletes_by_position(tmp_path: Path) -> None:
     assert table.validate().ok
 
 
-def test_an_update_retires_the_keys_of_the_rows_it_deletes_without_rewriting(tmp_path: Path) -> None:
-    """SQL MERGE's form: one ``"update"`` rewrites some rows, inserts others and deletes some
-    outright; the keys of those (``retire``) leave the record index, so they can come back."""
+@pytest.mark.parametrize("operation", ["update", "merge"])
+def test_an_update_retires_the_keys_of_the_rows_it_deletes_without_rewriting(tmp_path: Path,
+                                                                             operation: str) -> None:
+    """SQL MERGE's form: one ``"merge"`` (committed as an ``"update"`` is) rewrites some rows,
+    inserts others and deletes some outright; the keys of those (``retire``) leave the record
+    index, so they can come back. The history names the operation begun."""
     table = txn.create_table(str(tmp_path / "t"), SCHEMA, record_key="id")
     table.append(rows(range(4)))
     snapshot = table.snapshot()
     [data_file] = snapshot.files()
     where = relative(table, data_file)
     positions = {key: _position(table, key) for key in (1, 2)}
-    with table.begin_write("update", read_instant=snapshot) as pending:
+    with table.begin_write(operation, read_instant=snapshot) as pending:
         new = pa.concat_tables([rows([1]).set_column(3, "price", pa.array([7.0])), rows([50])])
         [report] = _in_threads(pending.ticket, [new])
         deletes = pa.table({"file": [where] * 2, "position": list(positions.values())})
         commit = pending.commit([report], deletes=deletes,
                                 retire=pa.table({"file": [where], "position": [positions[2]]}))
     assert commit is not None and (commit.rows_added, commit.rows_deleted) == (2, 2)
+    assert commit.operation == operation and table.history(limit=1)[0].operation == operation
     assert sorted(table.to_arrow()["id"].to_pylist()) == [0, 1, 3, 50]
     assert sorted(table.lookup([0, 1, 2, 3, 50])["id"].to_pylist()) == [0, 1, 3, 50]
     table.append(rows([2]))  # key 2 left the table: no DuplicateKeyError

@@ -22,7 +22,7 @@ The statement is read by :mod:`._merge_syntax`. Planned on the latest snapshot:
 4. one commit: the positions of every target row an UPDATE or DELETE clause chose become delete
    deltas, and the UPDATE and INSERT rows a new segment written by the executors (the write
    job of ``txn.spark.write``); on a keyed table the deleted rows' keys are tombstoned in the
-   record index. Through ``Table.begin_write("update" | "delete", read_instant=snapshot)``, so
+   record index. Through ``Table.begin_write("merge" | "delete", read_instant=snapshot)``, so
    it conflicts, and is planned again after a table service overtook it, as UPDATE does.
 
 The answer is Delta's: ``num_affected_rows, num_updated_rows, num_deleted_rows,
@@ -419,9 +419,10 @@ log = logging.getLogger("metatxn")
 
 
 def _commit(table: Table, plan: Any) -> tuple[int, int, int]:
-    """Plan on the latest snapshot and commit once (``"update"``: new rows and deletes;
-    ``"delete"``: deletes only); planned again when a table service overtook it, up to
-    :data:`REPLANS` times, as UPDATE is. Returns the counts (updated, deleted, inserted)."""
+    """Plan on the latest snapshot and commit once (``"merge"``: new rows and deletes, recorded
+    as the Python API's ``Table.merge`` is; ``"delete"``: deletes only); planned again when a
+    table service overtook it, up to :data:`REPLANS` times, as UPDATE is. Returns the counts
+    (updated, deleted, inserted)."""
     for retry in range(REPLANS + 1):
         pending = None
         try:
@@ -429,10 +430,10 @@ def _commit(table: Table, plan: Any) -> tuple[int, int, int]:
             planned: _Plan = plan(snapshot)
             if planned.rows is None and not planned.deletes.num_rows:
                 return planned.counts
-            operation = "update" if planned.rows is not None else "delete"
+            operation = "merge" if planned.rows is not None else "delete"
             with table.begin_write(operation, read_instant=snapshot) as pending:
                 reports = run_job(table, planned.rows, pending) if planned.rows is not None else []
-                retire = planned.retire if operation == "update" and planned.retire.num_rows else None
+                retire = planned.retire if operation == "merge" and planned.retire.num_rows else None
                 pending.commit(reports, deletes=planned.deletes if planned.deletes.num_rows else None,
                                retire=retire, retries=retry)
             return planned.counts
