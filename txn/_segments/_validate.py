@@ -9,7 +9,9 @@ Checks, for the latest snapshot:
 * every live file has column statistics, and belongs to a live segment whose row count is the
   sum of its files';
 * no data file on storage is unknown to the metadata table, unless a pending instant's marker
-  claims it (a write in progress); the trash (``_trash/``) holds no data of the table;
+  claims it (a write in progress) or a completed clean purged it (a leftover of a clean that
+  died before deleting it, whose purge record a metadata compaction folded away); the trash
+  (``_trash/``) holds no data of the table;
 * every delete delta listed exists with its recorded size; live ones hold their recorded number
   of positions, all inside a live data file; none on storage is unknown (same marker rule);
 * keyed tables: the record index has exactly one live entry per live row, pointing at the file
@@ -33,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -50,12 +53,14 @@ from indexes import (
 )
 from indexes._layout import base_path, parse_listing, partition_folder
 from timeline import (
+    ARCHIVE_FOLDER,
     TIMELINE_FOLDER,
     Action,
     CorruptMetadataError,
     ObjectNotFoundError,
     TimelineView,
     TxnError,
+    read_archive,
 )
 
 from .._context import (
@@ -80,6 +85,7 @@ from .._files import (
 )
 from .._results import Problem, ProblemKind, ValidationReport
 from .._rows import describe, index_keys, repeated
+from ._clean import CleanMetadata
 
 #: Folders whose files are not data files of the table: the timelines, the markers, the trash
 #: CLEAN FILES moves removed files to (they are no longer the table's), and ``_staging/``, where a
@@ -183,10 +189,12 @@ def validate(context: TableContext) -> ValidationReport:
 
     known = set(metadata.files["path"].to_pylist()) | set(metadata.deletes["path"].to_pylist())
     # Markers of an instant that is not completed claim their files (``in_progress``).
-    for key in storage.list("", recursive=True):
-        if key.startswith(_NOT_DATA) or not key.endswith((".parquet", DELTA_SUFFIX)):
-            continue
-        if key not in known and key not in in_progress:
+    unknown = [key for key in storage.list("", recursive=True)
+               if not key.startswith(_NOT_DATA) and key.endswith((".parquet", DELTA_SUFFIX))
+               and key not in known and key not in in_progress]
+    leftovers = _purged_by_cleans(context, view, set(unknown)) if unknown else set()
+    for key in unknown:
+        if key not in leftovers:
             problems.append(Problem(ProblemKind.UNREFERENCED_FILE, key,
                                     "on storage but in no committed instant or pending write"))
     return ValidationReport(problems=_unique(problems), files_checked=len(listed))
@@ -353,6 +361,38 @@ def _moved_by_running_clean(context: TableContext, view: TimelineView) -> Callab
     folders = [trash_folder(i.time) for i in view.instants
                if i.action == Action.CLEAN and not i.is_completed]
     return lambda path: any(context.storage.exists(f"{folder}/{path}") for folder in folders)
+
+
+def _purged_by_cleans(context: TableContext, view: TimelineView, paths: set[str]) -> set[str]:
+    """Those of ``paths`` that a completed clean purged (``CleanMetadata.removed``): leftovers of a
+    clean that died between its commit point and deleting them, whose purge record a metadata
+    compaction then folded away (a base keeps no record of a purged key). No snapshot needs
+    them, and the next clean removes them (as orphans). Read only when unknown files are found:
+    the active cleans first, the archived ones only for what those do not name."""
+    found: set[str] = set()
+    for instant in view.completed():
+        if instant.action != Action.CLEAN:
+            continue
+        try:
+            record = context.timeline.read_metadata(instant, CleanMetadata)
+        except (FileNotFoundError, TxnError):
+            continue  # damaged: reported on its own; what it removed stays unknown
+        found.update(paths.intersection(record.removed))
+    if found == paths or not context.storage.list(ARCHIVE_FOLDER):
+        return found
+    try:
+        archived = read_archive(context.storage).values()
+    except TxnError:
+        return found  # a damaged archive is reported on its own
+    for entry in archived:
+        if entry.action != Action.CLEAN or entry.state != "completed":
+            continue
+        try:
+            record = msgspec.json.decode(entry.metadata, type=CleanMetadata)
+        except msgspec.DecodeError:
+            continue
+        found.update(paths.intersection(record.removed))
+    return found
 
 
 def _check_deltas(context: TableContext, deltas: list[dict[str, object]],

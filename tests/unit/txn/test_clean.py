@@ -417,6 +417,37 @@ def test_a_clean_that_dies_after_its_commit_point_leaves_files_the_next_clean_de
     _ok(table)
 
 
+@pytest.mark.allow_metatxn_warnings  # each file it could not delete is logged
+def test_a_leftover_whose_purge_a_metadata_compaction_folded_is_no_unreferenced_file(
+    table_uri: str, clock: FakeClock
+) -> None:
+    """A metadata compaction folds purge records away (a base keeps no record of a purged key),
+    so a leftover of a clean that died after its commit point is then named by no record; it is
+    no committed file whose reference was lost: validate() finds it in that clean's
+    ``CleanMetadata.removed`` and reports nothing, and the next clean removes it (an orphan now,
+    into the trash). Found by the table state machine (issue 28)."""
+    table, _ = _overwritten(table_uri, clock, **NO_RETENTION, **{"metadata.compact_after": "1"})
+    doomed = _removed_files(table)
+    faulty = Faulty(storage_of(table_uri))
+    faulty.arm(1, ops={"delete"}, match=lambda p: p in doomed, crash=True)
+    table_on(table_uri, faulty, clock=clock).clean()  # past its commit point: it returns
+    assert faulty.dead and set(doomed) <= set(_data_files(table_uri))
+    clock.advance(1_000)
+    table.append(rows([200]))
+    table.maintain()
+    assert not set(doomed) & set(_removed_files(table)), "the purge records are folded away"
+    context = table._context
+    named = context.metadata_at(context.timeline.load(), None, (FILES,)).files
+    assert named is not None and not set(doomed) & set(named["path"].to_pylist())
+    _ok(table)
+    clock.advance(1_000)
+    result = table.clean()
+    assert sorted(result.trashed) == sorted(doomed) and result.reasons == {"orphan": len(doomed)}
+    assert not set(doomed) & set(_data_files(table_uri))
+    _ok(table)
+    assert sorted_rows(table.to_arrow()) == sorted_rows(rows([*range(100, 110), 200]))
+
+
 def test_a_clean_of_an_external_segment_hides_it_and_never_deletes_its_files(
     table_uri: str, clock: FakeClock, tmp_path: Path
 ) -> None:
