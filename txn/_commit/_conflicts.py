@@ -17,6 +17,10 @@ a commit records:
   concurrent commit, which is then reported.
 
 Appends to an unkeyed table touch neither, so they never conflict.
+
+A merge that scanned the table (``check_read``) also conflicts with any concurrent commit that
+added or replaced rows and is not a blind append: Delta's write-serializable rule. Such a commit
+read the table too, and rows it added may be rows the merge would have matched.
 """
 
 from __future__ import annotations
@@ -146,6 +150,40 @@ def check(context: TableContext, view: TimelineView, *, operation: str, instant_
         f"completed after this {operation} read the table at {read_at or 'its creation'} and also "
         f"changed {' and '.join(what)}; nothing was written\n"
         f"Help: retry the {operation}: it will read the table as it is now")
+
+
+def _blind(metadata: CommitMetadata) -> bool:
+    """Whether a commit only added rows without reading any (an append, ADD SEGMENT, a stream
+    batch, or a transaction of those): it can be ordered after a write that did not see it."""
+    if metadata.operation == Operation.TRANSACTION:
+        return bool(metadata.operations) and all(o in INSERTS for o in metadata.operations)
+    return metadata.operation in INSERTS
+
+
+def check_read(context: TableContext, view: TimelineView, *, operation: str, instant_time: str,
+               read_at: str | None) -> None:
+    """Raise if a commit that completed after ``read_at`` added or replaced rows and is not a
+    blind append (an update, upsert, merge, overwrite, transaction reading the table): a write
+    that scanned the table (an unkeyed merge's inserts depend on what it did not find) would
+    otherwise commit as if those rows did not exist. Compactions only move rows (see
+    ``CompactedMeanwhileError``); a delete adds none (its overlap is by file, in :func:`check`).
+
+    Raises:
+        CommitConflictError: naming the other commit.
+    """
+    for other in view.completed_after(read_at or ""):
+        if other.action not in DATA_ACTIONS or other.time == instant_time \
+                or other.action == COMPACT_ACTION:
+            continue
+        metadata = context.timeline.read_metadata(other, CommitMetadata)
+        if _blind(metadata) or not (metadata.files_added or metadata.files_removed):
+            continue
+        raise CommitConflictError(
+            f"{operation} {instant_time} conflicts with {metadata.operation} {other.time}, which "
+            f"completed after this {operation} read the table at {read_at or 'its creation'} and "
+            f"added or replaced rows it may have matched (only blind appends are ordered after "
+            "it); nothing was written\n"
+            f"Help: retry the {operation}: it will read the table as it is now")
 
 
 def check_partitions(context: TableContext, view: TimelineView, *, instant_time: str,

@@ -24,12 +24,12 @@ import pyarrow.dataset as ds
 
 from timeline import DuplicateKeyError, InvalidOptionError, MergeCardinalityError, SchemaMismatchError
 
-from .._commit import MergeInto
+from .._commit import MergeInto, current_schema
 from .._context import TableContext
 from .._files import Positions, scan_file, scan_file_batches
 from .._read import snapshot_at
 from .._results import CommitProperties, MergeResult
-from .._rows import check_not_null, check_unique, describe, index_keys
+from .._rows import check_not_null, check_unique, describe, index_keys, repeated
 from ._merge import arrow_input
 from ._mutations import _by_file
 from ._options import write_options
@@ -39,6 +39,9 @@ from ._values import check_values, new_values
 log = logging.getLogger("metatxn")
 
 _MATCHED, _NOT_MATCHED, _BY_SOURCE = "matched", "not matched", "not matched by source"
+#: ``when_not_matched_insert_all`` and ``when_matched_update_all``'s values, worked out from
+#: the schema each time the clauses are checked.
+_ALL, _ALL_BUT_KEY = object(), object()
 
 
 @dataclass(frozen=True)
@@ -101,14 +104,24 @@ class TableMerger:
             raise InvalidOptionError(f"merge: source_alias and target_alias are both {source_alias!r}")
         self._context, self._properties = context, commit_properties
         self._source_alias, self._target_alias = source_alias, target_alias
-        context.refresh()  # the latest schema: the clauses are checked against it
-        schema = context.schema
         names = [on] if isinstance(on, str) else list(on) if isinstance(on, Sequence) else None
         if not names or not all(isinstance(n, str) for n in names) or len(set(names)) < len(names):
             raise InvalidOptionError(
                 f"merge: on must be a column name or a list of distinct column names, equal on "
                 f"both sides, got {on!r}")
-        source = _source_table(source)
+        self._on, self._given = names, _source_table(source)
+        #: The clauses as given: checked again when the table's schema changed before execute.
+        self._specs: list[tuple[str, str, object, Any]] = []
+        self._clauses: list[_Clause] = []
+        context.refresh()  # the latest schema: the clauses are checked against it
+        self._bind()
+
+    def _bind(self) -> None:
+        """Check ``on`` and every clause against the handle's current schema, the one the merge
+        reads and writes with (again when a schema change completed since they were added)."""
+        context, names, source = self._context, self._on, self._given
+        self._write_schema = current_schema(context)
+        schema = self._write_schema.schema
         for name in names:
             if schema.get_field_index(name) < 0:
                 raise InvalidOptionError(f"merge: on column {name!r} is not a column of the table; "
@@ -123,8 +136,8 @@ class TableMerger:
                 raise SchemaMismatchError(
                     f"merge: on column {name!r} is {source.schema.field(name).type} in the source "
                     f"and {schema.field(name).type} in the table: {exc}") from None
-        self._on, self._source, self._schema = names, source, schema
-        self._clauses: list[_Clause] = []
+        self._source, self._schema = source, schema
+        self._clauses = [self._clause(*spec) for spec in self._specs]
 
     # -- clauses -----------------------------------------------------------------------------
 
@@ -136,7 +149,7 @@ class TableMerger:
 
     def when_matched_update_all(self, predicate: ds.Expression | None = None) -> TableMerger:
         """Set every table column the source has (but the record key) to the source's value."""
-        return self._add(_MATCHED, "update", predicate, self._all(keys=False))
+        return self._add(_MATCHED, "update", predicate, _ALL_BUT_KEY)
 
     def when_matched_delete(self, predicate: ds.Expression | None = None) -> TableMerger:
         """Delete matched target rows (those where ``predicate`` holds, if given)."""
@@ -150,7 +163,7 @@ class TableMerger:
 
     def when_not_matched_insert_all(self, predicate: ds.Expression | None = None) -> TableMerger:
         """Insert unmatched source rows as they are (table columns the source lacks: null)."""
-        return self._add(_NOT_MATCHED, "insert", predicate, self._all(keys=True))
+        return self._add(_NOT_MATCHED, "insert", predicate, _ALL)
 
     def when_not_matched_by_source_update(self, updates: Mapping[str, Any],
                                           predicate: ds.Expression | None = None) -> TableMerger:
@@ -179,6 +192,14 @@ class TableMerger:
         return pa.schema({_MATCHED: target + source, _NOT_MATCHED: source, _BY_SOURCE: target}[when])
 
     def _add(self, when: str, action: str, predicate: object, values: Any) -> TableMerger:
+        self._clauses.append(self._clause(when, action, predicate, values))
+        self._specs.append((when, action, predicate, values))
+        return self
+
+    def _clause(self, when: str, action: str, predicate: object, values: Any) -> _Clause:
+        """A clause checked against the bound schema (``_ALL``: the source's columns by name)."""
+        if values is _ALL or values is _ALL_BUT_KEY:
+            values = self._all(keys=values is _ALL)
         scope = self._scope(when)
         if predicate is not None:
             if not isinstance(predicate, ds.Expression):
@@ -195,8 +216,7 @@ class TableMerger:
             keys = self._context.record_key_columns
         if values is not None:
             values = check_values(self._schema, keys, values, scope, operation=f"merge (when {when})")
-        self._clauses.append(_Clause(when, action, predicate, values))
-        return self
+        return _Clause(when, action, predicate, values)
 
     # -- execute -----------------------------------------------------------------------------
 
@@ -206,7 +226,12 @@ class TableMerger:
         Raises:
             MergeCardinalityError: two source rows match one target row and a WHEN MATCHED clause
                 could change it; nothing is committed.
-            DuplicateKeyError: inserted rows of a keyed table repeat a key or take a live one.
+            DuplicateKeyError: inserted rows of a keyed table repeat a key, take a live one or
+                one of a row the merge updates.
+            CommitConflictError: a concurrent commit changed what it read (a merge that scanned
+                the table: any that added rows and is not a blind append).
+            InvalidOptionError, SchemaMismatchError: a clause no longer fits the table's schema,
+                changed since the clause was added (checked again before anything begins).
         """
         if not self._clauses:
             raise InvalidOptionError("merge: add at least one when_... clause before execute()")
@@ -225,7 +250,13 @@ class TableMerger:
         return MergeResult(commit, self._source.num_rows, last.inserted, last.updated, last.deleted)
 
     def _plan(self, state: State) -> _Planned:
-        context, schema, on = self._context, self._schema, self._on
+        context = self._context
+        if context.schema_id != self._write_schema.schema_id:
+            # The schema changed before the state was read (reading it adopted the new one):
+            # planned on the new schema; a clause that no longer applies is refused here.
+            log.info("merge: the table's schema changed since the merge was built: checked again")
+            self._bind()
+        schema, on = self._schema, self._on
         keys = context.record_key_columns
         by_index = bool(keys) and set(on) == set(keys) and not self._has(_BY_SOURCE)
         read_keys = None
@@ -237,14 +268,16 @@ class TableMerger:
                                              None if self._has(_BY_SOURCE) else self._ranges())
         t_ids, s_ids = _join(target, self._source, on)
         self._refuse_duplicates(target, t_ids)
+        # Every source row some target row matched, before the repeats are dropped below.
+        unmatched_s = np.setdiff1d(np.arange(self._source.num_rows), s_ids)
         # What remains of a row matched twice is an unconditional delete: it acts once.
         t_ids, first = np.unique(t_ids, return_index=True)
         s_ids = s_ids[first]
         t_alias, s_alias = self._target_alias, self._source_alias
         matched_scope = _prefixed(target.take(t_ids), t_alias, self._source.take(s_ids), s_alias)
-        unmatched_s = np.setdiff1d(np.arange(self._source.num_rows), s_ids)
         unmatched_t = np.setdiff1d(np.arange(target.num_rows), t_ids)
         new: list[pa.Table] = []
+        exact = set(on) == set(keys)  # every insert so far is of an unmatched source key
         deleted_rows: list[np.ndarray] = []  # target row numbers deleted, not rewritten
         updated_rows: list[np.ndarray] = []
         inserted = 0
@@ -271,6 +304,7 @@ class TableMerger:
                     assert clause.values is not None
                     new.append(_inserted(schema, clause.values, chosen))
                     inserted += int(hit.sum())
+                    exact = exact and self._inserts_key(clause, keys)
         gone = np.concatenate(deleted_rows) if deleted_rows else np.empty(0, np.int64)
         updated = np.concatenate(updated_rows) if updated_rows else np.empty(0, np.int64)
         if not gone.size and not new:
@@ -279,27 +313,42 @@ class TableMerger:
         written = pa.concat_tables(new) if new else None
         removed = None
         if keys:
+            gone_keys = index_keys(target.take(gone), keys)
             if written is not None:
                 check_not_null(written, keys)
-                check_unique(written, keys)
-            if written is not None and inserted and not by_index and set(on) != set(keys):
+                _check_written(written, inserted, keys)
+            if written is not None and inserted and not exact:
+                # An inserted key is new unless it is an unmatched source key of a merge on the
+                # record key; one this merge deletes is free again (not one it updates: that
+                # row stays, and _check_written refused the pair).
                 fresh = index_keys(written.slice(written.num_rows - inserted), keys)
-                taken = find_keys(context, state, fresh)
+                taken = find_keys(context, state, _without(fresh, gone_keys))
                 if taken.num_rows:
                     raise DuplicateKeyError(
                         f"merge: inserted row(s) take record key(s) {describe(taken, keys)} live in "
-                        "the table; nothing was written\nHelp: merge on the record key")
-                read_keys = fresh
+                        "the table; nothing was written\nHelp: insert the source's own key, or "
+                        "merge on the record key")
+                if not by_index:
+                    read_keys = fresh
             if gone.size:
-                removed = index_keys(target.take(gone), keys)
+                # Deleted and not written again: a key deleted and inserted keeps an entry.
+                written_keys = index_keys(written, keys) if written is not None else None
+                removed = gone_keys if written_keys is None else _without(gone_keys, written_keys)
         both = np.concatenate([gone, updated])
         deleted = _by_file(pa.table({"file": pa.array(files, pa.string()).take(both),
                                      "position": pa.array(positions).take(both)}))
         write = MergeInto(rows=written.to_batches() if written is not None else None,
                           read_at=state.read_at, current=state.deltas, deleted=deleted,
                           removed_keys=removed, read_keys=read_keys,
-                          rows_bytes=written.nbytes if written is not None else 0)
+                          rows_bytes=written.nbytes if written is not None else 0,
+                          schema=self._write_schema, scanned=not by_index)
         return _Planned(write, inserted=inserted, updated=len(updated), deleted=len(gone))
+
+    def _inserts_key(self, clause: _Clause, keys: Sequence[str]) -> bool:
+        """Whether ``clause`` sets each record-key column to the source's own value of it."""
+        assert clause.values is not None
+        return all(isinstance(clause.values.get(k), ds.Expression)
+                   and clause.values[k].equals(pc.field(f"{self._source_alias}.{k}")) for k in keys)
 
     def _has(self, when: str) -> bool:
         return any(c.when == when for c in self._clauses)
@@ -313,7 +362,10 @@ class TableMerger:
             hit = remaining.copy()
             if clause.predicate is not None:
                 found = _predicate(clause.predicate, scope, when)
-                hit &= np.asarray(pc.fill_null(found, False).to_numpy(zero_copy_only=False), dtype=bool)
+                if pa.types.is_null(found.type):  # a null literal: never true (SQL)
+                    hit[:] = False
+                else:
+                    hit &= np.asarray(pc.fill_null(found, False).to_numpy(zero_copy_only=False), dtype=bool)
             remaining &= ~hit
             chosen.append((clause, hit))
         return chosen
@@ -351,6 +403,26 @@ class TableMerger:
             term = (pc.field(name) >= low) & (pc.field(name) <= high)
             where = term if where is None else where & term
         return where
+
+
+def _without(keys: pa.Table, others: pa.Table) -> pa.Table:
+    """The rows of ``keys`` (index key columns) not in ``others``."""
+    if not keys.num_rows or not others.num_rows:
+        return keys
+    return keys.join(others.cast(keys.schema), keys=keys.column_names, join_type="left anti")
+
+
+def _check_written(written: pa.Table, inserted: int, keys: Sequence[str]) -> None:
+    """Refuse a key repeated among the written rows, saying which: two inserted rows, or an
+    inserted row and an updated one (whose key stays)."""
+    fresh = written.slice(written.num_rows - inserted)
+    check_unique(fresh, keys)
+    twice = repeated(index_keys(written, keys))
+    if twice.num_rows:
+        raise DuplicateKeyError(
+            f"merge: inserted row(s) take record key(s) {describe(twice, keys)} of row(s) this "
+            "merge updates; nothing was written\nHelp: delete the matched row instead, or insert "
+            "another key")
 
 
 def _predicate(predicate: ds.Expression, scope: pa.Table, when: str) -> pa.Array:

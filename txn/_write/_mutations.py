@@ -349,19 +349,27 @@ def update(context: TableContext, where: Any, values: Any, *,
            extra: dict[str, str] | None = None, progress: Progress | None = None) -> Commit | None:
     expression = _fresh_where(context, where)
     # Checked before reading anything; expressions read the table's own columns.
-    values = check_values(context.schema, context.record_key_columns, values, context.schema)
+    checked = {context.schema_id: check_values(context.schema, context.record_key_columns, values,
+                                               context.schema)}
 
     def plan(state: State) -> Update | None:
-        deleted, matched = _matching_rows(context, state, expression, list(context.schema.names))
+        # The schema of the state read (reading it adopted the latest): the rows are read and
+        # written with it, whatever version a change completing meanwhile makes current.
+        schema = current_schema(context)
+        mine = checked.get(schema.schema_id)
+        if mine is None:  # changed since the values were checked: checked against the new one
+            mine = checked[schema.schema_id] = check_values(
+                schema.schema, context.record_key_columns, values, schema.schema)
+        deleted, matched = _matching_rows(context, state, expression, list(schema.schema.names))
         if not deleted:
             log.info("update matched no rows: nothing to commit")
             return None
         # Every value from the old rows, before any column is replaced (SQL's UPDATE).
-        for name, array in new_values(context.schema, values, matched).items():
+        for name, array in new_values(schema.schema, mine, matched).items():
             matched = matched.set_column(matched.schema.get_field_index(name),
-                                         context.schema.field(name), array)
+                                         schema.schema.field(name), array)
         return Update(rows=matched.to_batches(), read_at=state.read_at, current=state.deltas,
-                      deleted=deleted)
+                      deleted=deleted, schema=schema)
 
     # Read once, like the other writes (re-read only after a compaction overtook it).
     return commit_planned(context, plan, extra, attempts=1, progress=progress)

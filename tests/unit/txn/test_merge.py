@@ -372,3 +372,157 @@ def test_a_merge_loses_to_a_commit_that_changed_what_it_read(
     assert _rows(table) == [(1, "a", 1), (2, "x", 20), (9, "y", 90)]
     assert (result.num_target_rows_updated, result.num_target_rows_inserted) == (
         (1, 1) if other.startswith("update") else (2, 0))
+
+
+def _after_read(monkeypatch: pytest.MonkeyPatch, other: Callable[[], object]) -> None:
+    """Run ``other`` (another handle's commit) once, right after the next write read the table."""
+    from txn._write import _state
+
+    read_state = _state.read_state
+
+    def then_other(context: Any) -> Any:
+        state = read_state(context)
+        monkeypatch.setattr(_state, "read_state", read_state)  # once
+        other()
+        return state
+
+    monkeypatch.setattr(_state, "read_state", then_other)
+
+
+@pytest.mark.parametrize("other", ["merge", "overwrite", "transaction", "append"])
+def test_an_unkeyed_merge_loses_to_a_concurrent_write_that_read_the_table(
+        memory_uri: str, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
+    table = txn.create_table(memory_uri, SCHEMA)
+    table.append(pa.table({"k": [1], "g": ["a"], "v": [1]}))
+    rival = txn.open_table(memory_uri)
+
+    def upsert_9(on: txn.Table, v: int) -> txn.TableMerger:
+        return (on.merge(pa.table({"k": [9], "g": ["m"], "v": [v]}), "k")
+                .when_matched_update_all().when_not_matched_insert_all())
+
+    def rival_write() -> None:
+        if other == "merge":
+            upsert_9(rival, 90).execute()
+        elif other == "overwrite":
+            rival.overwrite(pa.table({"k": [9], "g": ["o"], "v": [900]}))
+        elif other == "transaction":
+            with rival.transaction() as tx:
+                tx.append(pa.table({"k": [9], "g": ["t"], "v": [9]}))
+                tx.delete(where=pc.field("k") == 1)
+        else:  # a blind append is ordered after the merge: no conflict
+            rival.append(pa.table({"k": [9], "g": ["b"], "v": [9]}))
+
+    _after_read(monkeypatch, rival_write)
+    if other == "append":
+        upsert_9(table, 91).execute()
+        assert _rows(table) == [(1, "a", 1), (9, "b", 9), (9, "m", 91)]
+        return
+    with pytest.raises(txn.CommitConflictError, match="blind appends"):
+        upsert_9(table, 91).execute()
+    assert len([r for r in _rows(table) if r[0] == 9]) == 1 and (9, "m", 91) not in _rows(table)
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
+def test_source_rows_matching_a_deleted_row_twice_are_not_inserted(memory_uri: str, keyed: bool) -> None:
+    table = txn.create_table(memory_uri, SCHEMA, record_key="k" if keyed else None)
+    table.append(pa.table({"k": [1, 2], "g": ["a", "b"], "v": [10, 20]}))
+    source = pa.table({"k": [1, 1, 3], "g": ["x", "y", "z"], "v": [100, 101, 300]})
+    result = table.merge(source, "k").when_matched_delete().when_not_matched_insert_all().execute()
+    assert (result.num_target_rows_deleted, result.num_target_rows_inserted) == (1, 1)
+    assert _rows(table) == [(2, "b", 20), (3, "z", 300)]
+
+
+@pytest.mark.parametrize("insert", ["expression", "constant", "by source clause (a scan)"])
+def test_an_inserted_key_other_than_the_sources_must_not_be_live(memory_uri: str, insert: str) -> None:
+    table = txn.create_table(memory_uri, SCHEMA, record_key="k")
+    table.append(pa.table({"k": [1, 101], "g": ["a", "b"], "v": [1, 101]}))
+    before = (_instants(table), _listing(memory_uri))
+    key = 101 if insert == "constant" else pc.field("source.k") + 96
+    merger = table.merge(pa.table({"k": [5], "v": [5]}), "k").when_not_matched_insert(
+        {"k": key, "v": pc.field("source.v")})
+    if insert.startswith("by source"):
+        merger = merger.when_not_matched_by_source_update({"v": T}, pc.scalar(False))
+    with pytest.raises(txn.DuplicateKeyError, match=r"take record key\(s\) \[101\] live"):
+        merger.execute()
+    assert (_instants(table), _listing(memory_uri)) == before
+    # A key this merge deletes is free again; one it updates is not.
+    result = (table.merge(pa.table({"k": [1, 5], "v": [0, 5]}), "k").when_matched_delete()
+              .when_not_matched_insert({"k": pc.field("source.k") - 4, "v": pc.field("source.v")})
+              .execute())
+    assert (result.num_target_rows_deleted, result.num_target_rows_inserted) == (1, 1)
+    assert _rows(table) == [(1, "", 5), (101, "b", 101)]
+    assert table.lookup([1]).num_rows == 1 and table.validate().ok
+    with pytest.raises(txn.DuplicateKeyError, match=r"of row\(s\) this merge updates"):
+        (table.merge(pa.table({"k": [101, 97], "v": [0, 7]}), "k").when_matched_update({"v": 0})
+         .when_not_matched_insert({"k": pc.field("source.k") + 4, "v": 7}).execute())
+
+
+def test_a_merge_on_another_column_deletes_a_key_and_inserts_it_again(memory_uri: str) -> None:
+    table = txn.create_table(memory_uri, SCHEMA, record_key="k")
+    table.append(pa.table({"k": [1, 2], "g": ["a", "b"], "v": [10, 20]}))
+    source = pa.table({"k": [7, 1], "g": ["a", "z"], "v": [0, 11]})
+    result = table.merge(source, "g").when_matched_delete().when_not_matched_insert_all().execute()
+    assert (result.num_target_rows_deleted, result.num_target_rows_inserted) == (1, 1)
+    assert _rows(table) == [(1, "z", 11), (2, "b", 20)]
+    assert table.lookup([1]).num_rows == 1 and table.validate().ok
+
+
+def test_a_null_predicate_is_never_true(memory_uri: str) -> None:
+    table = txn.create_table(memory_uri, SCHEMA)
+    table.append(pa.table({"k": [1, 2], "g": ["a", "b"], "v": [10, 20]}))
+    result = (table.merge(pa.table({"k": [2, 3]}), "k").when_matched_delete(pc.scalar(None))
+              .when_not_matched_insert_all(pc.scalar(None)).execute())
+    assert result.commit is None and _rows(table) == [(1, "a", 10), (2, "b", 20)]
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
+def test_a_merge_built_before_a_schema_change_plans_on_the_new_schema(
+        memory_uri: str, keyed: bool) -> None:
+    table = txn.create_table(memory_uri, SCHEMA, record_key="k" if keyed else None)
+    table.append(pa.table({"k": [1, 2], "g": ["a", "b"], "v": [10, 20]}))
+    merger = (table.merge(pa.table({"k": [2, 3], "v": [200, 300]}), "k")
+              .when_matched_update({"v": pc.field("source.v")}).when_not_matched_insert_all())
+    other = txn.open_table(memory_uri)
+    other.add_columns([pa.field("c", pa.string())])
+    other.update(pc.field("k") == 2, {"c": "kept"})
+    merger.execute()
+    got = sorted(table.to_arrow().to_pylist(), key=lambda r: r["k"])
+    assert got == [{"k": 1, "g": "a", "v": 10, "c": None}, {"k": 2, "g": "b", "v": 200, "c": "kept"},
+                   {"k": 3, "g": None, "v": 300, "c": None}]
+    # A clause that no longer applies is refused before anything begins.
+    merger = table.merge(pa.table({"k": [2]}), "k").when_matched_update({"g": "x"})
+    other.rename_column("g", "h")
+    before = (_instants(table), _listing(memory_uri))
+    with pytest.raises(txn.InvalidOptionError, match="unknown column 'g'"):
+        merger.execute()
+    assert (_instants(table), _listing(memory_uri)) == before
+
+
+@pytest.mark.parametrize("change", ["add", "rename", "drop"])
+def test_a_schema_change_while_a_merge_or_update_runs(
+        memory_uri: str, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    table = txn.create_table(memory_uri, SCHEMA, record_key="k")
+    table.append(pa.table({"k": [1, 2], "g": ["a", "b"], "v": [10, 20]}))
+    other = txn.open_table(memory_uri)
+    alter = {"add": lambda: other.add_columns([pa.field("c", pa.string())]),
+             "rename": lambda: other.rename_column("g", "h"),
+             "drop": lambda: other.drop_columns(["g"])}[change]
+    _after_read(monkeypatch, alter)
+    (table.merge(pa.table({"k": [2, 3], "g": ["x", "y"], "v": [200, 300]}), "k")
+     .when_matched_update_all().when_not_matched_insert_all().execute())
+    table.update(pc.field("k") == 1, {"v": pc.field("v") + 1})
+    got = {r["k"]: r for r in table.to_arrow().to_pylist()}
+    assert [got[k]["v"] for k in (1, 2, 3)] == [11, 200, 300]
+    if change != "drop":
+        assert [got[k]["g" if change == "add" else "h"] for k in (1, 2, 3)] == ["a", "x", "y"]
+    assert table.validate().ok
+
+
+def test_an_update_while_the_schema_changes(memory_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = txn.create_table(memory_uri, SCHEMA, record_key="k")
+    table.append(pa.table({"k": [1, 2], "g": ["a", "b"], "v": [10, 20]}))
+    other = txn.open_table(memory_uri)
+    _after_read(monkeypatch, lambda: other.add_columns([pa.field("c", pa.string())]))
+    table.update(pc.field("k") == 2, {"v": pc.field("v") * 2})
+    got = sorted(table.to_arrow().to_pylist(), key=lambda r: r["k"])
+    assert got == [{"k": 1, "g": "a", "v": 10, "c": None}, {"k": 2, "g": "b", "v": 40, "c": None}]

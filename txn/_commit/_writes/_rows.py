@@ -1,6 +1,6 @@
 """The row-changing writes: append, upsert, delete, update and merge.
 
-All four are one shape, :class:`RowChanges`: new rows (written as one new segment), rows
+All five are one shape, :class:`RowChanges`: new rows (written as one new segment), rows
 deleted by position from existing data files (delete deltas), index keys removed (rows deleted
 and not rewritten), and index keys read. One instance may carry the rows and deletes of several
 operations at once (a transaction of several writes commits them as one instant); the
@@ -19,6 +19,7 @@ from timeline import TimelineView
 from ..._context import TableContext
 from ..._files import LiveDeltas, Positions
 from ..._results import Operation
+from .. import _conflicts
 from .._protocol import Pending
 from ._base import (
     NEW_SEGMENT,
@@ -154,7 +155,17 @@ class Update(RowChanges):
 class MergeInto(RowChanges):
     """``merge``: matched target rows updated (deleted by position and written again) or
     deleted, source rows inserted, in one new segment; conflicts as an upsert and a delete by
-    keys do (the files it deletes from, the keys it writes, removes or looked up)."""
+    keys do (the files it deletes from, the keys it writes, removes or looked up), and, when it
+    ``scanned`` the table rather than looked its keys up, with any concurrent commit that added
+    or replaced rows and is not a blind append (``_conflicts.check_read``)."""
 
     operation: Operation = Operation.MERGE
+    #: It read the target by scanning (not by record keys): what it did not find matters.
+    scanned: bool = False
+
+    def check(self, context: TableContext, view: TimelineView, pending: Pending, written: Written) -> None:
+        super().check(context, view, pending, written)
+        if self.scanned:
+            _conflicts.check_read(context, view, operation=self.operation,
+                                  instant_time=pending.instant.time, read_at=self.read_at)
 
