@@ -13,6 +13,7 @@ internals (a ``RowChanges`` or ``Overwrite`` write class, the commit driver's ``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -34,6 +35,7 @@ from timeline import (
 from .._commit import (
     AlreadyCommitted,
     CompactedMeanwhileError,
+    MergeInto,
     Overwrite,
     Pending,
     Progress,
@@ -309,7 +311,8 @@ class PendingWrite:
     # -- commit or abort -----------------------------------------------------------------------
 
     def commit(self, files: Iterable[WrittenFiles] = (), *, deletes: object = None,
-               check_keys: bool = False, retries: int = 0, retire: object = None) -> Commit | None:
+               check_keys: bool = False, retries: int = 0, retire: object = None,
+               read_by_keys: bool = False) -> Commit | None:
         """Commit the workers' reports ``files`` and the rows ``deletes`` (``{path: positions}``,
         or a table of ``file`` and ``position`` columns; paths as ``Snapshot.files()`` gives them
         or table-relative) as one instant. Data files marked for the instant that no report
@@ -323,6 +326,10 @@ class PendingWrite:
         ``retire`` (keyed tables; as ``deletes``, rows among them): rows deleted whose keys leave
         the table, not rewritten by ``files`` (a MERGE's deleted rows in an ``"update"``): their
         index entries are tombstoned, as a ``"delete"`` tombstones every deleted row's.
+        ``read_by_keys`` (a ``"merge"``): the engine found the target's rows by their record
+        keys (``KeyProbe``), so concurrent writes conflict with it by key and by file; otherwise
+        a merge scanned the table, and any concurrent commit that added or replaced rows, other
+        than a blind append, conflicts with it (what it did not find decided its inserts).
         """
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise InvalidOptionError(f"retries must be an int >= 0, got {retries!r}; nothing was committed")
@@ -359,10 +366,13 @@ class PendingWrite:
                                 progress=ticket.progress, schema=written_with,
                                 versions=list(ticket.versions))
         else:
-            planned = RowChanges(operation=Operation(self._operation), read_at=state.read_at,
-                                 current=state.deltas, deleted=deleted, removed_keys=removed,
-                                 progress=ticket.progress, schema=written_with,
-                                 versions=list(ticket.versions))
+            # A merge is planned as any row change, with a merge's conflict rules.
+            kind = functools.partial(MergeInto, scanned=not read_by_keys) \
+                if self._operation == "merge" else functools.partial(RowChanges)
+            planned = kind(operation=Operation(self._operation), read_at=state.read_at,
+                           current=state.deltas, deleted=deleted, removed_keys=removed,
+                           progress=ticket.progress, schema=written_with,
+                           versions=list(ticket.versions))
             if deleted:
                 check_external_deletes(context, state, planned)
 

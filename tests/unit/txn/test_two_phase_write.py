@@ -290,8 +290,8 @@ def test_a_detached_write_is_committed_from_another_handle(tmp_path: Path) -> No
 
 def test_bad_arguments_are_refused(tmp_path: Path) -> None:
     table = txn.create_table(str(tmp_path / "t"), SCHEMA)
-    with pytest.raises(txn.InvalidOptionError, match="operation 'merge'"):
-        table.begin_write("merge")
+    with pytest.raises(txn.InvalidOptionError, match="operation 'replace'"):
+        table.begin_write("replace")
     with pytest.raises(txn.InvalidOptionError, match="needs a table with a record_key"):
         table.begin_write("upsert")
     with pytest.raises(txn.InvalidOptionError, match="read_instant"):
@@ -319,3 +319,34 @@ def test_an_engines_replans_are_recorded_as_a_local_writes_are(tmp_path: Path) -
         with table.begin_write() as pending, pytest.raises(txn.InvalidOptionError, match="retries"):
             pending.commit([], retries=bad)  # type: ignore[arg-type]
     assert sorted_rows(table.to_arrow()) == sorted_rows(rows(range(5)))
+
+
+@pytest.mark.parametrize("other", ["append", "update", "upsert"])
+def test_an_engines_merge_that_scanned_conflicts_with_any_write_that_was_not_blind(
+        tmp_path: Path, other: str) -> None:
+    """An engine's ``"merge"`` chose its inserts by what it did not find: one that scanned the
+    table loses to a concurrent commit that added or replaced rows (an update, an upsert),
+    and is ordered after a blind append. One that found its rows by their keys
+    (``read_by_keys``) conflicts by key and file only: an update or upsert of other rows passes."""
+    for read_by_keys in (False, True):
+        table = txn.create_table(str(tmp_path / f"t{read_by_keys}"), SCHEMA, record_key="id")
+        table.append(rows(range(4)))
+        snapshot = table.snapshot()
+        if other == "append":
+            table.append(rows([10]))
+        elif other == "update":
+            table.update(None, {"price": 1.0})
+        else:
+            table.upsert(rows([11]))
+        before = table.timeline()
+        with table.begin_write("merge", read_instant=snapshot) as pending:
+            [report] = _in_threads(pending.ticket, [rows([20])])
+            if other != "append" and not read_by_keys:
+                with pytest.raises(txn.CommitConflictError, match="only blind appends"):
+                    pending.commit([report], read_by_keys=read_by_keys)
+                assert [i.state for i in table.timeline()][-2:] == ["rolledback", "completed"]
+                assert len(table.timeline()) == len(before) + 2 and table.validate().ok
+                continue
+            commit = pending.commit([report], read_by_keys=read_by_keys)
+        assert commit is not None and commit.operation == "merge"
+        assert 20 in table.to_arrow()["id"].to_pylist() and table.validate().ok

@@ -88,6 +88,9 @@ class _Plan:
     retire: pa.Table  #: those a DELETE clause chose: keys that leave the table
     rows: Any  #: the new rows (a DataFrame), or None
     counts: tuple[int, int, int]  #: updated, deleted, inserted
+    #: The target's rows were found by the source's record keys (only the files holding them
+    #: read), not by a scan: concurrent writes conflict by key and file (``read_by_keys``).
+    by_keys: bool = False
 
 
 def _row_values(merge: Merge, clause: Clause, columns: dict[str, str], names: list[str],
@@ -385,7 +388,7 @@ def _plan(spark: Any, catalog: Catalog, merge: Merge, table: Table, snapshot: Sn
             _check_new_keys(rows, inserted, keys, table.key_probe(snapshot), merge.target)
     updated = sum(counts.get(i, 0) for i, c in enumerate(clauses) if c.action == "UPDATE")
     inserted_count = sum(counts.get(i, 0) for i, c in enumerate(clauses) if c.action == "INSERT")
-    return _Plan(deletes, retire, rows, (updated, retire.num_rows, inserted_count))
+    return _Plan(deletes, retire, rows, (updated, retire.num_rows, inserted_count), by_keys=keep is not None)
 
 
 def _key_changes(merge: Merge, values: dict[int, dict[str, str]], keys: list[str]) -> dict[int, str]:
@@ -435,7 +438,8 @@ def _commit(table: Table, plan: Any) -> tuple[int, int, int]:
                 reports = run_job(table, planned.rows, pending) if planned.rows is not None else []
                 retire = planned.retire if operation == "merge" and planned.retire.num_rows else None
                 pending.commit(reports, deletes=planned.deletes if planned.deletes.num_rows else None,
-                               retire=retire, retries=retry)
+                               retire=retire, retries=retry,
+                               read_by_keys=planned.by_keys and operation == "merge")
             return planned.counts
         except TxnError as exc:
             overtaken = (pending.retryable(exc) if pending is not None
