@@ -5,7 +5,6 @@ leave the table as it was."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 
 import txn
 import txn.spark
+from tests.spark.test_sql_dml_replans import once_before_the_commit
 from txn.spark._sql import _merge as merge_module
 
 pytestmark = pytest.mark.spark
@@ -196,20 +196,6 @@ def test_bad_statements_are_refused_and_change_nothing(spark: Any, sql: Any, war
     answer = sql("MERGE INTO t USING t AS s ON t.id = s.id WHEN MATCHED THEN UPDATE SET note = s.note || '!'")
     assert tuple(answer.first()) == (2, 2, 0, 0)
     assert [r["note"] for r in table_rows(table)] == ["three!", "four!"]
-
-
-def once_before_the_commit(monkeypatch: pytest.MonkeyPatch, action: Callable[[], None]) -> None:
-    """Run ``action`` after the statement planned, before its first commit."""
-    done: list[bool] = []
-    begin = txn.Table.begin_write
-
-    def begin_then_act(self: txn.Table, *args: Any, **kwargs: Any) -> txn.PendingWrite:
-        if not done:
-            done.append(True)
-            action()
-        return begin(self, *args, **kwargs)
-
-    monkeypatch.setattr(txn.Table, "begin_write", begin_then_act)
 
 
 def test_a_racing_commit_fails_the_merge_and_a_compaction_makes_it_plan_again(
