@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from rich.table import Table as Grid
 
 from timeline import parse_time
-from txn import InvalidOptionError, Table, open_table
+from txn import InvalidOptionError, Table
 
 from . import _json
 from ._progress import working
@@ -25,15 +25,11 @@ from ._render import (
     timeline_table,
     versions_table,
 )
-from ._shared import Commands, add_command
-
-
-def _open(args: argparse.Namespace) -> Table:
-    return open_table(args.uri)
+from ._shared import Commands, add_command, open_uri
 
 
 def describe(args: argparse.Namespace) -> int:
-    t = _open(args)
+    t = open_uri(args)
     history = t.schema_history()
     if args.history:
         if args.json:
@@ -70,7 +66,7 @@ def _layout(t: Table, version: int) -> Grid:
 
 
 def segments(args: argparse.Namespace) -> int:
-    found = _open(args).segments(history=args.history)
+    found = open_uri(args).segments(history=args.history)
     if args.json:
         _json.emit([_json.segment(s) for s in found])
     else:
@@ -79,7 +75,7 @@ def segments(args: argparse.Namespace) -> int:
 
 
 def timeline(args: argparse.Namespace) -> int:
-    t = _open(args)
+    t = open_uri(args)
     instants = t.timeline()
     entries = {e.instant: e for e in t.history()}
     if args.json:
@@ -93,7 +89,7 @@ def changes(args: argparse.Namespace) -> int:
     """What each instant completed in ``(--since, --until]`` changed, from the change feed's
     summary (``t.changes(since, until).summary()``): the bounds are passed as given, so every
     form ``t.changes`` accepts works here and its errors are reported as they are."""
-    scanner = _open(args).changes(args.since, args.until)
+    scanner = open_uri(args).changes(args.since, args.until)
     found = scanner.summary()
     if args.json:
         _json.emit([_json.change_summary(s) for s in found])
@@ -105,7 +101,7 @@ def changes(args: argparse.Namespace) -> int:
 
 
 def partitions(args: argparse.Namespace) -> int:
-    t = _open(args)
+    t = open_uri(args)
     if not t.partition_by:
         # As Spark, Hive and CarbonData answer SHOW PARTITIONS on such a table.
         raise InvalidOptionError(f"SHOW PARTITIONS is not allowed on the table at {t.uri!r}: it "
@@ -119,7 +115,7 @@ def partitions(args: argparse.Namespace) -> int:
 
 
 def streams(args: argparse.Namespace) -> int:
-    found = _open(args).streams()
+    found = open_uri(args).streams()
     if args.json:
         _json.emit([_json.stream(i) for i in found])
     else:
@@ -129,7 +125,7 @@ def streams(args: argparse.Namespace) -> int:
 
 def validate(args: argparse.Namespace) -> int:
     """Exit 0 when the metadata table agrees with storage, 1 (each problem listed) otherwise."""
-    t = _open(args)
+    t = open_uri(args)
     with working(f"validating {t.uri}"):
         report = t.validate()
     if args.json:

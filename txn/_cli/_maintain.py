@@ -12,12 +12,12 @@ from collections.abc import Collection
 
 from rich.console import RenderableType
 
-from txn import CompactionKind, InvalidOptionError, ProducerKind, Table, open_table
+from txn import CompactionKind, InvalidOptionError, ProducerKind, Table
 
 from . import _json
 from ._progress import working
 from ._render import segments_table, show, size, table
-from ._shared import Commands, add_command, moment, segment_ids, storage_options
+from ._shared import Commands, add_command, moment, open_uri, segment_ids, storage_options
 
 COMPACTION_KINDS = (CompactionKind.MINOR, CompactionKind.MAJOR, CompactionKind.CUSTOM,
                     CompactionKind.CLOSE_STREAMING)
@@ -31,7 +31,7 @@ def _show_segments(t: Table, ids: Collection[str] = (), *, instant: str | None =
 
 
 def compact(args: argparse.Namespace) -> int:
-    t = open_table(args.uri)
+    t = open_uri(args)
     ids = segment_ids([args.segments], "--segments") if args.segments is not None else None
     before = {s.id for s in t.segments() if s.merged_to is None}
     with working(f"compacting {t.uri} ({args.kind})"):
@@ -60,7 +60,7 @@ def _segment_order(segment_id: str) -> tuple[int, ...]:
 
 
 def clean(args: argparse.Namespace) -> int:
-    t = open_table(args.uri)
+    t = open_uri(args)
     with working(f"cleaning {t.uri}" + (" (dry run)" if args.dry_run else "")):
         result = t.clean(dry_run=args.dry_run, force=args.force)
     if args.json:
@@ -88,7 +88,7 @@ def clean(args: argparse.Namespace) -> int:
 
 
 def add_segment(args: argparse.Namespace) -> int:
-    t = open_table(args.uri)
+    t = open_uri(args)
     options = storage_options(args.storage_option, "--storage-option")
     with working(f"adding {args.path} ({args.format})"):
         commit = t.add_segment(args.path, args.format, partition=args.partition,
@@ -111,7 +111,7 @@ def delete_segment(args: argparse.Namespace) -> int:
             f"got {'both' if ids else 'neither'}; expected for example 'delete-segment URI 0 3' "
             "or 'delete-segment URI --before 2026-01-31'")
     before = moment(args.before, "--before") if args.before is not None else None
-    t = open_table(args.uri)
+    t = open_uri(args)
     commit = t.delete_segments(ids or None, before=before)
     if args.json:
         _json.emit(_json.commit(commit))
@@ -123,7 +123,7 @@ def delete_segment(args: argparse.Namespace) -> int:
 
 
 def drop_stream(args: argparse.Namespace) -> int:
-    t = open_table(args.uri)
+    t = open_uri(args)
     segment = next((i.segment for i in t.streams()
                     if i.name == args.name and i.kind == ProducerKind.STREAM), None)
     commit = t.drop_stream(args.name)
@@ -170,8 +170,11 @@ def register(commands: Commands) -> None:
                          "ADD SEGMENT: register files, read in place",
                          description="ADD SEGMENT: register existing files as external segment(s) "
                                      "(one per partition folder), read in place, never copied, "
-                                     "moved or deleted.",
-                         json_help="print the commit as JSON")
+                                     "moved or deleted. --storage-option is for PATH's "
+                                     "filesystem (t.add_segment's storage_options); the table's "
+                                     "own are --table-storage-option and "
+                                     "$METATXN_STORAGE_OPTIONS.",
+                         json_help="print the commit as JSON", table_option="--table-storage-option")
     parser.add_argument("path", metavar="PATH", help="the folder of existing files (path or URL)")
     parser.add_argument("--format", default="parquet", metavar="FORMAT",
                         help="parquet, orc, csv or json (default: %(default)s)")
