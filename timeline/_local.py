@@ -1,13 +1,16 @@
 """Local-disk storage.
 
 Atomicity argument. ``put_if_absent`` writes the whole content to a uniquely named temporary file
-in the destination folder, then calls ``os.link(tmp, final)``. POSIX
-``link(2)`` fails with ``EEXIST`` when ``final`` exists and is atomic with respect to other
-``link``/``open(O_CREAT|O_EXCL)`` calls on the same name, so exactly one of several racing
-creators wins, in threads or processes. Because the link points at an inode whose content was
-complete and durable before the name appeared, no reader can see a torn file. ``put`` uses
-``os.replace`` of a temporary file, which is atomic in visibility (last writer wins). Temporary
-files start with ``.`` and end with ``.tmp``; listings skip them.
+in the destination folder, then gives it the final name with a call that fails with ``EEXIST``
+when the name exists (``timeline._noreplace``): ``os.link(tmp, final)`` where the filesystem has
+hard links; ``renameat2(RENAME_NOREPLACE)`` where it has not (SMB, exFAT, FUSE mounts) but has
+that; else an ``O_EXCL`` create of the final name as a claim, then ``os.replace`` of the
+temporary over the empty claim. Each is atomic with respect to the others on the same name, so
+exactly one of several racing creators wins, in threads or processes. The first two show readers
+no file or the complete one; the claim can show an empty file between its two calls (``read``
+waits briefly for a fresh empty file to fill), never a prefix. The method that worked is kept
+per storage. ``put`` uses ``os.replace`` of a temporary file, which is atomic in visibility (last
+writer wins). Temporary files start with ``.`` and end with ``.tmp``; listings skip them.
 
 Failures. Every key is checked before use (``check_key``: relative, normalised, no ``..``), so
 no call reaches outside the root. An operating-system failure (disk full, permission denied, a
@@ -25,6 +28,7 @@ import itertools
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -33,6 +37,7 @@ import pyarrow as pa
 import pyarrow.fs
 
 from ._errors import ObjectExistsError, ObjectNotFoundError, StorageError
+from ._noreplace import NoReplace
 from ._storage import Temporary, check_key, check_prefix
 
 _TMP_SUFFIX = ".tmp"
@@ -40,6 +45,10 @@ _counter = itertools.count()
 #: Errors that mean "no object can be at this key": a component is a file, or a name is longer
 #: than the filesystem allows.
 _ABSENT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG})
+#: How long ``read`` waits for a fresh empty file to fill (a claim between its create and its
+#: rename, two system calls apart), and how fresh "fresh" is.
+_SETTLE_SECONDS = 0.05
+_FRESH_SECONDS = 1.0
 
 
 def _is_temporary(name: str) -> bool:
@@ -66,6 +75,8 @@ class LocalStorage:
         self._root_text = str(self._root)
         self._uri = uri if uri is not None else self._root_text
         self._fsync = fsync
+        # Which no-overwrite call this filesystem supports, found by the first put_if_absent.
+        self._noreplace = NoReplace()
 
     @property
     def uri(self) -> str:
@@ -131,7 +142,10 @@ class LocalStorage:
         full = self._abs(path)
         try:
             with open(full, "rb") as handle:
-                return handle.read()
+                data = handle.read()
+            if not data:
+                data = _settle(full)
+            return data
         except IsADirectoryError:
             raise ObjectNotFoundError(path) from None
         except OSError as exc:
@@ -143,17 +157,13 @@ class LocalStorage:
         final = self._abs(path)
         tmp = self._write_temporary(path, final, data)
         try:
-            os.link(tmp, final)
+            self._noreplace.publish(tmp, final)
         except FileExistsError:
             raise ObjectExistsError(path) from None
         except OSError as exc:
-            if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-                raise StorageError(
-                    f"the filesystem under {str(self._root)!r} does not support hard links, "
-                    "which metatxn needs for an atomic put-if-absent on local disk"
-                ) from exc
             raise self._failed("create", path, exc) from exc
         finally:
+            # After a rename the temporary name is gone already; after a link it is a second name.
             _unlink_quietly(tmp)
         if self._fsync:
             _fsync_folder(os.path.dirname(final))
@@ -234,22 +244,24 @@ class LocalStorage:
             raise self._failed("delete", path, exc) from exc
 
     def move(self, source: str, target: str) -> None:
-        """Move ``source`` to ``target``, which must not exist: a hard link, then an unlink.
+        """Move ``source`` to ``target``, which must not exist: a hard link, then an unlink (or,
+        without hard links, the same no-overwrite rename as ``put_if_absent``).
 
-        ``link(2)`` refuses an existing name, so ``target`` is never overwritten, and the content
-        is never copied. A crash between the two leaves both names on the one file.
+        Every method refuses an existing name, so ``target`` is never overwritten, and the content
+        is never copied. A crash between link and unlink leaves both names on the one file; a
+        crash inside the claim fallback leaves the source whole and an empty target.
         """
         src, dst = self._abs(source), self._abs(target)
         if not os.path.isfile(src):
             raise ObjectNotFoundError(source)
         try:
             try:
-                os.link(src, dst)
+                self._noreplace.publish(src, dst)
             except FileNotFoundError:
                 if not os.path.isfile(src):
                     raise ObjectNotFoundError(source) from None
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
-                os.link(src, dst)
+                self._noreplace.publish(src, dst)
         except FileExistsError:
             raise ObjectExistsError(target) from None
         except OSError as exc:
@@ -258,7 +270,8 @@ class LocalStorage:
             raise self._failed("move", f"{source} -> {target}", exc) from exc
         if self._fsync:
             _fsync_folder(os.path.dirname(dst))
-        self.delete(source)
+        if self._noreplace.method == "link":
+            self.delete(source)
         if self._fsync:
             _fsync_folder(os.path.dirname(src))
 
@@ -289,6 +302,22 @@ def _create(path: str) -> BinaryIO:
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return open(path, "xb", buffering=0)
+
+
+def _settle(full: str) -> bytes:
+    """The content of ``full``, which read empty: a claim (see ``timeline._noreplace``) is empty
+    for the two system calls between its create and its rename, so a file changed within the
+    last second gets a few short re-reads before its emptiness is believed."""
+    deadline = time.monotonic() + _SETTLE_SECONDS
+    delay = 0.001
+    while time.time() - os.stat(full).st_mtime < _FRESH_SECONDS and time.monotonic() < deadline:
+        time.sleep(delay)
+        delay *= 2
+        with open(full, "rb") as handle:
+            data = handle.read()
+        if data:
+            return data
+    return b""
 
 
 def _unlink_quietly(path: str) -> None:

@@ -20,10 +20,12 @@ documented as not atomic on most filesystems, so no backend uses it.
 
 **Moving** (:func:`move`, CLEAN FILES moving files to the table's trash) is an optional
 operation: a backend may offer ``move(source, target)`` (local disk: a hard link then an unlink,
-nothing copied; memory: under its lock; S3: a server-side copy then a delete), and any other
-storage gets the same through the protocol (read, put-if-absent, delete). Either way ``target``
-is never overwritten and never seen partial, and a crash part way leaves the object at
-``source``, at ``target``, or whole at both: never at neither. It is not a commit point.
+or a no-overwrite rename where links fail, nothing copied; memory: under its lock; S3: a
+server-side copy then a delete), and any other storage gets the same through the protocol (read,
+put-if-absent, delete). Either way ``target`` is never overwritten and never seen partial, and a
+crash part way leaves the object at ``source``, at ``target``, or whole at both: never at
+neither (local disk's last fallback, the ``O_EXCL`` claim, can also leave an empty ``target``
+beside the whole ``source``). It is not a commit point.
 
 **Staging** (:func:`leftover_temporaries`) is optional too: a backend that stages each write in
 a temporary object beside its key (local disk) lists the ones a process killed mid-write left
