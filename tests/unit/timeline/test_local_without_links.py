@@ -8,9 +8,7 @@ claim. See design/storage.md, "Local disk".
 from __future__ import annotations
 
 import errno
-import multiprocessing
 import os
-import queue
 import threading
 import time
 from pathlib import Path
@@ -22,7 +20,7 @@ import timeline._local as local_module
 import timeline._noreplace as noreplace
 from timeline import LocalStorage, ObjectExistsError, Storage, StorageError, open_storage
 
-from .test_put_if_absent_race import Race, _race_in_child, assert_one_winner_per_key
+from .test_put_if_absent_race import Race, _race_in_child, assert_one_winner_per_key, run_race
 from .test_storage_contract import AbstractStorageTests, MakeStorage
 
 
@@ -127,14 +125,14 @@ def test_renameat2_refuses_an_existing_name(tmp_path: Path) -> None:
     assert (tmp_path / "b").read_bytes() == b"b"
 
 
-def _race_with_method(method: str, uri: str, index: int, race: Race, barrier: Any,
-                      outcomes: Any) -> None:
+def _race_with_method(method: str, uri: str, storage_options: Any, index: int, race: Race,
+                      barrier: Any, outcomes: Any) -> None:
     """Child process: force ``method`` (links, renameat2 or the claim), then race."""
     if method != "link":
         os.link = _refuse_links(errno.EPERM)  # type: ignore[assignment]
     if method == "claim":
         noreplace.rename_noreplace = None
-    _race_in_child(uri, None, index, race, barrier, outcomes)
+    _race_in_child(uri, storage_options, index, race, barrier, outcomes)
 
 
 @pytest.mark.multiprocess
@@ -144,29 +142,8 @@ def test_processes_using_different_methods_still_exclude_each_other(tmp_path: Pa
     methods = ["link", "claim"] + (["rename"] if noreplace.rename_noreplace else [])
     race = Race(processes=len(methods), threads=4, rounds=6, payload_bytes=64 * 1024)
     uri = str(tmp_path / "table")
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(race.writers)
-    outcomes = context.Queue()
-    processes = [
-        context.Process(target=_race_with_method,
-                        args=(method, uri, index, race, barrier, outcomes))
-        for index, method in enumerate(methods)
-    ]
-    for process in processes:
-        process.start()
-    by_round: dict[int, list[tuple[str, str]]] = {r: [] for r in range(race.rounds)}
-    try:
-        for _ in range(race.writers * race.rounds):
-            round_, writer, outcome = outcomes.get(timeout=120)
-            by_round[round_].append((writer, outcome))
-    except queue.Empty:
-        pytest.fail(f"outcomes missing: {by_round}")
-    finally:
-        for process in processes:
-            process.join(timeout=60)
-            if process.is_alive():
-                process.kill()
-    assert [p.exitcode for p in processes] == [0] * len(methods)
+    by_round = run_race(uri, None, race, child=_race_with_method,
+                        leading=[(method,) for method in methods])
     assert_one_winner_per_key(open_storage(uri), race, by_round)
     names = os.listdir(tmp_path / "table" / "_timeline" / "race")
     assert len(names) == race.rounds  # no temporary and no claim left behind

@@ -13,6 +13,7 @@ import os
 import queue
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -78,15 +79,19 @@ def _race_in_child(
 
 
 def run_race(
-    uri: str, storage_options: dict[str, Any] | None, race: Race
+    uri: str, storage_options: dict[str, Any] | None, race: Race, *,
+    child: Callable[..., None] = _race_in_child, leading: Sequence[tuple[Any, ...]] = (),
 ) -> dict[int, list[tuple[str, str]]]:
-    """Run the race in spawned processes; return every outcome, by round."""
+    """Run the race in spawned processes; return every outcome, by round. ``child`` (a
+    module-level function, as ``_race_in_child``) takes ``leading[i]``'s values first in
+    process ``i``: what sets that process up differently."""
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(race.writers)
     outcomes = context.Queue()
     processes = [
-        context.Process(target=_race_in_child,
-                        args=(uri, storage_options, index, race, barrier, outcomes))
+        context.Process(target=child,
+                        args=(*(leading[index] if leading else ()), uri, storage_options, index,
+                              race, barrier, outcomes))
         for index in range(race.processes)
     ]
     for process in processes:
