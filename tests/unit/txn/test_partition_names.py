@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import txn
@@ -52,7 +52,6 @@ def test_folder_names_as_spark_names_them(value: object, folder: str) -> None:
     assert parse_hive_folder(folder) == ("k", text)
 
 
-@settings(max_examples=60)
 @given(st.text())
 def test_unescape_inverts_escape(text: str) -> None:
     escaped = escape_path_name(text)
@@ -60,7 +59,6 @@ def test_unescape_inverts_escape(text: str) -> None:
     assert not (set(escaped) - {"%"}) & ESCAPED_CHARACTERS
 
 
-@settings(max_examples=60)
 @given(st.text(min_size=1), st.none() | st.text())
 def test_folder_names_read_back_as_their_column_and_value(column: str, value: str | None) -> None:
     folder = _hive.hive_folder(column, value)
