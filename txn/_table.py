@@ -27,7 +27,7 @@ from ._context import (
     random_id,
     streaming_enabled,
 )
-from ._files import hive_value, typed_value
+from ._files import hive_folder, typed_value
 from ._read import Scanner, Snapshot
 from ._results import (
     Commit,
@@ -197,7 +197,7 @@ class Table:
         if unknown:
             raise InvalidOptionError(f"{unknown} are not partition columns of {self.uri}; "
                                      f"expected some of {self.partition_by}")
-        return "/".join(f"{c}={hive_value(values[c])}" for c in self.partition_by if c in values)
+        return "/".join(hive_folder(c, values[c]) for c in self.partition_by if c in values)
 
     def partition_value(self, column: str, text: str) -> Any:
         """A partition folder's value ``text`` as a value of partition column ``column``'s type

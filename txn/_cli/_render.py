@@ -32,7 +32,7 @@ from indexes import field_id, nested_fields
 from timeline import Instant, parse_time
 from txn import ChangeSummary, HistoryEntry, SchemaVersion, Segment, SegmentStatus, StreamInfo
 
-from .._files import hive_value
+from .._files import hive_folder
 from .._results import load_time_taken, segment_size
 
 #: CarbonData's placeholder for a value that is not known (no end time, no partition, ...).
@@ -243,7 +243,7 @@ def partitions_table(partitions: Iterable[dict[str, object]]) -> Table:
     value as the table's folders name it (null as ``__HIVE_DEFAULT_PARTITION__``, ``/`` and
     other unsafe characters %-escaped), so a row is unambiguous."""
     return table(("Partition",),
-                 (("/".join(f"{c}={hive_value(v)}" for c, v in p.items()),) for p in partitions))
+                 (("/".join(hive_folder(c, v) for c, v in p.items()),) for p in partitions))
 
 
 def streams_table(streams: Iterable[StreamInfo]) -> Table:

@@ -20,7 +20,7 @@ from .._files import (
     canonical_url,
     file_version,
     modified_ms,
-    parse_hive_value,
+    parse_hive_folder,
     typed_value,
     url_filesystem,
 )
@@ -116,15 +116,14 @@ def _check_levels(url: str, relative: str, folders: str, schema: pa.Schema,
     names = folders.split("/") if folders and folders != "." else []
     expected = "/".join(f"{name}=<value>" for name in partition_by)
     if len(names) != len(partition_by) or any(
-            folder.partition("=")[0] != name or "=" not in folder
+            parse_hive_folder(folder)[0] != name or "=" not in folder
             for folder, name in zip(names, partition_by, strict=False)):
         raise InvalidOptionError(
             f"add_segment path {url!r} does not comply with the table's partitions: file "
             f"{relative!r} should sit in folders {expected}/ right below the path; give the "
             "folder that holds the partition folders")
     for folder, name in zip(names, partition_by, strict=True):
-        text = folder.partition("=")[2]
-        value = parse_hive_value(text)
+        value = parse_hive_folder(folder)[1]
         if value is None and not schema.field(name).nullable:
             raise InvalidOptionError(
                 f"add_segment: partition folder {folder!r} below {url!r} holds null (Hive's null "

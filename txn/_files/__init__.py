@@ -40,7 +40,16 @@ from ._foreign import (
     typed_value,
     url_filesystem,
 )
-from ._hive import hive_value, parse_hive_value, partition_folder, timestamp_value
+from ._hive import (
+    escape_path_name,
+    hive_folder,
+    hive_value,
+    parse_hive_folder,
+    parse_hive_value,
+    partition_folder,
+    timestamp_value,
+    unescape_path_name,
+)
 from ._objects import open_storage
 from ._orc_footer import OrcFooterUnreadable, orc_footer_stats
 from ._scan import (
@@ -114,12 +123,14 @@ __all__ = [
     "csv_header",
     "delete_rows",
     "delta_path",
+    "escape_path_name",
     "expected",
     "external_options",
     "external_records",
     "file_schema",
     "file_version",
     "footer_stats",
+    "hive_folder",
     "hive_value",
     "is_external",
     "json_keys_present",
@@ -129,6 +140,7 @@ __all__ = [
     "modified_ms",
     "open_storage",
     "orc_footer_stats",
+    "parse_hive_folder",
     "parse_hive_value",
     "partition_folder",
     "partition_of",
@@ -153,5 +165,6 @@ __all__ = [
     "timestamp_value",
     "trash_folder",
     "typed_value",
+    "unescape_path_name",
     "url_filesystem",
 ]

@@ -49,7 +49,13 @@ from indexes import field_id
 from timeline import CorruptMetadataError, SchemaMismatchError, TxnError
 
 from .._schema import same_columns, version_projection
-from ._hive import parse_hive_value, partition_folder, timestamp_value
+from ._hive import (
+    escape_path_name,
+    parse_hive_folder,
+    partition_folder,
+    timestamp_value,
+    unescape_path_name,
+)
 
 #: The formats ADD SEGMENT reads in place.
 EXTERNAL_FORMATS: Final = ("parquet", "orc", "csv", "json")
@@ -185,11 +191,11 @@ def partition_values(url: str, schema: pa.Schema, partition_by: Sequence[str]) -
     folders = posixpath.dirname(url.split("://", 1)[-1]).split("/")[-len(partition_by):]
     values: dict[str, Any] = {}
     for name, folder in zip(partition_by, folders, strict=True):
-        found, _, text = folder.partition("=")
+        found, text = parse_hive_folder(folder)
         if found != name:
             raise CorruptMetadataError(url, f"an external file below a {name}=<value> folder",
                                        f"folder {folder!r}")
-        values[name] = typed_value(parse_hive_value(text), schema.field(name).type)
+        values[name] = typed_value(text, schema.field(name).type)
     return values
 
 
@@ -215,8 +221,12 @@ def renamed_partition(partition: str, renames: Mapping[str, str]) -> str:
     """A Hive partition path with its folders' names through ``renames``."""
     if not partition or not renames:
         return partition
-    return "/".join(f"{renames.get(name, name)}={text}" for name, _, text in
-                    (folder.partition("=") for folder in partition.split("/")))
+    renamed = []
+    for folder in partition.split("/"):
+        name, _, text = folder.partition("=")
+        new = renames.get(unescape_path_name(name))
+        renamed.append(folder if new is None else f"{escape_path_name(new)}={text}")
+    return "/".join(renamed)
 
 
 def canonical_partition(partition: str, schema: pa.Schema) -> str:
@@ -227,9 +237,9 @@ def canonical_partition(partition: str, schema: pa.Schema) -> str:
         return partition
     folders = []
     for folder in partition.split("/"):
-        name, _, text = folder.partition("=")
+        name, text = parse_hive_folder(folder)
         try:
-            value = typed_value(parse_hive_value(text), schema.field(name).type)
+            value = typed_value(text, schema.field(name).type)
             folders.append(partition_folder(name, value))
         except (KeyError, ValueError, TxnError):
             return partition

@@ -1,8 +1,18 @@
 """Partition folder names: a value rendered as Hive and Spark name the folder, and parsed back.
 
-``<column>=<value>``: a value is escaped as Hive does (``quote``); the string value that equals
-the null folder name ``__HIVE_DEFAULT_PARTITION__`` is written ``%5F_HIVE_DEFAULT_PARTITION__``
-so it reads back as itself. Dates are ``YYYY-MM-DD``.
+``<column>=<value>``: the column name and the value are escaped as Hive and Spark escape them
+(``escape_path_name``: Spark's ``ExternalCatalogUtils.escapePathName``, Hive's
+``FileUtils.escapePathName``): control characters, ``"#%'*/:=?\\``, DEL, ``{``, ``[``, ``]`` and
+``^`` become ``%XX`` (uppercase hex); everything else, spaces and non-ASCII letters included, is
+kept. NUL, which Spark leaves as it is but no filesystem takes in a name, is ``%00``. Null is
+the folder ``__HIVE_DEFAULT_PARTITION__``; the string value equal to that name is written
+``%5F_HIVE_DEFAULT_PARTITION__`` so it reads back as itself (Spark writes it, and the empty
+string, as null; metatxn keeps both apart, the empty string as ``<column>=``). Dates are
+``YYYY-MM-DD``.
+
+Reading (``unescape_path_name``) takes every ``%XX``: a run of escapes that is UTF-8 is
+decoded as UTF-8 (folders of metatxn before issue 29 and of pyarrow escape non-ASCII text that
+way: ``%C3%BC``), any other as one character per byte, as Spark decodes it.
 
 Timestamps are written as Spark writes them, ``YYYY-MM-DD HH:MM:SS[.fraction]`` with the
 fraction's trailing zeros dropped and ``:`` escaped (``ts=2026-01-01 10%3A00%3A00``), so every
@@ -20,13 +30,20 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import quote, unquote
 
 import pyarrow as pa
 
 from timeline import InvalidOptionError
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+#: The characters Spark and Hive escape in a folder name (``ExternalCatalogUtils.charToEscape``
+#: off Windows), plus NUL, which no filesystem takes in a name.
+ESCAPED_CHARACTERS = frozenset(
+    [chr(code) for code in range(0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
+_ESCAPES = {ord(c): f"%{ord(c):02X}" for c in ESCAPED_CHARACTERS}
+_ESCAPE_RUN = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+#: ``surrogateescape``'s stand-ins for bytes that are no UTF-8 -> the character of that code.
+_STRAY_BYTES = {0xDC00 + code: code for code in range(0x80, 0x100)}
 #: How a string value equal to ``HIVE_NULL`` is written, so that it is not read back as null.
 _HIVE_NULL_LITERAL = "%5F" + HIVE_NULL[1:]
 #: The longest partition folder name ``<column>=<value>`` (bytes, UTF-8): NAME_MAX of ext4, XFS,
@@ -82,6 +99,22 @@ def _datetime_text(value: datetime) -> str:
     return timestamp_text(micros * 1000 + nanos, "ns")
 
 
+def escape_path_name(text: str) -> str:
+    """``text`` with each character Hive and Spark escape in a folder name as ``%XX``."""
+    return text.translate(_ESCAPES)
+
+
+def _decoded(run: re.Match[str]) -> str:
+    # Bytes that are no UTF-8 become one character each, as Spark reads every escape.
+    return bytes.fromhex(run.group().replace("%", "")).decode(
+        errors="surrogateescape").translate(_STRAY_BYTES)
+
+
+def unescape_path_name(text: str) -> str:
+    """The inverse of :func:`escape_path_name`; it also reads UTF-8 escapes (``%C3%BC``)."""
+    return _ESCAPE_RUN.sub(_decoded, text) if "%" in text else text
+
+
 def hive_value(value: object) -> str:
     """Render a partition value as a folder-name component (Hive escaping).
 
@@ -92,16 +125,28 @@ def hive_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, datetime):
-        return quote(_datetime_text(value), safe=" -.")
+        return escape_path_name(_datetime_text(value))
     if isinstance(value, date):
         return value.isoformat()
-    text = quote(str(value), safe=" -_.,:;@+~")
+    text = escape_path_name(str(value))
     return _HIVE_NULL_LITERAL if text == HIVE_NULL else text
 
 
 def parse_hive_value(text: str) -> str | None:
     """The value text of a folder-name component written by :func:`hive_value`; None for null."""
-    return None if text == HIVE_NULL else unquote(text)
+    return None if text == HIVE_NULL else unescape_path_name(text)
+
+
+def hive_folder(column: str, value: object) -> str:
+    """``<column>=<value>``, both escaped (no length check: :func:`partition_folder` checks)."""
+    return f"{escape_path_name(column)}={hive_value(value)}"
+
+
+def parse_hive_folder(folder: str) -> tuple[str, str | None]:
+    """The column name and value text (None for null) of a folder ``<column>=<value>``; a
+    folder without ``=`` is all name and an empty value (callers check the name)."""
+    name, _, text = folder.partition("=")
+    return unescape_path_name(name), parse_hive_value(text)
 
 
 def timestamp_value(raw: str, data_type: pa.TimestampType) -> Any:
@@ -112,8 +157,13 @@ def timestamp_value(raw: str, data_type: pa.TimestampType) -> Any:
 
 def partition_folder(column: str, value: object) -> str:
     """``<column>=<value>``; ``InvalidOptionError`` if longer than a file name may be."""
-    folder = f"{column}={hive_value(value)}"
-    size = len(folder.encode())
+    folder = hive_folder(column, value)
+    try:
+        size = len(folder.encode())
+    except UnicodeEncodeError:  # a lone surrogate: no file name can hold it
+        raise InvalidOptionError(
+            f"partition column {column!r} has the value {value!r}, which is not valid Unicode "
+            "text; expected text that encodes as UTF-8") from None
     if size > MAX_PARTITION_FOLDER_BYTES:
         shown = str(value)
         shown = shown if len(shown) <= 40 else f"{shown[:40]}... ({len(shown)} characters)"

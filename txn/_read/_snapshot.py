@@ -38,7 +38,7 @@ from .._files import (
     DataStore,
     LiveDeltas,
     check_schema,
-    parse_hive_value,
+    parse_hive_folder,
     partition_renames,
     raise_for_files,
     reading_file,
@@ -73,9 +73,8 @@ def _partition_parser(schema: pa.Schema, renames: Mapping[str, str] | None = Non
         values: dict[str, object] = {}
         if partition:
             for part in partition.split("/"):
-                name, _, text = part.partition("=")
+                name, raw = parse_hive_folder(part)
                 name = (renames or {}).get(name, name)
-                raw = parse_hive_value(text)
                 values[name] = None if raw is None else converters[name](raw)
         return values
 

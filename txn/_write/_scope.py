@@ -76,7 +76,7 @@ def _typed(schema: pa.Schema, column: str, value: object) -> Any:
         return None
     try:
         return pa.scalar(value, data_type).as_py()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+    except (ValueError, pa.ArrowTypeError, TypeError):  # ValueError: ArrowInvalid, a lone surrogate
         pass
     try:
         if isinstance(value, str):

@@ -177,7 +177,7 @@ def test_partitioned_tables_write_hive_style_folders(table_uri: str) -> None:
 
     folders = {path.rsplit("/", 1)[0] for path in data_files_on_storage(table_uri)}
     assert folders == {"region=eu west", "region=a%2Fb", "region=__HIVE_DEFAULT_PARTITION__",
-                       "region=100%25", "region=k%3Dv", "region=%C3%BC"}
+                       "region=100%25", "region=k%3Dv", "region=ü"}
     assert commit.files_added == len(values)
     by_value = {f.partition["region"]: f for f in table.snapshot().files()}
     assert set(by_value) == set(values)
@@ -187,7 +187,7 @@ def test_partitioned_tables_write_hive_style_folders(table_uri: str) -> None:
         assert data_file.rows == written.num_rows == 2
     assert sorted(table.segments()[0].partitions) == sorted(
         f"region={p}" for p in ["eu west", "a%2Fb", "__HIVE_DEFAULT_PARTITION__", "100%25",
-                                "k%3Dv", "%C3%BC"])
+                                "k%3Dv", "ü"])
 
 
 def test_int_and_date_partition_values_round_trip_with_their_types(table_uri: str) -> None:
