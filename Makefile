@@ -9,7 +9,7 @@ TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadscope
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-test install-dev demo test test-long lint typecheck bench bench-quick clean
+.PHONY: help install install-test install-dev demo test test-long lint typecheck docs bench bench-quick clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -42,6 +42,10 @@ lint: install-dev ## ruff over the code and tests
 typecheck: install-dev ## mypy --strict over the packages
 	$(BIN)/mypy
 
+docs: $(BIN)/python ## Build the user guide (docs/) into site/; any warning fails the build
+	$(BIN)/pip install -q -e '.[docs]'
+	$(BIN)/mkdocs build --strict --quiet
+
 bench: install ## Benchmarks against deltalake and pyiceberg (long: builds 10,000-commit tables)
 	$(BIN)/pip install -q -r bench/requirements.txt
 	$(BIN)/python -m bench.bench_commits --build-budget 3600 --out bench/out/commits.json
@@ -60,4 +64,4 @@ bench-quick: install ## A smoke run of the benchmarks (about a minute)
 	$(BIN)/python -m bench.bench_changes --quick
 
 clean: ## Remove .venv, caches and the demo warehouse
-	rm -rf $(VENV) warehouse .pytest_cache .hypothesis .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) warehouse site .pytest_cache .hypothesis .mypy_cache .ruff_cache *.egg-info
