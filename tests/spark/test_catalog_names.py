@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 import txn
+import txn.spark
 
 pytestmark = pytest.mark.spark
 
@@ -129,6 +130,18 @@ def test_time_travel_and_history_in_sql(spark: Any, sql: Any, warehouse: Path) -
     assert detail.partitionColumns == [] and detail.recordKey == []
     with pytest.raises(txn.TableNotFoundError):
         sql("DESCRIBE HISTORY no_such_table")
+
+
+def test_a_relative_warehouse_names_one_folder_wherever_the_process_or_its_workers_run(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    txn.spark.register(spark, warehouse="relative_wh")
+    txn.spark.sql(spark, "CREATE TABLE moved (id BIGINT, region STRING) STORED AS metatxn")
+    txn.open_table(str(tmp_path / "relative_wh" / "moved")).append(_rows(range(3)))
+    # Spark's Python workers, and this process after a chdir, resolve a relative path elsewhere.
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert txn.spark.sql(spark, "SELECT count(*) FROM moved").first()[0] == 3
 
 
 def _iso(instant: str) -> str:

@@ -12,6 +12,7 @@ is always one folder inside the warehouse, and a temporary view named after it i
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -112,6 +113,10 @@ def set_warehouse(spark: Any, warehouse: str) -> Catalog:
     """Make ``warehouse`` the one ``txn.spark.sql`` maps table names into, for ``spark``."""
     if not isinstance(warehouse, str) or not warehouse.strip():
         raise InvalidOptionError(f"warehouse must be a non-empty location (a path or URI), got {warehouse!r}")
+    if "://" not in warehouse:
+        # Spark's Python workers run in folders of their own: a relative path would name another
+        # folder there than in this process.
+        warehouse = os.path.abspath(os.path.expanduser(warehouse))
     spark.conf.set(WAREHOUSE_KEY, warehouse)
     return Catalog(warehouse)
 
