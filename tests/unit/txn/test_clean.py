@@ -494,6 +494,7 @@ def test_a_second_clean_is_refused_while_one_runs(table_uri: str, clock: FakeClo
     _ok(table)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("crash", [True, False], ids=["death", "exception"])
 def test_a_failure_at_any_storage_call_of_a_clean_loses_nothing(tmp_path: Path, crash: bool) -> None:
     """Fail each storage call of a clean in turn, before it reaches storage and after it landed.
