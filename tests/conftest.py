@@ -34,6 +34,19 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.xdist_order import keep_collection_order
+
+    keep_collection_order(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadscope``, slow scopes first (tests/xdist_order.py says why)."""
+    from tests.xdist_order import slow_scopes_first
+
+    slow_scopes_first(config, items)
+
+
 class FakeClock:
     """A settable epoch-millisecond clock; every call returns the current reading."""
 

@@ -16,8 +16,10 @@ docstring is the map, and says where a new kind of commit adds its actions and r
 ``TableMachine`` combines the capability mixins; ``machine_on`` binds it to a backend (memory
 or local disk: the differential half of the contract) and to a keyed or an unkeyed table, adds
 the one ``act`` rule with the actions that fit, and sizes the run from the loaded Hypothesis
-profile (``ci``, ``dev`` or ``long``, registered in ``tests/conftest.py``). The two tests at the
-end pin cases the machine found.
+profile (``ci``, ``dev`` or ``long``, registered in ``tests/conftest.py``). The default run
+(``ci``, derandomized) runs every variant, 20 runs of 25-30 steps each (``CI_RUNS``); ``make
+test-long`` adds the breadth: 100 random runs per variant, or 1,000 longer ones with
+``HYPOTHESIS_PROFILE=long``. The tests at the end pin cases the machine found.
 """
 
 from __future__ import annotations
@@ -173,9 +175,17 @@ def _local_location() -> tuple[str, Callable[[], None]]:
 #: Every step writes or reads a real table and checks it whole, so keyed runs (whose steps cost
 #: most) are shortened to this fraction of the profile's stateful_step_count: ci 30 -> 25, dev
 #: 40 -> 33, long 80 -> 66; unkeyed runs take the whole count (ci 30), as compactions and cleans
-#: need several loads and removals before they find work. The ci profile of all four variants
-#: takes about 2.3 minutes on two idle cores (keyed 2 x 35-40 s, unkeyed 2 x 30-35 s).
+#: need several loads and removals before they find work.
 STEP_FRACTION = {True: 5 / 6, False: 1}
+
+#: What the default run (the derandomized ``ci`` profile) covers: the same 25-30 step runs, but
+#: this many of them per variant instead of the profile's 40. Each step's invariants (the latest
+#: and past snapshots, ``validate()``, the change feed replayed) cost about a quarter of a second
+#: on an idle core, so 40 runs took 60-80 s per variant, 5 of the suite's 30 worker-minutes;
+#: 20 runs are still 500-600 checked steps per variant and half that time. ``make test-long``
+#: adds the breadth: 100 random runs per variant (``dev``), or 1,000 of 66-80 steps
+#: (``HYPOTHESIS_PROFILE=long``).
+CI_RUNS = 20
 
 
 def machine_on(name: str, factory: Callable[[], tuple[str, Callable[[], None]]], *,
@@ -191,7 +201,10 @@ def machine_on(name: str, factory: Callable[[], tuple[str, Callable[[], None]]],
                    {"make_location": staticmethod(factory), "keyed": keyed, "act": act})
     profile = settings()  # the loaded profile's values
     steps = max(1, int(profile.stateful_step_count * STEP_FRACTION[keyed]))
-    machine.TestCase.settings = settings(profile, stateful_step_count=steps)  # type: ignore[attr-defined]
+    # Only the derandomized profile is the default run; the random ones keep their breadth.
+    runs = min(profile.max_examples, CI_RUNS) if profile.derandomize else profile.max_examples
+    machine.TestCase.settings = settings(  # type: ignore[attr-defined]
+        profile, stateful_step_count=steps, max_examples=runs)
     return machine
 
 
@@ -207,16 +220,16 @@ UnkeyedMemoryMachine = machine_on("Memory", _memory_location, keyed=False)
 UnkeyedLocalDiskMachine = machine_on("LocalDisk", _local_location, keyed=False)
 
 
-TestKeyedTableOnMemory = KeyedMemoryMachine.TestCase
+TestKeyedTableOnMemory = pytest.mark.slow(KeyedMemoryMachine.TestCase)
 
 
-TestKeyedTableOnLocalDisk = KeyedLocalDiskMachine.TestCase
+TestKeyedTableOnLocalDisk = pytest.mark.slow(KeyedLocalDiskMachine.TestCase)
 
 
-TestTableOnMemory = UnkeyedMemoryMachine.TestCase
+TestTableOnMemory = pytest.mark.slow(UnkeyedMemoryMachine.TestCase)
 
 
-TestTableOnLocalDisk = UnkeyedLocalDiskMachine.TestCase
+TestTableOnLocalDisk = pytest.mark.slow(UnkeyedLocalDiskMachine.TestCase)
 
 
 # -- regressions ---------------------------------------------------------------------------------

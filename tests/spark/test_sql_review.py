@@ -51,6 +51,7 @@ LITERALS = [
 ]
 
 
+@pytest.mark.slow
 def test_literals_in_where_set_insert_and_ctas_mean_what_spark_reads(spark: Any, sql: Any,
                                                                        warehouse: Path) -> None:
     meant = [spark.sql(f"SELECT {literal} AS v").first()["v"] for literal in LITERALS]

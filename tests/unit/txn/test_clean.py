@@ -494,6 +494,14 @@ def test_a_second_clean_is_refused_while_one_runs(table_uri: str, clock: FakeClo
     _ok(table)
 
 
+def _linked_copy(template: Path, uri: Path) -> None:
+    """A copy of the template table for one case, its files hard links: local storage never
+    writes into an existing file (a new one, renamed or linked in place; removal unlinks a
+    name), so no case can change the template, and the dozens of cases copy nothing."""
+    shutil.copytree(template, uri, copy_function=os.link)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("crash", [True, False], ids=["death", "exception"])
 def test_a_failure_at_any_storage_call_of_a_clean_loses_nothing(tmp_path: Path, crash: bool) -> None:
     """Fail each storage call of a clean in turn, before it reaches storage and after it landed.
@@ -526,7 +534,7 @@ def test_a_failure_at_any_storage_call_of_a_clean_loses_nothing(tmp_path: Path, 
     for nth in range(1, calls + 1):
         for when in ("before", "after"):
             uri = tmp_path / f"t-{nth}-{when}"
-            shutil.copytree(template, uri)
+            _linked_copy(template, uri)
             own = FakeClock(clock.now_ms)
             faulty = Faulty(storage_of(str(uri)))
             faulty.arm(nth, when=when, crash=crash)  # type: ignore[arg-type]
@@ -569,7 +577,7 @@ def test_a_writer_committing_at_any_point_of_a_clean_loses_nothing(tmp_path: Pat
     appended = 0
     for nth in range(1, len(probe.calls) + 1):
         uri = tmp_path / f"t-{nth}"
-        shutil.copytree(template, uri)
+        _linked_copy(template, uri)
         own = FakeClock(clock.now_ms)
         faulty = Faulty(storage_of(str(uri)))
         other = txn.open_table(str(uri), clock=own)

@@ -541,6 +541,7 @@ def test_the_module_entry_point_runs() -> None:
     assert result.returncode == 0 and "segments" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_the_demo_loads_reads_time_travels_and_validates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
