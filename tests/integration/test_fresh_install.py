@@ -150,12 +150,18 @@ def environments(wheel: Path, tmp_path_factory: pytest.TempPathFactory
 
 @_BEFORE_RENAME  # until rename_ns.sh
 def test_the_wheel_ships_metatxn_alone(wheel: Path) -> None:
-    """The wheel's top-level import names are ``txn`` and ``metatxn`` only."""
+    """The wheel's top-level import names are ``txn`` and ``metatxn`` only, and it holds every
+    module of the checkout (pyproject lists the packages)."""
     with zipfile.ZipFile(wheel) as archive:
         tops = {name.split("/")[0] for name in archive.namelist() if ".dist-info/" not in name}
+        shipped = {name for name in archive.namelist() if name.endswith(".py")}
         metadata = next(archive.read(n).decode() for n in archive.namelist()
                         if n.endswith(".dist-info/METADATA"))
     assert tops == {"txn", "metatxn"}
+    modules = {p.relative_to(ROOT).as_posix() for p in ROOT.glob("txn/**/*.py")}
+    modules |= {f"metatxn/{p.relative_to(ROOT).as_posix()}" for folder in ("timeline", "indexes")
+                for p in (ROOT / folder).glob("**/*.py")}
+    assert shipped == modules
     requires = {line.split(":", 1)[1].strip() for line in metadata.splitlines()
                 if line.startswith("Requires-Dist:") and "extra ==" not in line}
     assert not {r for r in requires if re.match(r"(pyspark|sqlglot|s3fs|obstore)\b", r)}, requires
