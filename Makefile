@@ -9,7 +9,7 @@ TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadscope
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-test install-dev demo test test-long lint typecheck docs bench bench-quick clean
+.PHONY: help install install-spark install-test install-dev demo test test-long lint typecheck docs bench bench-quick clean
 
 help: ## Show this help
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -17,24 +17,28 @@ help: ## Show this help
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-install: $(BIN)/python ## Create .venv and install metatxn
+install: $(BIN)/python ## Create .venv and install metatxn's core (no Spark)
 	$(BIN)/pip install -q -e .
 
-install-test: $(BIN)/python ## Create .venv and install metatxn with its test dependencies
+install-spark: $(BIN)/python ## Create .venv and install metatxn with Spark and its SQL layer
+	$(BIN)/pip install -q -e '.[spark]'
+
+install-test: $(BIN)/python ## Create .venv and install metatxn with everything the tests use (Spark too)
 	$(BIN)/pip install -q -e '.[test]'
 
 install-dev: $(BIN)/python ## Also install the linters and the type checker
 	$(BIN)/pip install -q -e '.[dev]'
 
-demo: install ## Set up and run the main job on ./warehouse
+demo: install-spark ## Set up and run the main job (a Spark pipeline) on ./warehouse
 	$(BIN)/metatxn demo --warehouse warehouse
 
-test: install-test ## Set up and run the whole test suite (derandomized Hypothesis examples)
+test: install-test ## Set up and run the test suite (derandomized Hypothesis examples; `long` tests left out)
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 HYPOTHESIS_PROFILE ?= dev
-test-long: install-test ## The suite with random Hypothesis examples (dev: about 35 min; or =long)
-	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+# -m "": no marker expression, so the `long` tests that pyproject's addopts leaves out run too.
+test-long: install-test ## Every test, `long` ones too, with random Hypothesis examples (dev: about 35 min; or =long)
+	HYPOTHESIS_PROFILE=$(HYPOTHESIS_PROFILE) $(BIN)/python -m pytest $(XDIST) -m "" $(PYTEST_ARGS)
 
 lint: install-dev ## ruff over the code and tests
 	$(BIN)/ruff check txn timeline indexes tests
@@ -46,7 +50,7 @@ docs: $(BIN)/python ## Build the user guide (docs/) into site/; any warning fail
 	$(BIN)/pip install -q -e '.[docs]'
 	$(BIN)/mkdocs build --strict --quiet
 
-bench: install ## Benchmarks against deltalake and pyiceberg (long: builds 10,000-commit tables)
+bench: install-spark ## Benchmarks against deltalake and pyiceberg (long: builds 10,000-commit tables)
 	$(BIN)/pip install -q -r bench/requirements.txt
 	$(BIN)/python -m bench.bench_commits --build-budget 3600 --out bench/out/commits.json
 	$(BIN)/python -m bench.bench_mutations --out bench/out/mutations.json
@@ -54,7 +58,7 @@ bench: install ## Benchmarks against deltalake and pyiceberg (long: builds 10,00
 	$(BIN)/python -m bench.bench_compaction --out bench/out/compaction.json
 	$(BIN)/python -m bench.bench_changes --out bench/out/changes.json
 
-bench-quick: install ## A smoke run of the benchmarks (about a minute)
+bench-quick: install-spark ## A smoke run of the benchmarks (about a minute)
 	$(BIN)/pip install -q -r bench/requirements.txt
 	$(BIN)/python -m bench.bench_commits --quick
 	$(BIN)/python -m bench.bench_mutations --quick

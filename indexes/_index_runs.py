@@ -130,8 +130,12 @@ def _narrowest(column: pa.Array, candidates: tuple[pa.DataType, ...]) -> pa.Data
     for candidate in candidates:
         if candidate.bit_width >= width:
             return None
-        info = np.iinfo(candidate.to_pandas_dtype())
-        if info.min <= low and high <= info.max:
+        # From the width, not ``np.iinfo(candidate.to_pandas_dtype())``: pyarrow before 26
+        # imports pandas for that, which the core install does not bring.
+        bits = candidate.bit_width
+        least, most = ((-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+                       if pa.types.is_signed_integer(candidate) else (0, (1 << bits) - 1))
+        if least <= low and high <= most:
             return candidate
     return None
 

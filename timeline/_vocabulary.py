@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 
 
-class Vocabulary(enum.StrEnum):
+class Vocabulary(str, enum.Enum):
     """A closed set of names, each member being its stored spelling.
 
     A member equals (and hashes as) its plain string, msgspec encodes it as that string, so what
@@ -15,6 +15,11 @@ class Vocabulary(enum.StrEnum):
     did when values were plain strings. It pickles as the plain string: a reader without this
     class (Spark's JVM unpickler, given the rows of a SHOW command's DataFrame) gets a string.
     """
+
+    # What ``enum.StrEnum`` (Python 3.11+) does; written out for 3.10, the oldest we support:
+    # ``str()`` and format specs give the stored spelling, not ``Action.COMMIT``.
+    __str__ = str.__str__
+    __format__ = str.__format__  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return repr(self.value)

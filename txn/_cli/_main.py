@@ -3,9 +3,10 @@
 Exit status: 0 on success; 1 when the table refuses the request (a :class:`txn.TxnError`: no
 table at the URI, an unknown segment, stream or compaction kind, a bad option value), printed as
 one ``metatxn: error: ...`` line and one ``metatxn: help: ...`` line on stderr, never a
-traceback; 1 as well from ``validate`` when it finds problems; 2 for a command line argparse
-cannot parse (its usual usage message); 130 when interrupted. Shell completion is not offered:
-argparse has none of its own.
+traceback; 1 as well, in the same two lines, when the command needs a part of metatxn that is
+not installed (``demo`` without the ``[spark]`` extra), and from ``validate`` when it finds
+problems; 2 for a command line argparse cannot parse (its usual usage message); 130 when
+interrupted. Shell completion is not offered: argparse has none of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from . import _inspect, _maintain
 
 #: Where an error's message ends and its advice begins (``...\nHelp: retry later``).
 _HELP = re.compile(r"\s*\bHelp:\s*")
+#: What the message of an optional part's ImportError says (``txn.spark`` without pyspark).
+_EXTRA = "pip install 'metatxn["
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -62,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def error_lines(error: TxnError, command: str) -> tuple[str, str]:
+def error_lines(error: TxnError | ModuleNotFoundError, command: str) -> tuple[str, str]:
     """The ``metatxn: error:`` and ``metatxn: help:`` lines for ``error``.
 
     The message's own lines are joined into one; the advice is the error's ``Help:`` part when
@@ -79,6 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = args.run(args)
     except TxnError as error:
+        sys.stdout.flush()
+        print(*error_lines(error, args.command), sep="\n", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as error:
+        # A part of metatxn that its core install leaves out (``demo`` runs on Spark): the
+        # message names the extra to install. Any other missing module is a bug: a traceback.
+        if _EXTRA not in str(error):
+            raise
         sys.stdout.flush()
         print(*error_lines(error, args.command), sep="\n", file=sys.stderr)
         return 1

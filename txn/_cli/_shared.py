@@ -100,8 +100,11 @@ def moment(text: str, option: str) -> datetime:
     Without a UTC offset it is local time: the time zone SHOW SEGMENTS shows its times in, so a
     Load Start Time copied from its output means what it says.
     """
+    iso = text.strip()
+    # Python 3.10's fromisoformat (the oldest we support) refuses the ``Z`` suffix.
+    iso = iso[:-1] + "+00:00" if iso[-1:] in ("Z", "z") else iso
     try:
-        parsed = datetime.fromisoformat(text.strip())
+        parsed = datetime.fromisoformat(iso)
         # Local time near year 1 or 9999 has no UTC equivalent: OverflowError, or ValueError.
         return parsed if parsed.tzinfo is not None else parsed.astimezone()
     except (ValueError, OverflowError):

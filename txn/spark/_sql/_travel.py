@@ -48,8 +48,11 @@ def as_of(spark: Any, table: Table, travel: tuple[str, str]) -> str | datetime:
     """What ``Table.snapshot`` takes for the clause."""
     kind, value = travel
     if kind == "TIMESTAMP":
+        iso = value.strip()
+        # Python 3.10's fromisoformat (the oldest we support) refuses the ``Z`` suffix.
+        iso = iso[:-1] + "+00:00" if iso[-1:] in ("Z", "z") else iso
         try:
-            moment = datetime.fromisoformat(value.strip())
+            moment = datetime.fromisoformat(iso)
         except ValueError:
             return value  # Table.snapshot names the forms it takes
         return moment if moment.tzinfo is not None else moment.replace(tzinfo=session_zone(spark))
