@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs
 import pyarrow.parquet as pq
 
-from timeline import InvalidOptionError, Storage, StorageError
+from timeline import InvalidOptionError, Storage, StorageError, makes_folders, move
 
 if TYPE_CHECKING:
     from ._foreign import ExternalReader
@@ -43,6 +43,10 @@ class DataStore:
         if provider is None:
             raise InvalidOptionError(f"storage {storage!r} offers no pyarrow filesystem for data files")
         self.filesystem, self.root = provider()
+        #: On an object store, pyarrow's create_dir and its deletes and moves leave zero-byte
+        #: folder markers that listings would show as keys: folders need no creating there, and
+        #: deletes and moves go through the storage.
+        self.folders = makes_folders(self.filesystem)
         self._made_folders: set[str] = set()
         #: Reads external segments' files (None: a store that only knows the table's own files).
         self.external = external
@@ -69,28 +73,65 @@ class DataStore:
         ``statistics``: write Parquet statistics for every column, or only for those named.
         ``dictionary``: dictionary-encode every column, or only those named.
         """
+        def encode(sink: pa.NativeFile) -> None:
+            pq.write_table(table, sink, row_group_size=row_group_rows,
+                           write_statistics=statistics, use_dictionary=dictionary,
+                           **_DECIMALS_AS_INTEGERS)
+
         full = self.full_path(path)
         folder = posixpath.dirname(full)
         try:
-            if folder not in self._made_folders:
+            if self.folders and folder not in self._made_folders:
                 self.filesystem.create_dir(folder, recursive=True)
                 self._made_folders.add(folder)
-            with self.filesystem.open_output_stream(full) as sink:
-                pq.write_table(table, sink, row_group_size=row_group_rows,
-                               write_statistics=statistics, use_dictionary=dictionary,
-                               **_DECIMALS_AS_INTEGERS)
-                size: int = sink.tell()
-        except OSError as exc:
+            if self.folders:
+                with self.filesystem.open_output_stream(full) as sink:
+                    encode(sink)
+                    size: int = sink.tell()
+            else:
+                # One PUT of the whole file through the storage: pyarrow's streaming multipart
+                # upload took 1.7x as long on the S3 test server (design/storage.md, "The data
+                # path").
+                buffer = pa.BufferOutputStream()
+                encode(buffer)
+                data = buffer.getvalue().to_pybytes()
+                self.storage.put(path, data)
+                size = len(data)
+        except OSError as exc:  # StorageError is one
             # A full disk would stay full of the partial file until the rollback, which itself
             # needs room to record that it started: remove it now (its marker still names it).
             with contextlib.suppress(OSError):
-                self.filesystem.delete_file(full)
+                if self.folders:
+                    self.filesystem.delete_file(full)
+                else:
+                    self.storage.delete(path)
             error = StorageError(f"could not write data file {path!r} of the table at "
                                  f"{self.storage.uri!r}: {exc}; expected the storage to accept "
                                  "it (free space, permissions)")
             error.errno = exc.errno
             raise error from exc
         return size
+
+    def make_folder(self, path: str) -> None:
+        """Create the table folder ``path`` where folders exist (nothing on object stores)."""
+        if self.folders:
+            self.filesystem.create_dir(self.full_path(path), recursive=True)
+
+    def move_file(self, source: str, target: str) -> None:
+        """Move table file ``source`` to ``target`` (table-relative paths)."""
+        if self.folders:
+            self.filesystem.move(self.full_path(source), self.full_path(target))
+        else:
+            move(self.storage, source, target)
+
+    def remove_folder(self, path: str) -> None:
+        """Remove table folder ``path`` and everything in it; a missing folder is fine."""
+        if self.folders:
+            with contextlib.suppress(FileNotFoundError):
+                self.filesystem.delete_dir(self.full_path(path))
+            return
+        for key in self.storage.list(path, recursive=True):
+            self.storage.delete(key)
 
     def dataset(
         self,
