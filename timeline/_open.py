@@ -35,7 +35,8 @@ def open_storage(uri: str | os.PathLike[str], storage_options: dict[str, Any] | 
             f"got {storage_options!r} ({type(storage_options).__name__})")
     scheme, sep, rest = text.partition("://")
     if not sep:
-        scheme, rest = "file", text
+        # ``file:/abs/path`` (one slash: how Java and Spark print a local URI) is that local path.
+        scheme, rest = "file", text[5:] if text[:5].lower() == "file:" else text
     scheme = scheme.lower()
     if scheme in ("file", "local"):
         options = dict(storage_options or {})

@@ -116,7 +116,7 @@ def _check_levels(url: str, relative: str, folders: str, schema: pa.Schema,
     names = folders.split("/") if folders and folders != "." else []
     expected = "/".join(f"{name}=<value>" for name in partition_by)
     if len(names) != len(partition_by) or any(
-            parse_hive_folder(folder)[0] != name or "=" not in folder
+            parse_hive_folder(folder, partition_by)[0] != name or "=" not in folder
             for folder, name in zip(names, partition_by, strict=False)):
         raise InvalidOptionError(
             f"add_segment path {url!r} does not comply with the table's partitions: file "

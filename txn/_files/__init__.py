@@ -47,6 +47,7 @@ from ._hive import (
     parse_hive_folder,
     parse_hive_value,
     partition_folder,
+    partition_path,
     timestamp_value,
     unescape_path_name,
 )
@@ -144,6 +145,7 @@ __all__ = [
     "parse_hive_value",
     "partition_folder",
     "partition_of",
+    "partition_path",
     "partition_renames",
     "partition_values",
     "prefixes",

@@ -193,7 +193,7 @@ def partition_values(url: str, schema: pa.Schema, partition_by: Sequence[str]) -
     folders = posixpath.dirname(url.split("://", 1)[-1]).split("/")[-len(partition_by):]
     values: dict[str, Any] = {}
     for name, folder in zip(partition_by, folders, strict=True):
-        found, text = parse_hive_folder(folder)
+        found, text = parse_hive_folder(folder, partition_by)
         if found != name:
             raise CorruptMetadataError(url, f"an external file below a {name}=<value> folder",
                                        f"folder {folder!r}")
@@ -226,7 +226,7 @@ def renamed_partition(partition: str, renames: Mapping[str, str]) -> str:
     renamed = []
     for folder in partition.split("/"):
         name, _, text = folder.partition("=")
-        new = renames.get(unescape_path_name(name))
+        new = renames.get(unescape_path_name(name), renames.get(name))
         renamed.append(folder if new is None else f"{escape_path_name(new)}={text}")
     return "/".join(renamed)
 
@@ -239,7 +239,7 @@ def canonical_partition(partition: str, schema: pa.Schema) -> str:
         return partition
     folders = []
     for folder in partition.split("/"):
-        name, text = parse_hive_folder(folder)
+        name, text = parse_hive_folder(folder, schema.names)
         try:
             value = typed_value(text, schema.field(name).type)
             folders.append(partition_folder(name, value))

@@ -28,8 +28,10 @@ trailing ``Z`` or ``+HH:MM`` offset too (folders other writers made, for ADD SEG
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 
@@ -142,11 +144,18 @@ def hive_folder(column: str, value: object) -> str:
     return f"{escape_path_name(column)}={hive_value(value)}"
 
 
-def parse_hive_folder(folder: str) -> tuple[str, str | None]:
+def parse_hive_folder(folder: str, columns: Collection[str] = ()) -> tuple[str, str | None]:
     """The column name and value text (None for null) of a folder ``<column>=<value>``; a
-    folder without ``=`` is all name and an empty value (callers check the name)."""
+    folder without ``=`` is all name and an empty value (callers check the name).
+
+    ``columns``: the table's partition columns. Before issue 29 column names were written as
+    they are, so ``a%41=x`` of such a table is the column ``a%41``: the unescaped name is taken
+    if it is one of ``columns``, else the raw name if that is one."""
     name, _, text = folder.partition("=")
-    return unescape_path_name(name), parse_hive_value(text)
+    unescaped = unescape_path_name(name)
+    if columns and unescaped not in columns and name in columns:
+        unescaped = name
+    return unescaped, parse_hive_value(text)
 
 
 def timestamp_value(raw: str, data_type: pa.TimestampType) -> Any:
@@ -174,3 +183,40 @@ def partition_folder(column: str, value: object) -> str:
             "Help: partition by a shorter column (a prefix, a bucket or a hash of this one)"
         )
     return folder
+
+
+def legacy_folder(column: str, value: object) -> str | None:
+    """``<column>=<value>`` as metatxn named it before issue 29 (the column as it is, the value
+    through ``urllib.parse.quote``, ``:`` kept); None if that is no file name either."""
+    try:
+        if isinstance(value, datetime):
+            text = quote(_datetime_text(value), safe=" -.")
+        elif value is None or isinstance(value, (bool, date)):
+            text = hive_value(value)
+        else:
+            text = quote(str(value), safe=" -_.,:;@+~")
+            text = _HIVE_NULL_LITERAL if text == HIVE_NULL else text
+        folder = f"{column}={text}"
+        return folder if len(folder.encode()) <= MAX_PARTITION_FOLDER_BYTES else None
+    except UnicodeEncodeError:
+        return None
+
+
+def partition_path(columns: Sequence[str], values: Mapping[str, object],
+                   existing: Callable[[str], bool] | None = None) -> str:
+    """``<column>=<value>/...`` of ``values`` for the partition ``columns``.
+
+    A folder longer than a file name may be is refused (:func:`partition_folder`) unless the
+    table already holds that value in the folder metatxn named before issue 29, which fits
+    (``existing``: whether a partition path holds files; asked only on this rare path): then
+    that folder is kept, so a table written before issue 29 stays writable."""
+    folders: list[str] = []
+    for column in columns:
+        try:
+            folders.append(partition_folder(column, values[column]))
+        except InvalidOptionError:
+            legacy = legacy_folder(column, values[column])
+            if existing is None or legacy is None or not existing("/".join([*folders, legacy])):
+                raise
+            folders.append(legacy)
+    return "/".join(folders)

@@ -57,7 +57,7 @@ from timeline import (
     check_key,
 )
 
-from ._hive import parse_hive_value, partition_folder
+from ._hive import parse_hive_value, partition_path
 from ._sort import (
     DEFAULT_SORT_MEMORY_BYTES,
     SortOrder,
@@ -302,6 +302,7 @@ class DataFileWriter:
         with its record-key columns (row ``i`` at position ``i``): the record index starts
         its log meanwhile."""
         self._store = store
+        self._legacy_folders: dict[str, bool] = {}
         self._presorted = presorted
         self._schema = schema
         self._schema_id = schema_id
@@ -439,10 +440,19 @@ class DataFileWriter:
         for start, end in itertools.pairwise(starts):
             part = ordered.slice(start, end - start)
             values = {name: part.column(name)[0].as_py() for name in self._partition_by}
-            folders = [partition_folder(name, values[name]) for name in self._partition_by]
+            path = partition_path(self._partition_by, values, self._holds_files)
+            folders = path.split("/")
             values = {name: parse_hive_value(folder.split("=", 1)[1]) if isinstance(value, datetime)
                       else value for (name, value), folder in zip(values.items(), folders, strict=True)}
-            yield "/".join(folders), values, part
+            yield path, values, part
+
+    def _holds_files(self, partition: str) -> bool:
+        """Whether the table holds files in ``partition`` (asked only of a folder spelled as
+        before issue 29 whose new spelling is too long; remembered for the write)."""
+        if partition not in self._legacy_folders:
+            self._legacy_folders[partition] = bool(
+                self._store.storage.list(partition, recursive=True))
+        return self._legacy_folders[partition]
 
     def _flush(self, buffer: _Buffer) -> None:
         """Write ``buffer``'s rows as one file, in the order they came."""

@@ -68,12 +68,13 @@ def _partition_parser(schema: pa.Schema, renames: Mapping[str, str] | None = Non
     """Parse Hive partition paths ("day=2026-01-01/region=eu") into typed values, keyed by the
     names of ``schema`` (``renames``: a folder name of an older version -> the column's name)."""
     converters = {field.name: _converter(field.type) for field in schema}
+    known = frozenset(converters) | frozenset(renames or ())
 
     def parse(partition: str) -> dict[str, object]:
         values: dict[str, object] = {}
         if partition:
             for part in partition.split("/"):
-                name, raw = parse_hive_folder(part)
+                name, raw = parse_hive_folder(part, known)
                 name = (renames or {}).get(name, name)
                 values[name] = None if raw is None else converters[name](raw)
         return values

@@ -11,7 +11,7 @@ known as Hive paths, as the writer names their folders (``_hive``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from timeline import InvalidOptionError, SchemaMismatchError
 
 from .._context import TableContext
-from .._files import partition_folder, typed_value
+from .._files import partition_path, typed_value
 
 DYNAMIC = "dynamic"
 
@@ -34,14 +34,18 @@ def overwrite_scope(context: TableContext, partitions: object) -> tuple[frozense
         InvalidOptionError: ``partitions`` is neither ``"dynamic"`` nor a mapping of every
             partition column to a value of its type; or the table is unpartitioned or keyed.
     """
+    store = context.store.storage
     return layout_scope(context.uri, context.schema, context.partition_by, context.record_key_columns,
-                        partitions)
+                        partitions, lambda path: bool(store.list(path, recursive=True)))
 
 
 def layout_scope(uri: str, schema: pa.Schema, partition_by: list[str], key_columns: list[str],
-                 partitions: object) -> tuple[frozenset[str] | None, dict[str, Any]]:
+                 partitions: object, existing: Callable[[str], bool] | None = None
+                 ) -> tuple[frozenset[str] | None, dict[str, Any]]:
     """:func:`overwrite_scope` for a table of this layout, which need not exist yet: a write
-    that would create it checks ``partitions`` before it does, so a refused one leaves no table."""
+    that would create it checks ``partitions`` before it does, so a refused one leaves no table.
+    ``existing``: whether a partition path holds files (``partition_path``: a folder named as
+    before issue 29 is kept where the new name is too long)."""
     if partitions is None:
         return None, {}
     expected = ("partitions=None (the whole table), 'dynamic' (the partitions the new rows go to) "
@@ -66,7 +70,7 @@ def layout_scope(uri: str, schema: pa.Schema, partition_by: list[str], key_colum
         raise InvalidOptionError(f"overwrite: partitions names {sorted(map(str, named))}; expected "
                                  f"{expected}")
     values = {column: _typed(schema, column, named[column]) for column in partition_by}
-    folder = "/".join(partition_folder(column, values[column]) for column in partition_by)
+    folder = partition_path(partition_by, values, existing)
     return frozenset({folder}), values
 
 

@@ -161,3 +161,52 @@ def test_an_old_table_overwrites_and_compacts_a_value_s_both_folders(table_uri: 
     assert live == {"k=10%3A00", "k=ü", "k=a&b", "k=x"}
     assert [by_value(table, v) for v in AWKWARD] == [[20], [21], [2, 12], [3, 13]]
     assert table.validate().ok
+
+
+def test_an_old_table_keeps_writing_a_value_whose_escaped_folder_is_too_long(table_uri: str) -> None:
+    """``:`` * 100 was a 102-byte folder before issue 29 and is 302 bytes escaped: the table keeps
+    writing that value into the folder it has (appends, upserts, updates, compactions, a
+    partition overwrite); a new table refuses the value."""
+    long = ":" * 100
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_hive, "hive_folder", legacy_folder)
+        table = txn.create_table(table_uri, SCHEMA, partition_by=["k"], record_key="id")
+        table.append(rows([1, 2], [long, "x"]))
+    old_folders = folders(table_uri)
+    assert old_folders == sorted([f"k={long}", "k=x"])
+    table = txn.open_table(table_uri)
+    table.append(rows([3, 4], [long, "x"]))
+    table.upsert(rows([1], [long]))
+    table.update(pc.field("id") == 3, {"k": long})
+    assert table.compact("major") is not None
+    assert by_value(table, long) == [1, 3]
+    keyless = f"{table_uri}-keyless"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_hive, "hive_folder", legacy_folder)
+        txn.create_table(keyless, SCHEMA, partition_by=["k"]).append(rows([1, 2], [long, "x"]))
+    txn.open_table(keyless).overwrite(rows([5], [long]), partitions={"k": long})
+    assert sorted(txn.open_table(keyless).to_arrow()["id"].to_pylist()) == [2, 5]
+    assert folders(table_uri) == old_folders and folders(keyless) == old_folders
+    assert table.validate().ok
+    fresh = txn.create_table(f"{table_uri}-fresh", SCHEMA, partition_by=["k"])
+    with pytest.raises(txn.InvalidOptionError, match="302 bytes"):
+        fresh.append(rows([1], [long]))
+
+
+def test_an_old_table_whose_partition_column_name_looks_escaped(table_uri: str) -> None:
+    """Before issue 29 column names were written as they are: the folder ``a%41=x`` of such a
+    table is the column ``a%41`` (not ``aA``), for reads and for a partition overwrite."""
+    schema = pa.schema([("id", pa.int64(), False), ("a%41", pa.string())])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_hive, "hive_folder", legacy_folder)
+        table = txn.create_table(table_uri, schema, partition_by=["a%41"])
+        table.append(pa.table({"id": [1, 2], "a%41": ["x", "y"]}, schema=schema))
+    assert folders(table_uri) == ["a%41=x", "a%41=y"]
+    table = txn.open_table(table_uri)
+    assert sorted(f.partition["a%41"] for f in table.snapshot().files()) == ["x", "y"]
+    assert sorted(table.partitions(), key=str) == [{"a%41": "x"}, {"a%41": "y"}]
+    table.overwrite(pa.table({"id": [9], "a%41": ["x"]}, schema=schema), partitions={"a%41": "x"})
+    assert sorted(table.to_arrow()["id"].to_pylist()) == [2, 9]
+    assert parse_hive_folder("a%41=x", ["a%41"]) == ("a%41", "x")
+    assert parse_hive_folder("a%41=x", ["aA", "a%41"]) == ("aA", "x")
+    assert parse_hive_folder("a%41=x") == ("aA", "x")

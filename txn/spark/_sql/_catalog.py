@@ -21,6 +21,8 @@ from ... import InvalidOptionError, Table, TableNotFoundError, open_table
 
 #: The Spark runtime configuration key holding the warehouse of ``txn.spark.sql``.
 WAREHOUSE_KEY = "spark.metatxn.sql.warehouse"
+#: A location that starts with a URI scheme (two characters at least: ``C:`` is a drive).
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")
 
 DEFAULT_DATABASE = "default"
 
@@ -113,9 +115,10 @@ def set_warehouse(spark: Any, warehouse: str) -> Catalog:
     """Make ``warehouse`` the one ``txn.spark.sql`` maps table names into, for ``spark``."""
     if not isinstance(warehouse, str) or not warehouse.strip():
         raise InvalidOptionError(f"warehouse must be a non-empty location (a path or URI), got {warehouse!r}")
-    if "://" not in warehouse:
+    if not _SCHEME.match(warehouse):
         # Spark's Python workers run in folders of their own: a relative path would name another
-        # folder there than in this process.
+        # folder there than in this process. A location with a scheme (``s3a://``, Java's
+        # ``file:/abs``) is left as it is.
         warehouse = os.path.abspath(os.path.expanduser(warehouse))
     spark.conf.set(WAREHOUSE_KEY, warehouse)
     return Catalog(warehouse)
