@@ -177,7 +177,7 @@ class _Front(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _FrontServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -290,7 +290,8 @@ class _Front(BaseHTTPRequestHandler):
             parts.append(f"<Contents><Key>{escape(item['name'])}</Key>"
                          f"<LastModified>{item['updated']}</LastModified>"
                          f"<ETag>{escape(_etag(item))}</ETag><Size>{item['size']}</Size></Contents>")
-        parts.extend(f"<CommonPrefixes><Prefix>{escape(p)}</Prefix></CommonPrefixes>" for p in sorted(prefixes))
+        parts.extend(f"<CommonPrefixes><Prefix>{escape(prefix)}</Prefix></CommonPrefixes>"
+                     for prefix in sorted(prefixes))
         parts.append("</ListBucketResult>")
         self._answer(HTTPStatus.OK, "".join(parts).encode(), {"Content-Type": "application/xml"})
 
