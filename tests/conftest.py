@@ -15,6 +15,7 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -210,3 +211,26 @@ def azure_server() -> Iterator[AzuriteServer]:
 def azure_uri(azure_server: AzuriteServer) -> AzureLocation:
     """A table location ``az://<fresh container>/table``; unpacks as ``uri, storage_options``."""
     return azure_server.new_location()
+
+
+# -- every object store in turn --------------------------------------------------------------------
+
+
+@pytest.fixture(params=["s3", "gcs", "azure"])
+def store_uri(request: pytest.FixtureRequest) -> Any:
+    """A table location on each object store in turn (S3, GCS, Azure), from that store's fixture
+    above; unpacks as ``uri, storage_options``."""
+    from tests.stores import LOCATION_FIXTURES
+
+    return request.getfixturevalue(LOCATION_FIXTURES[request.param])
+
+
+@pytest.fixture
+def store_env(store_uri: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``store_uri`` with its options also in the environment, where ``txn.open_table(uri)`` in
+    this process and in the processes it starts finds them (``tests/stores.py``)."""
+    from tests.stores import environment
+
+    for name, value in environment(*store_uri).items():
+        monkeypatch.setenv(name, value)
+    return store_uri
