@@ -7,7 +7,7 @@ The server runs in a thread of the pytest process (see the session fixture ``s3_
 moto evaluates ``If-None-Match: *`` as check-then-insert inside one request thread, without a
 lock, whereas S3 decides conditional writes atomically on the server. The tests are about our
 client, not about moto, so conditional PUTs are serialised here to give the server guarantee the
-S3 backend relies on (see ``timeline/_s3.py``). Every other request runs concurrently.
+S3 backend relies on (see ``timeline/_object.py``). Every other request runs concurrently.
 """
 
 from __future__ import annotations
@@ -43,25 +43,13 @@ class S3Location(NamedTuple):
         return S3Location(f"s3://{self.bucket}/{path}", self.storage_options)
 
     def open(self) -> Storage:
-        """A new handle on the location (a new s3fs filesystem and client each time)."""
-        options = {**self.storage_options, "session": _shared_session()}
-        return open_storage(self.uri, options)
+        """A new handle on the location (a new client each time)."""
+        return open_storage(self.uri, self.storage_options)
 
 
-_session_lock = threading.Lock()
-_session: Any = None
-
-
-def _shared_session() -> Any:
-    """One aiobotocore session per process: each s3fs handle still gets its own client, but the
-    service model is loaded once instead of per handle (about 0.1 s each)."""
-    global _session
-    with _session_lock:
-        if _session is None:
-            import aiobotocore.session
-
-            _session = aiobotocore.session.AioSession()
-        return _session
+_CONFLICT = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ConditionalRequestConflict'
+             b'</Code><Message>A conflicting conditional operation is currently in progress '
+             b'against this resource.</Message></Error>')
 
 
 class _SerialisedConditionalPuts:
@@ -70,10 +58,17 @@ class _SerialisedConditionalPuts:
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self._app = app
         self._lock = threading.Lock()
+        #: How many coming conditional PUTs to answer 409 ConditionalRequestConflict, as S3
+        #: does while another conditional write on the key is in flight.
+        self.conflicts = 0
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         if environ.get("REQUEST_METHOD") == "PUT" and environ.get("HTTP_IF_NONE_MATCH") == "*":
             with self._lock:
+                if self.conflicts > 0:
+                    self.conflicts -= 1
+                    start_response("409 Conflict", [("Content-Type", "application/xml")])
+                    return [_CONFLICT]
                 # moto decides and stores the object inside this call; the body it returns is
                 # already materialised, so iterating it later needs no lock.
                 return self._app(environ, start_response)
@@ -91,6 +86,7 @@ class S3Server:
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.endpoint_url = ""
         self._admin: Any = None
+        self._middleware: _SerialisedConditionalPuts | None = None
 
     def start(self) -> S3Server:
         self._server.start()
@@ -101,10 +97,20 @@ class S3Server:
                 "moto's ThreadedMotoServer no longer exposes its werkzeug server as `_server`; "
                 "update tests/s3server.py so conditional PUTs stay serialised"
             )
-        wsgi_server.app = _SerialisedConditionalPuts(wsgi_server.app)
+        self._middleware = wsgi_server.app = _SerialisedConditionalPuts(wsgi_server.app)
         host, port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{host}:{port}"
         return self
+
+    def answer_conflicts(self, count: int) -> None:
+        """Answer the next ``count`` conditional PUTs ``409 ConditionalRequestConflict``."""
+        assert self._middleware is not None, "start the server first"
+        self._middleware.conflicts = count
+
+    def pending_conflicts(self) -> int:
+        """How many of the conflicts asked for are still to be answered."""
+        assert self._middleware is not None, "start the server first"
+        return self._middleware.conflicts
 
     def stop(self) -> None:
         self._server.stop()

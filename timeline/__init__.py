@@ -15,6 +15,7 @@ Example:
 
 from ._archive import ArchivedInstant, ArchiveFile
 from ._archive import read_all as read_archive
+from ._arrowfs import makes_folders
 from ._clock import Clock, next_time, system_clock
 from ._errors import (
     CommitConflictError,
@@ -59,7 +60,9 @@ from ._layout import ARCHIVE_FOLDER, TIMELINE_FOLDER
 from ._local import LocalStorage
 from ._lock import Lease, LockRecord, TableLock
 from ._memory import MemoryStorage
+from ._object import ObjectStorage
 from ._open import open_storage
+from ._options import fsspec_options
 from ._prefixed import PrefixedStorage
 from ._storage import Staging, Storage, Temporary, check_key, leftover_temporaries, move
 from ._timeline import RollbackPlan, Timeline, TimelineOptions
@@ -95,6 +98,7 @@ __all__ = [
     "MergeCardinalityError",
     "ObjectExistsError",
     "ObjectNotFoundError",
+    "ObjectStorage",
     "PrefixedStorage",
     "RollbackPlan",
     "SchemaChangedError",
@@ -119,7 +123,9 @@ __all__ = [
     "WorkerEnvironmentError",
     "check_key",
     "format_time",
+    "fsspec_options",
     "leftover_temporaries",
+    "makes_folders",
     "move",
     "next_time",
     "open_storage",

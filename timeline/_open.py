@@ -9,13 +9,16 @@ from typing import Any
 from ._errors import InvalidOptionError
 from ._local import LocalStorage
 from ._memory import MemoryStorage
+from ._options import SCHEMES
 from ._storage import Storage
 
-SUPPORTED_SCHEMES = ("file", "memory", "s3", "s3a")
+SUPPORTED_SCHEMES = ("file", "memory", *SCHEMES)
 
 
 def open_storage(uri: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Storage:
-    """Return the storage for ``uri``: a local path, ``file://``, ``memory://`` or ``s3://``.
+    """Return the storage for ``uri``: a local path, ``file://``, ``memory://``, or an object
+    store: ``s3://`` (``s3a://``), ``gs://`` (``gcs://``), ``az://`` (``azure://``, ``abfs://``,
+    ``abfss://``), with deltalake's ``storage_options`` (see ``timeline/_options.py``).
 
     Raises:
         InvalidOptionError: the scheme has no atomic put-if-absent here, or the options do not
@@ -44,12 +47,12 @@ def open_storage(uri: str | os.PathLike[str], storage_options: dict[str, Any] | 
     if scheme == "memory":
         _refuse_options(text, storage_options, "memory:// tables take no storage_options")
         return MemoryStorage(rest, uri=text)
-    if scheme in ("s3", "s3a"):
-        from ._s3 import S3Storage
+    if scheme in SCHEMES:
+        from ._object import ObjectStorage
 
         # The location as given: its files' paths are built from it, and Spark's Hadoop reads
         # s3a:// (open-source Hadoop has no s3:// filesystem at all).
-        return S3Storage(text, storage_options)
+        return ObjectStorage(text, dict(storage_options or {}))
     raise InvalidOptionError(
         f"unsupported table location {text!r}: scheme {scheme!r} has no atomic put-if-absent in "
         f"metatxn; expected one of {', '.join(s + '://' for s in SUPPORTED_SCHEMES)} or a local path"

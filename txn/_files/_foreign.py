@@ -46,7 +46,7 @@ import pyarrow.orc as porc
 import pyarrow.parquet as pq
 
 from indexes import field_id
-from timeline import CorruptMetadataError, SchemaMismatchError, TxnError
+from timeline import CorruptMetadataError, SchemaMismatchError, TxnError, fsspec_options
 
 from .._schema import same_columns, version_projection
 from ._hive import parse_hive_value, partition_folder, timestamp_value
@@ -86,11 +86,13 @@ def url_filesystem(url: str, options: Mapping[str, Any] | None) -> tuple[Any, st
     """The fsspec filesystem of ``url`` (one per protocol and options in this process) and the
     path within it."""
     protocol = url.split("://", 1)[0]
-    key = (protocol, repr(sorted((options or {}).items())))
+    # A table's options are deltalake's keys; fsspec's filesystem takes its own.
+    translated = fsspec_options(url, options)
+    key = (protocol, repr(sorted(translated.items())))
     with _FILESYSTEMS_LOCK:
         filesystem = _FILESYSTEMS.get(key)
         if filesystem is None:
-            filesystem = fsspec.filesystem(protocol, **dict(options or {}))
+            filesystem = fsspec.filesystem(protocol, **translated)
             _FILESYSTEMS[key] = filesystem
     return filesystem, filesystem._strip_protocol(url)
 

@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs
 import pyarrow.parquet as pq
 
-from timeline import InvalidOptionError, Storage, StorageError
+from timeline import InvalidOptionError, Storage, StorageError, makes_folders, move
 
 if TYPE_CHECKING:
     from ._foreign import ExternalReader
@@ -43,7 +43,11 @@ class DataStore:
         if provider is None:
             raise InvalidOptionError(f"storage {storage!r} offers no pyarrow filesystem for data files")
         self.filesystem, self.root = provider()
-        self._made_folders: set[str] = set()
+        #: On an object store, pyarrow's create_dir and its deletes and moves leave zero-byte
+        #: folder markers that listings would show as keys: folders need no creating there, and
+        #: deletes and moves go through the storage.
+        self.folders = makes_folders(self.filesystem)
+        self._made_folders: set[str] = set() if self.folders else {""}
         #: Reads external segments' files (None: a store that only knows the table's own files).
         self.external = external
 
@@ -72,7 +76,7 @@ class DataStore:
         full = self.full_path(path)
         folder = posixpath.dirname(full)
         try:
-            if folder not in self._made_folders:
+            if self.folders and folder not in self._made_folders:
                 self.filesystem.create_dir(folder, recursive=True)
                 self._made_folders.add(folder)
             with self.filesystem.open_output_stream(full) as sink:
@@ -84,13 +88,37 @@ class DataStore:
             # A full disk would stay full of the partial file until the rollback, which itself
             # needs room to record that it started: remove it now (its marker still names it).
             with contextlib.suppress(OSError):
-                self.filesystem.delete_file(full)
+                if self.folders:
+                    self.filesystem.delete_file(full)
+                else:
+                    self.storage.delete(path)
             error = StorageError(f"could not write data file {path!r} of the table at "
                                  f"{self.storage.uri!r}: {exc}; expected the storage to accept "
                                  "it (free space, permissions)")
             error.errno = exc.errno
             raise error from exc
         return size
+
+    def make_folder(self, path: str) -> None:
+        """Create the table folder ``path`` where folders exist (nothing on object stores)."""
+        if self.folders:
+            self.filesystem.create_dir(self.full_path(path), recursive=True)
+
+    def move_file(self, source: str, target: str) -> None:
+        """Move table file ``source`` to ``target`` (table-relative paths)."""
+        if self.folders:
+            self.filesystem.move(self.full_path(source), self.full_path(target))
+        else:
+            move(self.storage, source, target)
+
+    def remove_folder(self, path: str) -> None:
+        """Remove table folder ``path`` and everything in it; a missing folder is fine."""
+        if self.folders:
+            with contextlib.suppress(FileNotFoundError):
+                self.filesystem.delete_dir(self.full_path(path))
+            return
+        for key in self.storage.list(path, recursive=True):
+            self.storage.delete(key)
 
     def dataset(
         self,

@@ -19,7 +19,6 @@ live writer's folder is never taken for a dead one's.
 
 from __future__ import annotations
 
-import contextlib
 import posixpath
 import secrets
 from concurrent.futures import ThreadPoolExecutor
@@ -95,8 +94,8 @@ def _publish(store: DataStore, staged: pafs.FileInfo, footer: pq.FileMetaData, s
     name = f"part-{segment}-{number:05d}-n{secrets.token_hex(4)}_{instant_time}.parquet"
     path = posixpath.join(folder, name)
     store.storage.put_if_absent(marker_path(name), path.encode())
-    store.filesystem.create_dir(store.full_path(folder), recursive=True)
-    store.filesystem.move(staged.path, store.full_path(path))
+    store.make_folder(folder)
+    store.move_file(staged.path[len(store.root) + 1:], path)
     assert staged.size is not None
     return FileStatus(path=path, partition="", rows=footer.num_rows, size=staged.size,
                       stats=footer_stats(footer, schema), schema_id=schema_id)
@@ -129,5 +128,4 @@ def _is_instant_time(name: str) -> bool:
 
 
 def _remove_folder(store: DataStore, folder: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        store.filesystem.delete_dir(store.full_path(folder))
+    store.remove_folder(folder)

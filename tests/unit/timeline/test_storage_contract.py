@@ -476,28 +476,13 @@ class TestS3Storage(AbstractStorageTests):
     def make_storage(self, s3_uri) -> MakeStorage:  # type: ignore[no-untyped-def]
         return lambda name: s3_uri.sibling(name).open()
 
-    def test_a_conditional_request_conflict_is_retried(self, s3_uri) -> None:  # type: ignore[no-untyped-def]
+    def test_a_conditional_request_conflict_is_retried(self, s3_server, s3_uri) -> None:  # type: ignore[no-untyped-def]
         """S3 answers 409 ConditionalRequestConflict while another conditional write on the key
         is in flight; the backend retries, and the retry decides (here: wins)."""
-        import aiobotocore.session
-        from botocore.awsrequest import AWSResponse
-
-        session = aiobotocore.session.AioSession()
-        conflicts: list[int] = []
-
-        def conflict_once(**_: object) -> tuple[AWSResponse, dict[str, object]] | None:
-            if conflicts:
-                return None  # send the request to the server
-            conflicts.append(1)
-            body = {"Error": {"Code": "ConditionalRequestConflict",
-                              "Message": "A conflicting conditional operation is in progress"},
-                    "ResponseMetadata": {"HTTPStatusCode": 409}}
-            return AWSResponse(s3_uri.uri, 409, {}, None), body
-
-        session.register("before-call.s3.PutObject", conflict_once)
-        storage = open_storage(s3_uri.uri, {**s3_uri.storage_options, "session": session})
+        storage = s3_uri.open()
+        s3_server.answer_conflicts(1)
         storage.put_if_absent("a.json", b"after a conflict")
-        assert conflicts == [1]
+        assert s3_server.pending_conflicts() == 0
         assert storage.read("a.json") == b"after a conflict"
 
 
@@ -531,22 +516,38 @@ def test_two_memory_handles_on_one_url_share_objects(memory_uri: str) -> None:
     assert open_storage(memory_uri).read("a") == b"shared"
 
 
-@pytest.mark.parametrize("scheme", ["s3", "s3a"])
-def test_an_s3_url_opens_s3_storage(scheme: str) -> None:
-    pytest.importorskip("s3fs")
-    from timeline._s3 import S3Storage
+@pytest.mark.parametrize("scheme", ["s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss"])
+def test_an_object_store_url_opens_object_storage(scheme: str) -> None:
+    pytest.importorskip("obstore")
+    from timeline._object import ObjectStorage
 
-    storage = open_storage(f"{scheme}://bucket/table", {"anon": True})
-    assert isinstance(storage, S3Storage)
+    options = {"skip_signature": True}
+    if scheme in ("az", "azure", "abfs", "abfss"):
+        options["account_name"] = "account"
+    storage = open_storage(f"{scheme}://bucket/table", options)
+    assert isinstance(storage, ObjectStorage)
+    assert storage.uri == f"{scheme}://bucket/table"
 
 
-def test_an_s3_url_without_a_bucket_is_refused() -> None:
-    pytest.importorskip("s3fs")
+def test_an_abfs_url_names_the_account_and_the_container() -> None:
+    pytest.importorskip("obstore")
+    from timeline._object import ObjectStorage
+
+    storage = open_storage("abfss://data@acct.dfs.core.windows.net/t", {"skip_signature": True})
+    assert isinstance(storage, ObjectStorage)
+    resolved = storage.store_options
+    assert (resolved.bucket, resolved.prefix) == ("data", "t")
+    assert resolved.config["azure_storage_account_name"] == "acct"
+
+
+@pytest.mark.parametrize("location", ["s3://", "gs://", "az://"])
+def test_an_object_store_url_without_a_bucket_is_refused(location: str) -> None:
+    pytest.importorskip("obstore")
     with pytest.raises(InvalidOptionError, match="names no bucket"):
-        open_storage("s3://")
+        open_storage(location)
 
 
-@pytest.mark.parametrize("location", ["gs://b/t", "hdfs://x", "abfs://c/t", "http://host/t"])
+@pytest.mark.parametrize("location", ["hdfs://x", "wasb://c/t", "http://host/t"])
 def test_an_unsupported_scheme_is_refused_naming_the_supported_ones(location: str) -> None:
     """Only schemes with an atomic put-if-absent are accepted; the error lists them."""
     with pytest.raises(InvalidOptionError) as info:
