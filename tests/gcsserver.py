@@ -141,10 +141,27 @@ class _Emulator:
         return self._call("GET", self._object_path(bucket, name) + "?alt=media")
 
     def upload(self, bucket: str, name: str, data: bytes, content_type: str) -> dict[str, Any]:
+        content_type = content_type or "application/octet-stream"
+        if not data:
+            return self._upload_empty(bucket, name, content_type)
         query = urllib.parse.urlencode({"uploadType": "media", "name": name})
         return dict(json.loads(self._call(
-            "POST", f"/upload/storage/v1/b/{bucket}/o?{query}", data,
-            {"Content-Type": content_type or "application/octet-stream"})))
+            "POST", f"/upload/storage/v1/b/{bucket}/o?{query}", data, {"Content-Type": content_type})))
+
+    def _upload_empty(self, bucket: str, name: str, content_type: str) -> dict[str, Any]:
+        """An empty object: the emulator's media upload fails on an empty body, its resumable
+        upload finished with ``Content-Range: bytes */0`` makes one."""
+        query = urllib.parse.urlencode({"uploadType": "resumable", "name": name})
+        request = urllib.request.Request(
+            f"{self.base}/upload/storage/v1/b/{bucket}/o?{query}", method="POST",
+            data=json.dumps({"name": name, "contentType": content_type}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            location = response.headers["Location"]
+        finish = urllib.request.Request(location, method="PUT", data=b"",
+                                        headers={"Content-Range": "bytes */0"})
+        with urllib.request.urlopen(finish, timeout=60) as response:
+            return dict(json.loads(response.read()))
 
     def delete(self, bucket: str, name: str) -> None:
         self._call("DELETE", self._object_path(bucket, name))
@@ -199,7 +216,7 @@ class _Front(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if body and not head:
+        if body and not head and self.command != "HEAD":  # a HEAD answer never has a body
             self.wfile.write(body)
 
     def _fail(self, status: int, code: str, message: str) -> None:
