@@ -11,19 +11,21 @@ No GCS emulator on the package index honours ``ifGenerationMatch=0``, GCS's atom
   JSON multipart uploads, not on media uploads nor on the XML API, which object_store (obstore)
   speaks: its XML ``PUT`` answers ``400 invalid uploadType``.
 
-So the tests run ``gcp-storage-emulator`` (a subprocess, in memory) and put :class:`GcsServer`'s
-front in the pytest process before it: it speaks the part of GCS's XML API that object_store
+So the tests run ``gcp-storage-emulator`` (in memory) with a front before it, both in a child
+process (:class:`GcsServer`). The front speaks the part of GCS's XML API that object_store
 uses (``PUT`` with ``x-goog-if-generation-match`` or ``x-goog-copy-source``, ``GET`` and
 ``HEAD`` with ranges, ``DELETE``, ``list-type=2`` listings, XML multipart uploads) and turns
-each call into the emulator's JSON API. Every call that changes an object runs under one lock,
-the precondition checked against the emulator's current generation inside it, so a lost race
-gets ``412 Precondition Failed`` as on GCS. The front is the fault the emulator lacks, injected;
+each call into the emulator's JSON API; JSON API calls (pyarrow's ``GcsFileSystem``, the data
+path) pass through unchanged. Every call that changes an object runs under one lock, the
+precondition checked against the emulator's current generation inside it, so a lost race gets
+``412 Precondition Failed`` as on GCS. The front is the fault the emulator lacks, injected;
 the objects, generations and listings are the emulator's.
 """
 
 from __future__ import annotations
 
 import email.utils
+import http.client
 import itertools
 import json
 import os
@@ -40,6 +42,7 @@ import uuid
 from datetime import datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, NamedTuple
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
@@ -78,27 +81,35 @@ class _Missing(Exception):
 
 
 class _Emulator:
-    """The JSON API of a ``gcp-storage-emulator`` subprocess."""
+    """The JSON API of a ``gcp-storage-emulator`` (a subprocess when :meth:`launch` started it)."""
 
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self._process = subprocess.Popen(
+    def __init__(self, port: int, process: subprocess.Popen[bytes] | None = None) -> None:
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self._process = process
+
+    @classmethod
+    def launch(cls) -> _Emulator:
+        port = _free_port()
+        process = subprocess.Popen(
             [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-             "--port", str(self.port), "--in-memory", "--quiet"],
+             "--port", str(port), "--in-memory", "--quiet"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        emulator = cls(port, process)
         deadline = time.monotonic() + 30
         while True:
             try:
-                self._call("GET", "/")
-                return
+                emulator._call("GET", "/")
+                return emulator
             except (OSError, _Missing):
-                if self._process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
+                if process.poll() is not None or time.monotonic() > deadline:
+                    emulator.stop()
                     raise RuntimeError("gcp-storage-emulator did not start") from None
                 time.sleep(0.05)
 
     def stop(self) -> None:
+        if self._process is None:
+            return
         self._process.terminate()
         try:
             self._process.wait(timeout=10)
@@ -117,6 +128,18 @@ class _Emulator:
             if exc.code == HTTPStatus.NOT_FOUND:
                 raise _Missing(path) from None
             raise
+
+    def forward(self, method: str, path: str, body: bytes,
+                headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        """One request passed through as it came; the emulator's answer, whatever its status."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            connection.request(method, path, body=body if body or method in ("POST", "PUT") else None,
+                               headers=headers)
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            connection.close()
 
     @staticmethod
     def _object_path(bucket: str, name: str) -> str:
@@ -172,6 +195,10 @@ class _Emulator:
             query["delimiter"] = delimiter
         answer = json.loads(self._call("GET", f"/storage/v1/b/{bucket}/o?{urllib.parse.urlencode(query)}"))
         return list(answer.get("items") or []), list(answer.get("prefixes") or [])
+
+
+#: Paths of GCS's JSON API, which the front passes through to the emulator.
+_JSON_API = ("/storage/v1/", "/upload/storage/v1/", "/download/storage/v1/", "/batch/storage/v1")
 
 
 def _etag(resource: dict[str, Any]) -> str:
@@ -233,6 +260,9 @@ class _Front(BaseHTTPRequestHandler):
 
     def _run(self, method: str) -> None:
         try:
+            if self.path.startswith(_JSON_API):
+                self._pass_through()
+                return
             getattr(self, f"_{method}")()
         except _Missing:
             self._fail(HTTPStatus.NOT_FOUND, "NoSuchKey", "The specified key does not exist.")
@@ -253,6 +283,24 @@ class _Front(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         self._run("delete")
+
+    def _pass_through(self) -> None:
+        """A JSON API call (pyarrow's ``GcsFileSystem``, the data path), to the emulator as it
+        came, under the lock when it writes. metatxn's commits never take this way: object_store
+        speaks the XML API above, and data files are never written conditionally."""
+        body = self._body()
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in ("content-length", "connection", "transfer-encoding")}
+        emulator = self.server.emulator
+        if self.command in ("GET", "HEAD"):
+            status, answer, data = emulator.forward(self.command, self.path, body, headers)
+        else:
+            with self.server.lock:
+                status, answer, data = emulator.forward(self.command, self.path, body, headers)
+        kept = {k: v for k, v in answer.items()
+                if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date")}
+        self.close_connection = True  # as the emulator does (HTTP/1.0)
+        self._answer(status, data, {**kept, "Connection": "close"})
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -380,21 +428,35 @@ class _FrontServer(ThreadingHTTPServer):
 
 
 class GcsServer:
-    """``gcp-storage-emulator`` on a free port of 127.0.0.1, with the enforcing front before it."""
+    """``gcp-storage-emulator`` on a free port of 127.0.0.1, with the enforcing front before it.
+
+    Both run in a child process (``python -m tests.gcsserver``), not in the pytest process:
+    pyarrow's ``GcsFileSystem`` (the data path) makes some requests without releasing the GIL,
+    so a front in the process that calls it could never answer them.
+    """
 
     def __init__(self) -> None:
         self.endpoint_url = ""
-        self._emulator: _Emulator | None = None
-        self._front: _FrontServer | None = None
-        self._thread: threading.Thread | None = None
+        self.emulator_url = ""  # the emulator alone, without the front (for checks of what it does)
+        self._process: subprocess.Popen[str] | None = None
+        self._front: _Emulator | None = None
         self._credentials = ""
 
     def start(self) -> GcsServer:
-        self._emulator = _Emulator()
-        self._front = _FrontServer(self._emulator)
-        self._thread = threading.Thread(target=self._front.serve_forever, name="gcs-front", daemon=True)
-        self._thread.start()
-        self.endpoint_url = f"http://127.0.0.1:{self._front.server_address[1]}"
+        repository = str(Path(__file__).resolve().parent.parent)
+        path = os.pathsep.join(p for p in (repository, os.environ.get("PYTHONPATH", "")) if p)
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.gcsserver"], cwd=repository, text=True,
+            env={**os.environ, "PYTHONPATH": path}, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line:
+            self.stop()
+            raise RuntimeError("the GCS test server did not start")
+        ports = json.loads(line)
+        self._front = _Emulator(ports["front"])
+        self.endpoint_url = self._front.base
+        self.emulator_url = f"http://127.0.0.1:{ports['emulator']}"
         # object_store reads a GCS endpoint only from a service account file: ``gcs_base_url``
         # points it here and ``disable_oauth`` sends no token (how object_store's own tests do it).
         handle, self._credentials = tempfile.mkstemp(prefix="metatxn-gcs-", suffix=".json")
@@ -404,19 +466,20 @@ class GcsServer:
         return self
 
     def stop(self) -> None:
-        if self._front is not None:
-            self._front.shutdown()
-            self._front.server_close()
-        if self._emulator is not None:
-            self._emulator.stop()
+        if self._process is not None:
+            assert self._process.stdin is not None
+            self._process.stdin.close()  # the child's signal to stop
+            try:
+                self._process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            if self._process.stdout is not None:
+                self._process.stdout.close()
+            self._process = None
         if self._credentials:
             os.unlink(self._credentials)
-
-    @property
-    def emulator_url(self) -> str:
-        """The emulator itself, without the front (for checks of what it does alone)."""
-        assert self._emulator is not None
-        return self._emulator.base
+            self._credentials = ""
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -424,10 +487,30 @@ class GcsServer:
         return {"google_service_account": self._credentials, "allow_http": "true"}
 
     def create_bucket(self) -> str:
-        assert self._emulator is not None
+        """Create an empty bucket with a name no other test uses, and return the name."""
+        assert self._front is not None
         name = f"metatxn-{os.getpid()}-{next(_bucket_numbers)}"
-        self._emulator.create_bucket(name)
+        self._front.create_bucket(name)  # passed through to the emulator
         return name
 
     def new_location(self, path: str = "table") -> GcsLocation:
+        """A table location in a fresh bucket."""
         return GcsLocation(f"gs://{self.create_bucket()}/{path}", self.storage_options)
+
+
+def _serve() -> None:
+    """The child :class:`GcsServer` starts: the emulator and the front, until stdin closes."""
+    emulator = _Emulator.launch()
+    front = _FrontServer(emulator)
+    threading.Thread(target=front.serve_forever, name="gcs-front", daemon=True).start()
+    print(json.dumps({"front": front.server_address[1], "emulator": emulator.port}), flush=True)
+    try:
+        sys.stdin.read()  # EOF: the parent stopped us, or died
+    finally:
+        front.shutdown()
+        front.server_close()
+        emulator.stop()
+
+
+if __name__ == "__main__":
+    _serve()
