@@ -62,7 +62,10 @@ def _true(value: str | None) -> bool:
 def arrow_filesystem(options: StoreOptions) -> tuple[pa.fs.FileSystem, str]:
     """A pyarrow filesystem for the store and the table root's path in it."""
     root = f"{options.bucket}/{options.prefix}" if options.prefix else options.bucket
-    native = {"s3": _s3, "gcs": _gcs, "azure": _azure}[options.kind](options)
+    # A pyarrow built without the store's filesystem (Azure came to the wheels late) falls back.
+    available = {"s3": "S3FileSystem", "gcs": "GcsFileSystem", "azure": "AzureFileSystem"}
+    native = ({"s3": _s3, "gcs": _gcs, "azure": _azure}[options.kind](options)
+              if hasattr(pa.fs, available[options.kind]) else None)
     return (native if native is not None else _adapter(options)), root
 
 

@@ -32,6 +32,7 @@ from ._options import StoreOptions, store_options
 from ._storage import check_key, check_prefix
 
 _CONFLICT_RETRIES = 5
+_PART = 64 * 1024 * 1024
 
 
 def _obstore() -> Any:
@@ -153,7 +154,9 @@ class ObjectStorage:
         check_key(path)
         try:
             with self._calling("PUT", path):
-                self._obs.put(self._store, path, bytes(data), use_multipart=False)
+                # Above 64 MiB in parts (several in flight), as s3fs did above its 50 MB blocks.
+                self._obs.put(self._store, path, bytes(data), use_multipart=len(data) > _PART,
+                              chunk_size=_PART)
         except FileNotFoundError as exc:
             raise StorageError(
                 f"PUT of {path!r} in the table at {self._uri!r} failed: {_first_line(exc)}") from exc

@@ -18,7 +18,7 @@ Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 #: A command: parsed arguments in, exit status out.
 Run: TypeAlias = Callable[[argparse.Namespace], int]
 
-URI_HELP = "the table: a local path, or a file:// or s3:// URL"
+URI_HELP = "the table: a local path, or a file://, s3://, gs:// or az:// (abfss://) URL"
 #: The table's storage options from the environment, as one JSON object: nested values (s3fs's
 #: ``client_kwargs``) fit in it, which one variable per key could not carry.
 STORAGE_OPTIONS_ENV = "METATXN_STORAGE_OPTIONS"
