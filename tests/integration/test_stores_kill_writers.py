@@ -7,6 +7,9 @@ emulator behind its enforcing front) or Azure (Azurite) instead of local disk. T
 the same script; they find the store's options in the environment (``tests/stores.py``).
 Markers are listed through the table's storage instead of the local folder, and there are no
 temporaries to look for: an object store's put is atomic by itself.
+
+Figures (2026-11-29, ``pytest -n 2 -m long``, load average about 20 on 2 CPUs): S3 23.7 s,
+GCS 30.3 s, Azure 23.3 s; all three passed.
 """
 
 from __future__ import annotations

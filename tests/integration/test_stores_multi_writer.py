@@ -8,6 +8,13 @@ same module, and the lock-holder kill of ``tests/integration/test_kill_writers.p
 :class:`tests.stores.StoreRoot` for ``tmp_path``, so its ``str(tmp_path / "table")`` is a fresh
 location on the store, and the store's options in the environment, where the child processes'
 ``txn.open_table(uri)`` finds them.
+
+Figures (2026-11-29, ``pytest -n 2 -m long``, load average about 20 on 2 CPUs, so inflated
+several times): 21 tests, 15-270 s each (Azure 15-68 s, S3 19-169 s, GCS 18-270 s: every GCS
+request crosses the front and the single-threaded emulator); 11.4 min for 18 of them on two
+workers. 20 of 21 passed; ``processes[gcs-overlapping-upserts]`` failed once with
+``LockLostError`` (a lease ran out 0.3 s before its renewal, "the holder was paused or renewal
+failed for a whole lease": the starved machine) and passed when run again (128 s).
 """
 
 from __future__ import annotations
