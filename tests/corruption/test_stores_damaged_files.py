@@ -14,6 +14,11 @@ matrix (148 cases) on three stores would take hours. Each store runs every kind 
 the damage turning with the kind and with the store (so across the three stores each kind meets
 three of the four damages), and a third of the badly named files: 36 cases a store.
 ``METATXN_STORE_CORRUPTION=all`` runs the whole matrix on each.
+
+Figures (2026-11-29, ``pytest -n 2 -m long``, load average about 20 on 2 CPUs, so inflated):
+108 cases in 18.8 min on two workers, 19.5 s a case on average (GCS up to 63 s); 106 passed,
+and the 2 of the control-character name (both on GCS in the rotation) fail in the test's own
+put: obstore cannot name that key (``_UNNAMEABLE``, marked xfail).
 """
 
 from __future__ import annotations
@@ -43,7 +48,13 @@ EVERY_CASE = os.environ.get("METATXN_STORE_CORRUPTION") == "all"
 DAMAGE_CASES = [(store, kind, damage) for s, store in enumerate(STORES)
                 for k, kind in enumerate(sorted(KINDS)) for d, damage in enumerate(DAMAGES)
                 if EVERY_CASE or (k + s) % len(DAMAGES) == d]
-NAME_CASES = [(store, folder, name) for s, store in enumerate(STORES)
+#: obstore's ``Path`` refuses a key with control characters (``\x01``, ``\x7f``), so the put of
+#: that name raises a plain ``ValueError`` (not a ``TxnError``) and no metatxn client can make
+#: such a file on an object store; listing one another tool made is untested.
+_UNNAMEABLE = pytest.mark.xfail(raises=ValueError, strict=True, reason=(
+    "obstore refuses keys with control characters: ObjectStorage.put raises ValueError"))
+NAME_CASES = [pytest.param(store, folder, name, marks=[_UNNAMEABLE] if name == "garbage" else [])
+              for s, store in enumerate(STORES)
               for n, (folder, name) in enumerate((f, m) for f in ["_timeline", "_metadata/_timeline"]
                                                  for m in sorted(BAD_NAMES))
               if EVERY_CASE or n % len(STORES) == s]
