@@ -1,14 +1,13 @@
 """The pyarrow filesystem that data files of an object-store table are read and written through.
 
-pyarrow's own C++ filesystems (``S3FileSystem``, ``GcsFileSystem``, ``AzureFileSystem``) move
+pyarrow's own C++ filesystems for S3 and Azure (``S3FileSystem``, ``AzureFileSystem``) move
 every byte outside Python, so Parquet reads overlap their range requests on pyarrow's I/O
 threads. Each is configured from the same resolved options as the commit path
-(:class:`~timeline._options.StoreOptions`), so one set of options reaches both. Where pyarrow
-cannot take a credential the options give (a GCS service-account key, which pyarrow only reads
-from ``GOOGLE_APPLICATION_CREDENTIALS``; Azure bearer tokens, managed-identity endpoints, the
-Azure CLI), the data path falls back to obstore's fsspec adapter over the very same obstore
-configuration: still Rust I/O, through a Python dispatch. design/storage.md has the figures
-that chose this.
+(:class:`~timeline._options.StoreOptions`), so one set of options reaches both. GCS, and
+credentials pyarrow cannot take (Azure bearer tokens, managed-identity endpoints, the Azure CLI;
+S3 requester-pays, KMS keys, invalid certificates), go through obstore's fsspec adapter over the
+very same obstore configuration: still Rust I/O, through a Python dispatch. design/storage.md
+has the figures that chose this.
 
 pyarrow's object-store filesystems write a zero-byte "directory marker" object for
 ``create_dir``, and again for a parent emptied by ``delete_file``/``move``. metatxn's listings
@@ -18,13 +17,12 @@ would see those as keys, so the data path never calls them on object stores
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs
 
-from ._options import AZURITE_ACCOUNT, AZURITE_KEY, StoreOptions, _host, _service_account
+from ._options import AZURITE_ACCOUNT, AZURITE_KEY, StoreOptions, _host
 
 #: Filesystem type names (``FileSystem.type_name``) that have folders of their own.
 _FLAT = frozenset({"s3", "gcs", "abfs"})
@@ -107,20 +105,11 @@ def _s3(options: StoreOptions) -> pa.fs.FileSystem | None:
 
 
 def _gcs(options: StoreOptions) -> pa.fs.FileSystem | None:
-    config = options.config
-    account = _service_account(options)
-    if account is not None and _true(str(account.get("disable_oauth", ""))):
-        # An emulator (fake-gcs-server, gcp-storage-emulator): object_store's convention is a
-        # service-account file with "gcs_base_url" and "disable_oauth": anonymous requests there.
-        scheme, host = _host(str(account.get("gcs_base_url", "https://storage.googleapis.com")))
-        return pa.fs.GcsFileSystem(anonymous=True, scheme=scheme, endpoint_override=host,
-                                   retry_time_limit=timedelta(seconds=15))
-    if _true(config.get("google_skip_signature")):
-        return pa.fs.GcsFileSystem(anonymous=True)
-    if account is not None or config.get("google_service_account_key") or config.get(
-            "google_service_account") or config.get("google_application_credentials"):
-        return None  # pyarrow takes a key only from the environment
-    return pa.fs.GcsFileSystem()
+    """None: GCS data goes through obstore's adapter. pyarrow's GcsFileSystem takes a key only
+    from the environment, and on the test emulator its JSON-API reads of objects that
+    object_store's XML API had written and listed failed with NOT_FOUND under concurrent writers
+    (design/storage.md, "The data path"); the adapter's reads were as fast on S3."""
+    return None
 
 
 def _azure(options: StoreOptions) -> pa.fs.FileSystem | None:

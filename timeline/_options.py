@@ -277,24 +277,6 @@ def _refuse(uri: str, kind: str, unknown: list[str], known: list[str] | None = N
         f"{', '.join(_COMMON[kind])}, or the environment ({_PREFIXES[kind].upper()}*)")
 
 
-def _service_account(options: StoreOptions) -> dict[str, Any] | None:
-    """The GCS service-account JSON the options name (inline or by path), if any."""
-    text = options.config.get("google_service_account_key")
-    path = options.config.get("google_service_account") or options.config.get(
-        "google_application_credentials")
-    try:
-        if text:
-            found = json.loads(text)
-        elif path:
-            with open(path, encoding="utf-8") as handle:
-                found = json.load(handle)
-        else:
-            return None
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) else None
-
-
 def fsspec_options(url: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
     """``options`` as fsspec's filesystem for ``url`` (s3fs, gcsfs, adlfs) takes them.
 

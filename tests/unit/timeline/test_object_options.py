@@ -88,7 +88,8 @@ def test_the_data_path_is_pyarrow_s_own_filesystem_configured_from_the_options(t
     emulator.write_text(json.dumps({"gcs_base_url": "http://127.0.0.1:4443", "disable_oauth": True,
                                     "client_email": "", "private_key": "", "private_key_id": ""}))
     gcs = open_storage("gs://b", {"google_service_account": str(emulator)})
-    assert isinstance(gcs.arrow_filesystem()[0], pa.fs.GcsFileSystem)  # type: ignore[attr-defined]
+    filesystem, root = gcs.arrow_filesystem()  # type: ignore[attr-defined]
+    assert isinstance(filesystem, pa.fs.PyFileSystem) and root == "b"  # obstore's adapter
 
     azure = open_storage("az://c/t", {"azure_storage_use_emulator": True})
     filesystem, root = azure.arrow_filesystem()  # type: ignore[attr-defined]
