@@ -25,6 +25,8 @@ install-spark: $(BIN)/python ## Create .venv and install metatxn with Spark and 
 
 install-test: $(BIN)/python ## Create .venv and install metatxn with everything the tests use (Spark too)
 	$(BIN)/pip install -q -e '.[test]'
+	@# Azurite (the Azure tests' server) from the npm registry; without npm those tests skip.
+	@if command -v npm >/dev/null 2>&1; then [ -x $(VENV)/node/node_modules/.bin/azurite-blob ] || npm install -q --no-audit --no-fund --prefix $(VENV)/node azurite@3; else echo 'npm not found: the Azure tests will be skipped'; fi
 
 install-dev: $(BIN)/python ## Also install the linters and the type checker
 	$(BIN)/pip install -q -e '.[dev]'

@@ -15,6 +15,7 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -175,3 +176,74 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount_point
     finally:
         subprocess.run(["umount", str(mount_point)], check=True, timeout=30)
+
+
+# -- GCS (gcp-storage-emulator behind tests/gcsserver.py's front) and Azure (Azurite) ------------
+
+if TYPE_CHECKING:
+    from tests.azureserver import AzureLocation, AzuriteServer
+    from tests.gcsserver import GcsLocation, GcsServer
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[GcsServer]:
+    """One GCS emulator for the whole session, on free ports of 127.0.0.1."""
+    pytest.importorskip("gcp_storage_emulator")
+    from tests.gcsserver import GcsServer
+
+    server = GcsServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gcs_uri(gcs_server: GcsServer) -> GcsLocation:
+    """A table location ``gs://<fresh bucket>/table``; unpacks as ``uri, storage_options``."""
+    return gcs_server.new_location()
+
+
+@pytest.fixture(scope="session")
+def azure_server() -> Iterator[AzuriteServer]:
+    """One Azurite blob service for the whole session, on a free port of 127.0.0.1."""
+    import shutil
+
+    from tests.azureserver import AzuriteServer, find_azurite
+
+    executable = find_azurite()
+    if executable is None:
+        if shutil.which("node") is None or shutil.which("npm") is None:
+            pytest.skip("Azurite needs Node.js and npm, which this machine lacks")
+        pytest.fail("Azurite is not installed: run `make install-test` "
+                    "(npm install --prefix .venv/node azurite@3)")
+    server = AzuriteServer(executable).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def azure_uri(azure_server: AzuriteServer) -> AzureLocation:
+    """A table location ``az://<fresh container>/table``; unpacks as ``uri, storage_options``."""
+    return azure_server.new_location()
+
+
+# -- every object store in turn --------------------------------------------------------------------
+
+
+@pytest.fixture(params=["s3", "gcs", "azure"])
+def store_uri(request: pytest.FixtureRequest) -> Any:
+    """A table location on each object store in turn (S3, GCS, Azure), from that store's fixture
+    above; unpacks as ``uri, storage_options``."""
+    from tests.stores import LOCATION_FIXTURES
+
+    return request.getfixturevalue(LOCATION_FIXTURES[request.param])
+
+
+@pytest.fixture
+def store_env(store_uri: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``store_uri`` with its options also in the environment, where ``txn.open_table(uri)`` in
+    this process and in the processes it starts finds them (``tests/stores.py``)."""
+    from tests.stores import environment
+
+    for name, value in environment(*store_uri).items():
+        monkeypatch.setenv(name, value)
+    return store_uri
