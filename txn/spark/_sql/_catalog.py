@@ -12,17 +12,16 @@ is always one folder inside the warehouse, and a temporary view named after it i
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from ... import InvalidOptionError, Table, TableNotFoundError, open_table
+from .._paths import absolute_location
 
 #: The Spark runtime configuration key holding the warehouse of ``txn.spark.sql``.
 WAREHOUSE_KEY = "spark.metatxn.sql.warehouse"
 #: A location that starts with a URI scheme (two characters at least: ``C:`` is a drive).
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")
 
 DEFAULT_DATABASE = "default"
 
@@ -115,11 +114,9 @@ def set_warehouse(spark: Any, warehouse: str) -> Catalog:
     """Make ``warehouse`` the one ``txn.spark.sql`` maps table names into, for ``spark``."""
     if not isinstance(warehouse, str) or not warehouse.strip():
         raise InvalidOptionError(f"warehouse must be a non-empty location (a path or URI), got {warehouse!r}")
-    if not _SCHEME.match(warehouse):
-        # Spark's Python workers run in folders of their own: a relative path would name another
-        # folder there than in this process. A location with a scheme (``s3a://``, Java's
-        # ``file:/abs``) is left as it is.
-        warehouse = os.path.abspath(os.path.expanduser(warehouse))
+    # Spark's Python workers run in folders of their own: a relative path would name another
+    # folder there than in this process.
+    warehouse = absolute_location(warehouse)
     spark.conf.set(WAREHOUSE_KEY, warehouse)
     return Catalog(warehouse)
 
