@@ -46,6 +46,9 @@ lint: install-dev ## ruff over the code and tests
 	$(BIN)/ruff check txn timeline indexes tests
 
 typecheck: install-dev ## mypy --strict over the packages
+	mkdir -p build/typecheck/metatxn
+	ln -sfn ../../../timeline build/typecheck/metatxn/timeline
+	ln -sfn ../../../indexes build/typecheck/metatxn/indexes
 	$(BIN)/mypy
 
 docs: $(BIN)/python ## Build the user guide (docs/) into site/; any warning fails the build

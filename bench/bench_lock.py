@@ -98,8 +98,8 @@ def start_server() -> tuple[Any, RequestCounter]:
 
 def _use_policy(policy: str, max_poll_ms: int | None) -> None:
     """Make every table lock this process builds wait by ``policy``."""
-    import timeline._timeline as timeline_module
-    from timeline._lock import TableLock
+    import metatxn.timeline._timeline as timeline_module
+    from metatxn.timeline._lock import TableLock
 
     class BenchLock(TableLock):
         def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -174,7 +174,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     adapter = _adapter(system, spec["options"])
     result: dict[str, Any] = {"samples": []}
     if system in ("before", "metatxn"):
-        import timeline
+        from metatxn import timeline
 
         result["code"] = str(Path(adapter.txn.__file__).parent.parent)
         result["timeline"] = timeline.__file__

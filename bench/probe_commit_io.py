@@ -76,7 +76,7 @@ class Census:
 @contextmanager
 def counted_storage(census: Census) -> Iterator[None]:
     """Count and time ``LocalStorage``'s calls and file creations into ``census`` (restored after)."""
-    import timeline._local as local
+    import metatxn.timeline._local as local
 
     originals: dict[str, Any] = {name: getattr(local.LocalStorage, name) for name in STORAGE_CALLS}
     create = local._create

@@ -27,8 +27,8 @@ if __package__ in (None, ""):  # run as a file: make the packages importable
 import pyarrow as pa
 
 import txn
-from indexes import METADATA_FOLDER
-from timeline import PrefixedStorage, Timeline
+from metatxn.indexes import METADATA_FOLDER
+from metatxn.timeline import PrefixedStorage, Timeline
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 

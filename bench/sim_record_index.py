@@ -48,10 +48,10 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-import timeline
-from indexes import RecordIndex
-from indexes._index_layout import DEFAULT_SHARD_MAX_ENTRIES, Node, TierPolicy
-from indexes._index_runs import encode_run
+from metatxn import timeline
+from metatxn.indexes import RecordIndex
+from metatxn.indexes._index_layout import DEFAULT_SHARD_MAX_ENTRIES, Node, TierPolicy
+from metatxn.indexes._index_runs import encode_run
 
 #: The table's creation shard count (``record_index.shards``'s default).
 ROOTS = 64

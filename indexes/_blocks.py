@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from timeline import CorruptMetadataError, Storage, StorageError, TxnError
+from metatxn.timeline import CorruptMetadataError, Storage, StorageError, TxnError
 
 from ._records import ADDED_LATER
 

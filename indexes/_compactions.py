@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from timeline import COMPLETED, Action, TimelineView
+from metatxn.timeline import COMPLETED, Action, TimelineView
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Final
 import msgspec
 import pyarrow as pa
 
-from timeline import CorruptMetadataError
+from metatxn.timeline import CorruptMetadataError
 
 from ._layout import LogBlock
 

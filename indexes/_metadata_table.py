@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import msgspec
 import pyarrow as pa
 
-from timeline import (
+from metatxn.timeline import (
     Action,
     Clock,
     CorruptMetadataError,

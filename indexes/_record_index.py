@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from timeline import CorruptMetadataError, ObjectNotFoundError, Storage
+from metatxn.timeline import CorruptMetadataError, ObjectNotFoundError, Storage
 
 from ._blocks import decoding, missing_block, read_block
 from ._compactions import DoneCompactions

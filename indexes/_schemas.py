@@ -22,7 +22,7 @@ from typing import Final
 import msgspec
 import pyarrow as pa
 
-from timeline import CorruptMetadataError
+from metatxn.timeline import CorruptMetadataError
 
 from ._blocks import decoding
 

@@ -15,7 +15,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import Vocabulary
+from metatxn.timeline import Vocabulary
 
 from ._records import ADDED_LATER
 

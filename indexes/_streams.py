@@ -18,7 +18,7 @@ from typing import Final
 import msgspec
 import pyarrow as pa
 
-from timeline import Vocabulary
+from metatxn.timeline import Vocabulary
 
 
 class ProducerKind(Vocabulary):

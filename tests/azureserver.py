@@ -29,7 +29,7 @@ from email.utils import formatdate
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from timeline import Storage, open_storage
+from metatxn.timeline import Storage, open_storage
 
 # Azurite's one built-in account and its published key (the same for every Azurite).
 ACCOUNT = "devstoreaccount1"

@@ -22,7 +22,7 @@ fault then hits whichever thread makes the Nth matching call). Not guaranteed: w
 threads is "Nth" is up to the scheduler.
 
 Example:
-    >>> from timeline import MemoryStorage
+    >>> from metatxn.timeline import MemoryStorage
     >>> store = FaultyStorage(MemoryStorage("/faults-doc"))
     >>> store.arm(1, when="after", ops={"put_if_absent"})
     >>> try:
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from timeline import Storage
+from metatxn.timeline import Storage
 
 T = TypeVar("T")
 

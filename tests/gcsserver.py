@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
-from timeline import Storage, open_storage
+from metatxn.timeline import Storage, open_storage
 
 _bucket_numbers = itertools.count()
 

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from timeline import Storage, open_storage
+from metatxn.timeline import Storage, open_storage
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"

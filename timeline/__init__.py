@@ -4,7 +4,7 @@ This package knows nothing of segments, files or indexes. It stores instants who
 commit metadata are opaque JSON payloads chosen by the layers above.
 
 Example:
-    >>> import timeline
+    >>> from metatxn import timeline
     >>> tl = timeline.Timeline(timeline.open_storage("memory://doc/example"))
     >>> instant = tl.start(tl.request("commit", {"note": "hello"}))
     >>> with tl.lock() as lease:

@@ -14,8 +14,8 @@ Example:
     Help: open it with txn.open_table(uri), or choose another location
 """
 
-from indexes import ProducerKind, SegmentStatus, SnapshotExpiredError
-from timeline import (
+from metatxn.indexes import ProducerKind, SegmentStatus, SnapshotExpiredError
+from metatxn.timeline import (
     Action,
     CommitConflictError,
     CommitStateUnknownError,

@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from timeline import Clock, Instant, InvalidOptionError, Storage, system_clock
+from metatxn.timeline import Clock, Instant, InvalidOptionError, Storage, system_clock
 
 from . import _changes, _external, _read, _schema, _segments, _streams, _twophase, _write
 from ._changes import ChangeScanner

@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import field_id, nested_fields
+from metatxn.indexes import field_id, nested_fields
 
 from . import InvalidOptionError, Snapshot, Table
 

@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 import txn
-from indexes import field_id
+from metatxn.indexes import field_id
 
 if TYPE_CHECKING:
     import polars as pl

@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import timeline
 import txn
+from metatxn import timeline
 
 SCHEMA = pa.schema([("id", pa.int64(), False)])
 SMALL_ARCHIVAL = {

@@ -30,8 +30,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import timeline
 import txn
+from metatxn import timeline
 from tests.unit.txn.helpers import Faulty, table_on
 
 SCHEMA = pa.schema([("id", pa.int64(), False), ("region", pa.string()), ("price", pa.float64())])

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from metatxn.timeline import LocalStorage, Storage, open_storage
 from tests.corruption.test_damaged_files import (
     ADVISORY,
     BAD_NAMES,
@@ -39,7 +40,6 @@ from tests.corruption.test_damaged_files import (
     template,  # noqa: F401 - the module-scoped fixture, built here once
 )
 from tests.stores import StoreRoot
-from timeline import LocalStorage, Storage, open_storage
 
 pytestmark = [pytest.mark.long, pytest.mark.allow_metatxn_warnings]
 

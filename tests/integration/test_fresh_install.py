@@ -65,7 +65,6 @@ def _release(text: str) -> tuple[int, ...]:
 
 INTERPRETERS = _interpreters()
 VERSIONS = sorted(INTERPRETERS, key=_release)
-#: Until rename_ns.sh (issue 29) moves them under metatxn; it deletes each line naming it.
 _BEFORE_RENAME = pytest.mark.xfail(strict=True, reason="timeline and indexes are still top-level")
 
 #: A write and a read, as a user of the Python API alone would: create a partitioned keyed table,
@@ -148,7 +147,6 @@ def environments(wheel: Path, tmp_path_factory: pytest.TempPathFactory
                for version, interpreter in INTERPRETERS.items()}
 
 
-@_BEFORE_RENAME  # until rename_ns.sh
 def test_the_wheel_ships_metatxn_alone(wheel: Path) -> None:
     """The wheel's top-level import names are ``txn`` and ``metatxn`` only, and it holds every
     module of the checkout (pyproject lists the packages)."""
@@ -202,7 +200,6 @@ def test_the_core_writes_and_reads_without_spark(
         "metatxn: help: install the extra: pip install 'metatxn[spark]'"]
 
 
-@_BEFORE_RENAME  # until rename_ns.sh
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_users_timeline_module_cannot_break_import_txn(
         version: str, environments: dict[str, Future[tuple[Path, float]]], tmp_path: Path) -> None:

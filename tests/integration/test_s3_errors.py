@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 import txn
+from metatxn.timeline import open_storage
 from tests.s3server import S3Location, S3Server
-from timeline import open_storage
 
 pytestmark = pytest.mark.s3
 

@@ -26,9 +26,9 @@ import pyarrow as pa
 import pytest
 
 import txn
+from metatxn.timeline import open_storage
 from tests.integration.test_kill_writers import KILLS, SCHEMA, WRITERS, _acks, _start
 from tests.stores import StoreRoot
-from timeline import open_storage
 
 pytestmark = [pytest.mark.long, pytest.mark.multiprocess]
 

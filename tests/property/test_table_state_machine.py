@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 import txn
+from metatxn.timeline import open_storage
 from tests.conftest import FakeClock
 from tests.faults import InjectedFault
 from tests.property.table_machine import (
@@ -86,7 +87,6 @@ from tests.property.table_machine.config import (
 )
 from tests.property.table_machine.injection import TableStorage
 from tests.property.table_machine.internals import TABLE_CONFIG_PATH, decode_config
-from timeline import open_storage
 
 
 class TableMachine(Invariants, ChangeFeed, Commits, Writes, Transactions, SchemaChanges, ExternalSegments,

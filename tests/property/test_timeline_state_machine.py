@@ -43,9 +43,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from tests.conftest import FakeClock
-from tests.faults import FaultyStorage, injected
-from timeline import (
+from metatxn.timeline import (
     COMPLETED,
     INFLIGHT,
     REQUESTED,
@@ -64,8 +62,10 @@ from timeline import (
     parse_file_name,
     parse_time,
 )
-from timeline._archive import archive_merge_due
-from timeline._instant import state_rank
+from metatxn.timeline._archive import archive_merge_due
+from metatxn.timeline._instant import state_rank
+from tests.conftest import FakeClock
+from tests.faults import FaultyStorage, injected
 
 R = TypeVar("R")
 

@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import timeline
 import txn
 import txn.spark
+from metatxn import timeline
 from txn.spark import _stream as spark_stream
 from txn.spark._types import spark_schema
 

@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import timeline
 import txn
 import txn.spark
+from metatxn import timeline
 from txn._twophase import _driver as spark_write  # where the driver removes unreported files
 
 from .helpers import (

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from metatxn.timeline import ObjectExistsError, Storage, TxnError, open_storage
 from tests.faults import FaultyStorage, InjectedFault, injected
-from timeline import ObjectExistsError, Storage, TxnError, open_storage
 
 
 @pytest.fixture

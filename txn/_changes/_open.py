@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
-from indexes import DELETES, FILES, SCHEMAS, TableVersion
-from timeline import InvalidOptionError, TimelineView
+from metatxn.indexes import DELETES, FILES, SCHEMAS, TableVersion
+from metatxn.timeline import InvalidOptionError, TimelineView
 
 from .._context import TableContext, latest_version
 from ._plan import FileRecords, plan_window

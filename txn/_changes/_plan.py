@@ -30,7 +30,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import CorruptMetadataError
+from metatxn.timeline import CorruptMetadataError
 
 from .._context import DATA_ACTIONS, CommitMetadata, TableContext
 from .._files import DELTA_SUFFIX, FileStatus, delta_path, is_external

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from timeline import InvalidOptionError, open_storage, parse_time
+from metatxn.timeline import InvalidOptionError, open_storage, parse_time
 
 from .._files import (
     DataStore,

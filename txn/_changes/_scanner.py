@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from indexes import SnapshotExpiredError
-from timeline import InvalidOptionError, TxnError
+from metatxn.indexes import SnapshotExpiredError
+from metatxn.timeline import InvalidOptionError, TxnError
 
 from .._read import DEFAULT_BATCH_SIZE, check_columns, check_filter
 from .._results import CHANGE_TYPE, ChangeInstant, ChangeSummary, ChangeType

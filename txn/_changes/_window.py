@@ -16,8 +16,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Final
 
-from indexes import SnapshotExpiredError, retention_floor_of
-from timeline import Instant, InvalidOptionError, Storage, TimelineView
+from metatxn.indexes import SnapshotExpiredError, retention_floor_of
+from metatxn.timeline import Instant, InvalidOptionError, Storage, TimelineView
 
 from .._context import DATA_ACTIONS, TableContext
 from .._read import AS_OF_FORMS, completion_bound

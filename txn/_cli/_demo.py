@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import SnapshotExpiredError
+from metatxn.indexes import SnapshotExpiredError
 from txn import CompactionKind
 
 from .._table import Table, create_table, open_table

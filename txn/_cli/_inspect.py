@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from rich.table import Table as Grid
 
-from timeline import parse_time
+from metatxn.timeline import parse_time
 from txn import InvalidOptionError, Table
 
 from . import _json

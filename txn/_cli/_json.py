@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from indexes import field_id, nested_fields
-from timeline import Instant
+from metatxn.indexes import field_id, nested_fields
+from metatxn.timeline import Instant
 from txn import (
     ChangeSummary,
     CleanResult,

@@ -28,8 +28,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from indexes import field_id, nested_fields
-from timeline import Instant, parse_time
+from metatxn.indexes import field_id, nested_fields
+from metatxn.timeline import Instant, parse_time
 from txn import ChangeSummary, HistoryEntry, SchemaVersion, Segment, SegmentStatus, StreamInfo
 
 from .._files import hive_folder

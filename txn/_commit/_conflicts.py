@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import segment_sort_key
-from timeline import CommitConflictError, DuplicateKeyError, TimelineView
+from metatxn.indexes import segment_sort_key
+from metatxn.timeline import CommitConflictError, DuplicateKeyError, TimelineView
 
 from .._context import (
     ACTION_OF,

@@ -43,8 +43,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from indexes import METADATA_FOLDER, MetadataChanges, MetadataTable
-from timeline import (
+from metatxn.indexes import METADATA_FOLDER, MetadataChanges, MetadataTable
+from metatxn.timeline import (
     ROLLEDBACK,
     TIMELINE_FOLDER,
     Action,

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from indexes import SEGMENTS, segment_sort_key
-from timeline import COMPLETED, Instant, Lease, TimelineView, TxnError, format_time, read_archive
+from metatxn.indexes import SEGMENTS, segment_sort_key
+from metatxn.timeline import COMPLETED, Instant, Lease, TimelineView, TxnError, format_time, read_archive
 
 from .._context import (
     DATA_ACTIONS,

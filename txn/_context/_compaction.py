@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from timeline import InvalidOptionError
+from metatxn.timeline import InvalidOptionError
 
 #: The table property holding the MINOR thresholds (CarbonData: ``COMPACTION_LEVEL_THRESHOLD``).
 LEVEL_THRESHOLD_PROPERTY: Final = "compaction.level_threshold"

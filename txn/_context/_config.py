@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgspec
 import pyarrow as pa
 
-from timeline import TIMELINE_FOLDER, CorruptMetadataError, Storage
+from metatxn.timeline import TIMELINE_FOLDER, CorruptMetadataError, Storage
 
 TABLE_CONFIG_PATH = f"{TIMELINE_FOLDER}/table.json"
 #: The format new tables are created with, and the newest this version reads. A table keeps the

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from indexes import FILES
-from timeline import Action, ArchivedInstant, InvalidOptionError, parse_time
+from metatxn.indexes import FILES
+from metatxn.timeline import Action, ArchivedInstant, InvalidOptionError, parse_time
 
 from .._results import HistoryEntry
 from ._table_context import TableContext

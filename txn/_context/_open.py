@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeline import (
+from metatxn.timeline import (
     Clock,
     CorruptMetadataError,
     InvalidOptionError,

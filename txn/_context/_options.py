@@ -12,8 +12,8 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from indexes import MetadataOptions
-from timeline import InvalidOptionError, TimelineOptions
+from metatxn.indexes import MetadataOptions
+from metatxn.timeline import InvalidOptionError, TimelineOptions
 
 from .._files import stored_type
 from ._compaction import (

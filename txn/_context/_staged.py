@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from timeline import ObjectExistsError, Storage, TableExistsError
+from metatxn.timeline import ObjectExistsError, Storage, TableExistsError
 
 from ._config import TABLE_CONFIG_PATH
 

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from indexes import (
+from metatxn.indexes import (
     COLUMN_STATS,
     DELETES,
     FILES,
@@ -30,7 +30,7 @@ from indexes import (
     assign_ids,
     last_column_id,
 )
-from timeline import Clock, Storage, Timeline, TimelineView
+from metatxn.timeline import Clock, Storage, Timeline, TimelineView
 
 from .._files import DataStore, ExternalReader, external_options
 from ._config import TableConfig

@@ -6,7 +6,7 @@ from typing import Final
 
 import msgspec
 
-from timeline import Action
+from metatxn.timeline import Action
 
 from .._files import DeltaStatus, FileStatus
 from .._results import CleanReason, Operation

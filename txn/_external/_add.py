@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import FILES, SEGMENTS
-from timeline import DuplicateKeyError, InvalidOptionError, TimelineView
+from metatxn.indexes import FILES, SEGMENTS
+from metatxn.timeline import DuplicateKeyError, InvalidOptionError, TimelineView
 
 from .._commit import AddSegment, ExternalLoad, Progress
 from .._context import TableContext

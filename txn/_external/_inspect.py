@@ -20,7 +20,12 @@ import pyarrow as pa
 import pyarrow.orc as porc
 import pyarrow.parquet as pq
 
-from timeline import CorruptMetadataError, InvalidOptionError, ObjectNotFoundError, SchemaMismatchError
+from metatxn.timeline import (
+    CorruptMetadataError,
+    InvalidOptionError,
+    ObjectNotFoundError,
+    SchemaMismatchError,
+)
 
 from .._context import progress
 from .._files import (

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeline import InvalidOptionError
+from metatxn.timeline import InvalidOptionError
 
 from .._files import (
     canonical_url,

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from timeline import InvalidOptionError
+from metatxn.timeline import InvalidOptionError
 
 from .._files import EXTERNAL_FORMATS, canonical_url
 from ._listing import ListedFile

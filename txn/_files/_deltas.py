@@ -28,8 +28,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from indexes import DELETES_SCHEMA, live
-from timeline import CorruptMetadataError, ObjectNotFoundError, StorageError, TxnError
+from metatxn.indexes import DELETES_SCHEMA, live
+from metatxn.timeline import CorruptMetadataError, ObjectNotFoundError, StorageError, TxnError
 
 from ._foreign import is_external
 from ._storage_io import DataStore

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from indexes import stats_eligible
+from metatxn.indexes import stats_eligible
 
 from ._writer import ColumnStats
 

@@ -45,8 +45,8 @@ import pyarrow.json as pjson
 import pyarrow.orc as porc
 import pyarrow.parquet as pq
 
-from indexes import field_id
-from timeline import CorruptMetadataError, SchemaMismatchError, TxnError, fsspec_options
+from metatxn.indexes import field_id
+from metatxn.timeline import CorruptMetadataError, SchemaMismatchError, TxnError, fsspec_options
 
 from .._schema import same_columns, version_projection
 from ._hive import (

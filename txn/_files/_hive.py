@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
-from timeline import InvalidOptionError
+from metatxn.timeline import InvalidOptionError
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 #: The characters Spark and Hive escape in a folder name (``ExternalCatalogUtils.charToEscape``

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from timeline import Storage
-from timeline import open_storage as _open
+from metatxn.timeline import Storage
+from metatxn.timeline import open_storage as _open
 
 
 def open_storage(uri: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Storage:

@@ -48,7 +48,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from indexes import stats_eligible
+from metatxn.indexes import stats_eligible
 
 from ._writer import ColumnStats
 

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from timeline import CorruptMetadataError, StorageError, TxnError
+from metatxn.timeline import CorruptMetadataError, StorageError, TxnError
 
 from .._schema import same_columns, version_projection
 from ._deltas import Positions, reading_file

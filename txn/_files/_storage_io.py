@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs
 import pyarrow.parquet as pq
 
-from timeline import InvalidOptionError, Storage, StorageError, makes_folders, move
+from metatxn.timeline import InvalidOptionError, Storage, StorageError, makes_folders, move
 
 if TYPE_CHECKING:
     from ._foreign import ExternalReader

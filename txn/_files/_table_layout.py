@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from indexes import METADATA_FOLDER
-from timeline import TIMELINE_FOLDER
+from metatxn.indexes import METADATA_FOLDER
+from metatxn.timeline import TIMELINE_FOLDER
 
 MARKERS_FOLDER: Final = "_markers"
 TRASH_FOLDER: Final = "_trash"

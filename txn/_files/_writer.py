@@ -47,8 +47,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import METADATA_FOLDER, stats_eligible
-from timeline import (
+from metatxn.indexes import METADATA_FOLDER, stats_eligible
+from metatxn.timeline import (
     TIMELINE_FOLDER,
     CorruptMetadataError,
     InvalidOptionError,

@@ -20,7 +20,7 @@ from datetime import datetime
 
 import pyarrow.dataset as ds
 
-from timeline import Instant
+from metatxn.timeline import Instant
 
 from .._context import TableContext
 from ._resolve import latest, snapshot

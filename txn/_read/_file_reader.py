@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from timeline import InvalidOptionError, open_storage
+from metatxn.timeline import InvalidOptionError, open_storage
 
 from .._files import (
     DataStore,

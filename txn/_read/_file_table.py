@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import field_id, live
+from metatxn.indexes import field_id, live
 
 #: The columns of a file table without statistics.
 FILE_COLUMNS = ("path", "location", "segment", "partition", "format", "rows", "size", "instant",

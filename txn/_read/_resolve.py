@@ -7,8 +7,8 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from indexes import COLUMN_STATS, DELETES, FILES, SCHEMAS, SnapshotExpiredError
-from timeline import Instant, InvalidOptionError, TimelineView, parse_time, time_of
+from metatxn.indexes import COLUMN_STATS, DELETES, FILES, SCHEMAS, SnapshotExpiredError
+from metatxn.timeline import Instant, InvalidOptionError, TimelineView, parse_time, time_of
 
 from .._context import DATA_ACTIONS, TableContext, latest_version
 from ._snapshot import Snapshot

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from timeline import InvalidOptionError
+from metatxn.timeline import InvalidOptionError
 
 from .._files import DATA_FILE_EXPECTED, check_schema, raise_for_files, reading_file
 from .._schema import same_columns, version_projection

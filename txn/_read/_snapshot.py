@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from indexes import MetadataSnapshot, assign_ids, live
-from timeline import StorageError
+from metatxn.indexes import MetadataSnapshot, assign_ids, live
+from metatxn.timeline import StorageError
 
 from .._files import (
     DATA_FILE_EXPECTED,

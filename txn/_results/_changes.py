@@ -7,7 +7,7 @@ from typing import Final
 
 import msgspec
 
-from timeline import Vocabulary
+from metatxn.timeline import Vocabulary
 
 
 class ChangeType(Vocabulary):

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 import msgspec
 
-from indexes import MAX_BATCH
-from timeline import InvalidOptionError
+from metatxn.indexes import MAX_BATCH
+from metatxn.timeline import InvalidOptionError
 
 
 class CommitProperties(msgspec.Struct, frozen=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from timeline import Vocabulary
+from metatxn.timeline import Vocabulary
 
 
 class Operation(Vocabulary):

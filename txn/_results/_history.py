@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from timeline import Action
+from metatxn.timeline import Action
 
 
 class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True):

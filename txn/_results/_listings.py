@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import msgspec
 
-from indexes import SegmentEntry, SegmentStatus
-from timeline import parse_time
+from metatxn.indexes import SegmentEntry, SegmentStatus
+from metatxn.timeline import parse_time
 
 from ._display import load_time_taken, segment_size
 

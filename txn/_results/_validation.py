@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from timeline import Vocabulary
+from metatxn.timeline import Vocabulary
 
 
 class ProblemKind(Vocabulary):

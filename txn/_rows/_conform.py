@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import SchemaMismatchError
+from metatxn.timeline import SchemaMismatchError
 
 _T = pa.types
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeline import InvalidOptionError, SchemaMismatchError
+from metatxn.timeline import InvalidOptionError, SchemaMismatchError
 
 from ._conform import check_type, conform_column
 

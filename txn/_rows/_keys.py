@@ -13,8 +13,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from indexes import key_names
-from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
+from metatxn.indexes import key_names
+from metatxn.timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
 
 from ._codes import Codes, key_codes
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from indexes import FIELD_ID, assign_ids, last_column_id
-from timeline import InvalidOptionError, SchemaEvolutionError
+from metatxn.indexes import FIELD_ID, assign_ids, last_column_id
+from metatxn.timeline import InvalidOptionError, SchemaEvolutionError
 
 from ._widen import is_widening, widening_refusal
 

@@ -14,7 +14,7 @@ from collections.abc import Collection
 
 import pyarrow as pa
 
-from timeline import SchemaEvolutionError
+from metatxn.timeline import SchemaEvolutionError
 
 from ._changes import AddColumn, AlterColumn, Change
 from ._widen import is_widening

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import field_id, nested_fields
+from metatxn.indexes import field_id, nested_fields
 
 
 def _by_id(fields: Sequence[pa.Field]) -> dict[int, pa.Field]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from indexes import (
+from metatxn.indexes import (
     DELETES,
     DELETES_SCHEMA,
     FILES,
@@ -51,7 +51,7 @@ from indexes import (
     column_stats_schema,
     purges,
 )
-from timeline import (
+from metatxn.timeline import (
     Action,
     CommitConflictError,
     Lease,

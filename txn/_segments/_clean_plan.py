@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import (
+from metatxn.indexes import (
     DELETES,
     FILES,
     SEGMENTS,
@@ -47,7 +47,7 @@ from indexes import (
     removed,
     segment_sort_key,
 )
-from timeline import (
+from metatxn.timeline import (
     Action,
     InvalidOptionError,
     ObjectNotFoundError,

@@ -12,7 +12,7 @@ import logging
 
 import msgspec
 
-from timeline import (
+from metatxn.timeline import (
     ARCHIVE_FOLDER,
     CorruptMetadataError,
     Instant,

@@ -29,8 +29,8 @@ from typing import Final
 
 import pyarrow as pa
 
-from indexes import SegmentEntry, SegmentStatus, segment_sort_key
-from timeline import CommitConflictError, InvalidOptionError, TimelineView
+from metatxn.indexes import SegmentEntry, SegmentStatus, segment_sort_key
+from metatxn.timeline import CommitConflictError, InvalidOptionError, TimelineView
 
 from .._commit import (
     Compaction,

@@ -34,7 +34,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import (
+from metatxn.indexes import (
     DELETES_SCHEMA,
     FILES_SCHEMA,
     MetadataChanges,
@@ -44,8 +44,8 @@ from indexes import (
     column_stats_schema,
     live,
 )
-from indexes import tombstones as tombstone_rows
-from timeline import (
+from metatxn.indexes import tombstones as tombstone_rows
+from metatxn.timeline import (
     Action,
     CommitConflictError,
     InvalidOptionError,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from indexes import segment_sort_key
-from timeline import CommitConflictError, Instant, TimelineView
+from metatxn.indexes import segment_sort_key
+from metatxn.timeline import CommitConflictError, Instant, TimelineView
 
 from .._context import (
     DATA_ACTIONS,

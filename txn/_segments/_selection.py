@@ -23,8 +23,8 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Final
 
-from indexes import SegmentEntry, SegmentStatus, segment_sort_key
-from timeline import InvalidOptionError, SegmentNotFoundError
+from metatxn.indexes import SegmentEntry, SegmentStatus, segment_sort_key
+from metatxn.timeline import InvalidOptionError, SegmentNotFoundError
 
 from .._context import (
     DEFAULT_LEVEL_THRESHOLD,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from indexes import SEGMENTS, SegmentEntry, SegmentStatus, segment_sort_key
-from timeline import parse_time
+from metatxn.indexes import SEGMENTS, SegmentEntry, SegmentStatus, segment_sort_key
+from metatxn.timeline import parse_time
 
 from .._context import DATA_ACTIONS, TableContext, WritePlan, plan_segments
 from .._read import snapshot

@@ -39,7 +39,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import (
+from metatxn.indexes import (
     COLUMN_STATS,
     DELETES,
     FILES,
@@ -51,8 +51,8 @@ from indexes import (
     field_id,
     live,
 )
-from indexes._layout import base_path, parse_listing, partition_folder
-from timeline import (
+from metatxn.indexes._layout import base_path, parse_listing, partition_folder
+from metatxn.timeline import (
     ARCHIVE_FOLDER,
     TIMELINE_FOLDER,
     Action,

@@ -3,8 +3,8 @@ Finish`` (ready for hand-off), in one commit."""
 
 from __future__ import annotations
 
-from indexes import ProducerKind, StreamStatus
-from timeline import StreamNotFoundError
+from metatxn.indexes import ProducerKind, StreamStatus
+from metatxn.timeline import StreamNotFoundError
 
 from .._commit import DropStream, Progress, producer_record
 from .._context import TableContext

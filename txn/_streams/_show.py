@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from indexes import STREAMS, ProducerKind, StreamRecord, StreamStatus
+from metatxn.indexes import STREAMS, ProducerKind, StreamRecord, StreamStatus
 
 from .._context import TableContext
 from ._stream import running

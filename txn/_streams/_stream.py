@@ -21,8 +21,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from indexes import MAX_BATCH, SEGMENTS, ProducerKind, SegmentStatus, StreamRecord, StreamStatus
-from timeline import DuplicateKeyError, InvalidOptionError, TxnError
+from metatxn.indexes import MAX_BATCH, SEGMENTS, ProducerKind, SegmentStatus, StreamRecord, StreamStatus
+from metatxn.timeline import DuplicateKeyError, InvalidOptionError, TxnError
 
 from .._commit import (
     Progress,

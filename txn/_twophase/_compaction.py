@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 
-from timeline import InvalidOptionError
+from metatxn.timeline import InvalidOptionError
 
 from .._commit import Pending, Written
 from .._context import TableContext

@@ -22,8 +22,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from indexes import DELETES, FILES, FILES_SCHEMA, ProducerKind, SnapshotExpiredError, TableVersion, live
-from timeline import (
+from metatxn.indexes import (
+    DELETES,
+    FILES,
+    FILES_SCHEMA,
+    ProducerKind,
+    SnapshotExpiredError,
+    TableVersion,
+    live,
+)
+from metatxn.timeline import (
     Action,
     DuplicateKeyError,
     InvalidOptionError,

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from timeline import InvalidOptionError, Timeline, open_storage, parse_time
+from metatxn.timeline import InvalidOptionError, Timeline, open_storage, parse_time
 
 from .._files import DataStore, FileStatus, footer_stats, marker_path
 from ._ticket import STAGING_FOLDER, WriteTicket, staging_folder

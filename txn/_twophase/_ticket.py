@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import DoneCompactions, RecordIndex, TableVersion, key_hash
-from timeline import InvalidOptionError, open_storage
+from metatxn.indexes import DoneCompactions, RecordIndex, TableVersion, key_hash
+from metatxn.timeline import InvalidOptionError, open_storage
 
 from .._rows import index_keys
 from .._write import refuse_existing_keys

@@ -11,8 +11,14 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from indexes import RecordIndex
-from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError, Timeline, open_storage
+from metatxn.indexes import RecordIndex
+from metatxn.timeline import (
+    DuplicateKeyError,
+    InvalidOptionError,
+    SchemaMismatchError,
+    Timeline,
+    open_storage,
+)
 
 from .._files import DataFileWriter, DataStore, FileStatus
 from .._rows import batches as rows_of

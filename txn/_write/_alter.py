@@ -8,8 +8,8 @@ from types import TracebackType
 
 import pyarrow as pa
 
-from indexes import SCHEMAS
-from timeline import InvalidOptionError
+from metatxn.indexes import SCHEMAS
+from metatxn.timeline import InvalidOptionError
 
 from .._commit import AlterTable, commit
 from .._context import TableContext

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeline import InvalidOptionError, SchemaMismatchError
+from metatxn.timeline import InvalidOptionError, SchemaMismatchError
 
 from .._commit import WriteSchema, current_schema, evolved_schema
 from .._context import TableContext

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from timeline import DuplicateKeyError, InvalidOptionError, MergeCardinalityError, SchemaMismatchError
+from metatxn.timeline import DuplicateKeyError, InvalidOptionError, MergeCardinalityError, SchemaMismatchError
 
 from .._commit import MergeInto, current_schema
 from .._context import TableContext

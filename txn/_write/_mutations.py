@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from indexes import key_names
-from timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
+from metatxn.indexes import key_names
+from metatxn.timeline import DuplicateKeyError, InvalidOptionError, SchemaMismatchError
 
 from .._commit import (
     Append,

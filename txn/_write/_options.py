@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from indexes import ProducerKind
+from metatxn.indexes import ProducerKind
 
 from .._commit import Progress
 from .._context import TableContext

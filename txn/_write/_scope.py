@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import InvalidOptionError, SchemaMismatchError
+from metatxn.timeline import InvalidOptionError, SchemaMismatchError
 
 from .._context import TableContext
 from .._files import partition_path, typed_value

@@ -10,8 +10,16 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import DELETES, FILES, MAX_BATCH, MetadataSnapshot, ProducerKind, SnapshotExpiredError, live
-from timeline import Action, InvalidOptionError, ObjectNotFoundError, SchemaChangedError, TimelineView
+from metatxn.indexes import (
+    DELETES,
+    FILES,
+    MAX_BATCH,
+    MetadataSnapshot,
+    ProducerKind,
+    SnapshotExpiredError,
+    live,
+)
+from metatxn.timeline import Action, InvalidOptionError, ObjectNotFoundError, SchemaChangedError, TimelineView
 
 from .._commit import (
     AlreadyCommitted,

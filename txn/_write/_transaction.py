@@ -57,8 +57,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexes import key_names, matching
-from timeline import DuplicateKeyError, InvalidOptionError
+from metatxn.indexes import key_names, matching
+from metatxn.timeline import DuplicateKeyError, InvalidOptionError
 
 from .._commit import DataWrite, Overwrite, RowChanges
 from .._context import TableContext

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from timeline import InvalidOptionError, SchemaMismatchError
+from metatxn.timeline import InvalidOptionError, SchemaMismatchError
 
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError)
 

@@ -50,9 +50,9 @@ from hypothesis import event
 from hypothesis.stateful import invariant
 
 import txn
+from metatxn.timeline import parse_time
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.model import Acked, Row, Shape, _row_key
-from timeline import parse_time
 
 #: The change columns every change row ends with (``txn.CHANGE_COLUMNS``).
 CHANGE_COLUMNS = ("_change_type", "_commit_instant", "_commit_time")

@@ -24,7 +24,8 @@ import re
 from hypothesis import event, note
 
 import txn
-from indexes import SegmentStatus
+from metatxn.indexes import SegmentStatus
+from metatxn.timeline import CommitStateUnknownError
 from tests.property.table_machine.actions import (
     Alter,
     DropStream,
@@ -37,7 +38,6 @@ from tests.property.table_machine.actions import (
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.internals import CommitMetadata
 from tests.property.table_machine.model import HOLDS_ROWS, Acked, Expected, SegmentModel, _sort, memory_path
-from timeline import CommitStateUnknownError
 
 
 class Commits(MachineCore):

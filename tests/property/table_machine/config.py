@@ -8,7 +8,7 @@ import re
 
 import pyarrow as pa
 
-from timeline import TimelineOptions
+from metatxn.timeline import TimelineOptions
 
 SCHEMA = pa.schema([("k", pa.int64()), ("g", pa.string()), ("v", pa.int64())])
 

@@ -31,7 +31,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize
 
 import txn
-from indexes import METADATA_FOLDER, field_id
+from metatxn.indexes import METADATA_FOLDER, field_id
+from metatxn.timeline import (
+    Instant,
+    PrefixedStorage,
+    Storage,
+    Timeline,
+    open_storage,
+)
 from tests.conftest import FakeClock
 from tests.property.table_machine.actions import Counted, KeySpec
 from tests.property.table_machine.config import (
@@ -64,13 +71,6 @@ from tests.property.table_machine.model import (
     V,
     _external_runs,
     memory_path,
-)
-from timeline import (
-    Instant,
-    PrefixedStorage,
-    Storage,
-    Timeline,
-    open_storage,
 )
 
 

@@ -37,6 +37,15 @@ from collections.abc import Callable, Sequence
 from hypothesis import event, note
 
 import txn
+from metatxn.timeline import (
+    ROLLEDBACK,
+    CommitStateUnknownError,
+    Instant,
+    LockTimeoutError,
+    TableLock,
+    parse_file_name,
+    parse_time,
+)
 from tests.faults import Call, FaultyStorage, InjectedFault, injected
 from tests.property.table_machine.actions import EXPIRE_MS, Counted, FaultPlan
 from tests.property.table_machine.config import (
@@ -48,15 +57,6 @@ from tests.property.table_machine.config import (
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.injection import Fault, counts, where
 from tests.property.table_machine.model import Expected
-from timeline import (
-    ROLLEDBACK,
-    CommitStateUnknownError,
-    Instant,
-    LockTimeoutError,
-    TableLock,
-    parse_file_name,
-    parse_time,
-)
 
 
 class Crashes(MachineCore):

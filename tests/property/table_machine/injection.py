@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from metatxn.timeline import parse_file_name
 from tests.faults import WRITE_OPS, Call, FaultyStorage
 from tests.property.table_machine.actions import Counted, Mode
-from timeline import parse_file_name
 
 
 def is_instant_file(path: str) -> bool:

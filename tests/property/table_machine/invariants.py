@@ -63,7 +63,7 @@ from hypothesis import event
 from hypothesis.stateful import invariant
 
 import txn
-from indexes import METADATA_FOLDER, SegmentStatus, segment_sort_key
+from metatxn.indexes import METADATA_FOLDER, SegmentStatus, segment_sort_key
 from tests.property.table_machine.config import (
     BASE_NAME,
     DATA_ACTIONS,

@@ -32,7 +32,7 @@ import fsspec
 import pyarrow as pa
 
 import txn
-from indexes import SegmentStatus, field_id, segment_sort_key
+from metatxn.indexes import SegmentStatus, field_id, segment_sort_key
 
 Row = tuple[int, "str | None", int]
 

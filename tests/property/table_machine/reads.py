@@ -13,11 +13,11 @@ import pyarrow.compute as pc
 from hypothesis import event, note
 
 import txn
+from metatxn.timeline import parse_time
 from tests.faults import injected
 from tests.property.table_machine.actions import ReadWithFault
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.model import Acked, K, Row
-from timeline import parse_time
 
 
 class Reads(MachineCore):

@@ -23,7 +23,12 @@ from __future__ import annotations
 from hypothesis import event, note
 
 import txn
-from indexes import SegmentStatus, segment_sort_key
+from metatxn.indexes import SegmentStatus, segment_sort_key
+from metatxn.timeline import (
+    CommitStateUnknownError,
+    Instant,
+    parse_file_name,
+)
 from tests.faults import Call, InjectedFault
 from tests.property.table_machine.actions import BadId, Compact, DeleteSegments
 from tests.property.table_machine.core import MachineCore
@@ -38,11 +43,6 @@ from tests.property.table_machine.model import (
     _merged,
     _merged_name,
     _sort,
-)
-from timeline import (
-    CommitStateUnknownError,
-    Instant,
-    parse_file_name,
 )
 
 

@@ -31,18 +31,18 @@ from __future__ import annotations
 from hypothesis import event
 
 import txn
-from indexes import METADATA_FOLDER
-from tests.faults import Call, InjectedFault, injected
-from tests.property.table_machine.actions import Clean, Maintain
-from tests.property.table_machine.config import DATA_ACTIONS
-from tests.property.table_machine.core import MachineCore
-from tests.property.table_machine.injection import Fault, where
-from timeline import (
+from metatxn.indexes import METADATA_FOLDER
+from metatxn.timeline import (
     ROLLEDBACK,
     CommitStateUnknownError,
     Instant,
     RollbackPlan,
 )
+from tests.faults import Call, InjectedFault, injected
+from tests.property.table_machine.actions import Clean, Maintain
+from tests.property.table_machine.config import DATA_ACTIONS
+from tests.property.table_machine.core import MachineCore
+from tests.property.table_machine.injection import Fault, where
 
 
 class Services(MachineCore):

@@ -43,14 +43,14 @@ import re
 from hypothesis import event, note
 
 import txn
-from indexes import SegmentStatus, segment_sort_key
+from metatxn.indexes import SegmentStatus, segment_sort_key
+from metatxn.timeline import Instant
 from tests.faults import Call, InjectedFault
 from tests.property.table_machine.actions import DropStream, StreamWrite
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.injection import Fault
 from tests.property.table_machine.internals import CommitMetadata
 from tests.property.table_machine.model import BatchPlan, Expected, SegmentModel, StreamModel, _sort
-from timeline import Instant
 
 
 class Streams(MachineCore):

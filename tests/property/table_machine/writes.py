@@ -47,6 +47,7 @@ import pyarrow.dataset as ds
 from hypothesis import event, note
 
 import txn
+from metatxn.timeline import ROLLEDBACK
 from tests.property.table_machine.actions import (
     AddSegment,
     DeleteKeys,
@@ -62,7 +63,6 @@ from tests.property.table_machine.actions import (
 from tests.property.table_machine.core import MachineCore
 from tests.property.table_machine.internals import CommitMetadata, write_state
 from tests.property.table_machine.model import HOLDS_ROWS, Acked, Expected, Row, Shape, _sort
-from timeline import ROLLEDBACK
 
 
 def _free_key(key: int, taken: set[int]) -> int:

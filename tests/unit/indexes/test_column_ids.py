@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from indexes import FIELD_ID, assign_ids, field_id, ids_by_name, last_column_id
+from metatxn.indexes import FIELD_ID, assign_ids, field_id, ids_by_name, last_column_id
 
 
 def _ids(data_type: pa.DataType) -> list[int | None]:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexes import key_hash, shard_of
+from metatxn.indexes import key_hash, shard_of
 
 _MASK = (1 << 64) - 1
 _PRIME = 0x100000001B3

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import indexes
-import indexes._records as records_module
-from indexes import (
+import metatxn.indexes._records as records_module
+from metatxn import indexes
+from metatxn.indexes import (
     FILES_SCHEMA,
     SEGMENTS_SCHEMA,
     STATUS_RANK,
@@ -34,9 +34,9 @@ from indexes import (
     purges,
     tombstones,
 )
-from indexes._blocks import read_block
-from indexes._segments import segments_from_arrow, segments_to_arrow
-from timeline import MemoryStorage
+from metatxn.indexes._blocks import read_block
+from metatxn.indexes._segments import segments_from_arrow, segments_to_arrow
+from metatxn.timeline import MemoryStorage
 
 KEYS = [f"seg/part-{k}.parquet" for k in "abcdefgh"]
 STATS_SCHEMA = column_stats_schema(pa.schema([("id", pa.int64()), ("name", pa.string())]))

@@ -18,10 +18,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import indexes
-import timeline
 import txn
-from indexes import (
+from metatxn import indexes, timeline
+from metatxn.indexes import (
     COLUMN_STATS,
     DELETES,
     FILES,

@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import timeline
 import txn
-from indexes import RecordIndex
-from indexes._index_runs import bloom_filter, may_contain
-from indexes._keys import key_hash
-from indexes._probe import ADMITS_ALL, FilterBank, LogKeys, admitted, held, probe_runs
+from metatxn import timeline
+from metatxn.indexes import RecordIndex
+from metatxn.indexes._index_runs import bloom_filter, may_contain
+from metatxn.indexes._keys import key_hash
+from metatxn.indexes._probe import ADMITS_ALL, FilterBank, LogKeys, admitted, held, probe_runs
 from tests.unit.txn.helpers import CountingStorage
 
 _roots = itertools.count()
@@ -215,7 +215,7 @@ def test_a_bulk_loads_log_is_searched_not_hashed_by_another_handle(memory_uri: s
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Hashing a million-entry log to skip it costs more than binary search in its sorted
     batches: a lookup that did not write it matches it directly, and finds what it holds."""
-    monkeypatch.setattr("indexes._record_index.LOG_HASHED_ROWS", 1000)
+    monkeypatch.setattr("metatxn.indexes._record_index.LOG_HASHED_ROWS", 1000)
     storage = timeline.MemoryStorage(f"{memory_uri.removeprefix('memory://')}/b{next(_roots)}")
     bulk, done = "20260101000000001", "20260101000000002"
     RecordIndex(storage, [pa.int64()], 1).write(bulk, _entries(RecordIndex(storage, [pa.int64()], 1),

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import txn
-from indexes import (
+from metatxn.indexes import (
     DELETES_SCHEMA,
     FILES,
     FILES_SCHEMA,
@@ -27,7 +27,7 @@ from indexes import (
     live,
     merge_two_phase,
 )
-from indexes._records import purges, removed, tombstones, without_purged
+from metatxn.indexes._records import purges, removed, tombstones, without_purged
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, rows, storage_of
 

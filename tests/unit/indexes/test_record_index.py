@@ -19,9 +19,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import timeline
 import txn
-from indexes import RecordIndex, index_schema, key_names, matching, merge_entries, shard_folder, shard_of
+from metatxn import timeline
+from metatxn.indexes import (
+    RecordIndex,
+    index_schema,
+    key_names,
+    matching,
+    merge_entries,
+    shard_folder,
+    shard_of,
+)
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, CountingStorage, Faulty, rows, storage_of, table_on
 

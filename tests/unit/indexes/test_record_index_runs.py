@@ -22,11 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import timeline
-from indexes import DoneCompactions, RecordIndex, key_hash, shard_of
-from indexes._index_layout import Node, RunFile, TierPolicy, chain, leaves, parse_run, run_name
-from indexes._index_runs import RANGES, bloom_filter, may_contain, run_batches
-from indexes._record_index import _Readers
+from metatxn import timeline
+from metatxn.indexes import DoneCompactions, RecordIndex, key_hash, shard_of
+from metatxn.indexes._index_layout import Node, RunFile, TierPolicy, chain, leaves, parse_run, run_name
+from metatxn.indexes._index_runs import RANGES, bloom_filter, may_contain, run_batches
+from metatxn.indexes._record_index import _Readers
 
 FOLDER = "_metadata/record_index"
 _roots = itertools.count()
@@ -686,8 +686,8 @@ def test_uncompressed_runs_and_logs_written_before_the_stored_encoding_still_rea
         key_types: list[pa.DataType], monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs and logs written before they were LZ4-compressed with narrowed keys (the encoding
     of the same code with no codec and nothing narrowed) read, compact and mix with new ones."""
-    import indexes._index_runs as runs_module
-    import indexes._record_index as index_module
+    import metatxn.indexes._index_runs as runs_module
+    import metatxn.indexes._record_index as index_module
 
     index = RecordIndex(_memory("encoding"), key_types, 2, row_group_rows=8,
                         policy=TierPolicy(fanout=2, tier_entries=4, shard_max_entries=1000))
@@ -745,8 +745,8 @@ def test_uncompressed_runs_and_logs_written_before_the_stored_encoding_still_rea
 def test_filter_probes_are_the_double_hashing_formula() -> None:
     """The stepped probe positions equal ``(first + i * step) % bits``: filters written before
     and after read alike."""
-    from indexes._index_runs import _LOW32, _PROBES, _SALT, _probes
-    from indexes._keys import _mix
+    from metatxn.indexes._index_runs import _LOW32, _PROBES, _SALT, _probes
+    from metatxn.indexes._keys import _mix
 
     drawn = np.random.default_rng(3).integers(0, 2**63, 5_000, dtype=np.int64)
     hashes = drawn.astype(np.uint64) * np.uint64(3)
@@ -762,7 +762,7 @@ def test_filter_probes_are_the_double_hashing_formula() -> None:
 @given(st.lists(st.tuples(st.integers(-3, 40), st.integers(0, 2**40), st.integers(0, 3)), max_size=60),
        st.booleans())
 def test_key_order_sorts_by_group_then_keys(rows: list[tuple[int, int, int]], wide: bool) -> None:
-    from indexes._index_entries import key_order
+    from metatxn.indexes._index_entries import key_order
 
     first = [a for a, _, _ in rows]
     second = [b if wide else b % 7 for _, b, _ in rows]

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-import timeline
 import txn
-from indexes import DELETES, FILES, SEGMENTS, MetadataTable
-from indexes import _metadata_table as mt
+from metatxn import timeline
+from metatxn.indexes import DELETES, FILES, SEGMENTS, MetadataTable
+from metatxn.indexes import _metadata_table as mt
 from tests.unit.txn.helpers import SCHEMA, rows, storage_of
 
 PARTITIONS = (FILES, SEGMENTS, DELETES, "record_index")

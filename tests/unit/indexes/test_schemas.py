@@ -6,9 +6,8 @@ import msgspec
 import pyarrow as pa
 import pytest
 
-import indexes
-import timeline
-from indexes import (
+from metatxn import indexes, timeline
+from metatxn.indexes import (
     COLUMN_STATS,
     FILES,
     SCHEMAS,
@@ -18,8 +17,8 @@ from indexes import (
     assign_ids,
     column_stats_schema,
 )
-from indexes._blocks import read_block, write_block
-from indexes._layout import log_path, partition_folder
+from metatxn.indexes._blocks import read_block, write_block
+from metatxn.indexes._layout import log_path, partition_folder
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import storage_of
 from txn._read._file_table import with_stats

@@ -7,8 +7,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from indexes import ProducerKind, StreamRecord, StreamStatus
-from indexes._streams import merge_stream_tables, merge_streams, streams_from_arrow, streams_to_arrow
+from metatxn.indexes import ProducerKind, StreamRecord, StreamStatus
+from metatxn.indexes._streams import merge_stream_tables, merge_streams, streams_from_arrow, streams_to_arrow
 
 records = st.builds(
     StreamRecord,

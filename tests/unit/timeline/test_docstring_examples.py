@@ -14,8 +14,7 @@ import pkgutil
 
 import pytest
 
-import indexes
-import timeline
+from metatxn import indexes, timeline
 
 MODULES = sorted(info.name for package in (timeline, indexes)
                  for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."))

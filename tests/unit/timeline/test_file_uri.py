@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from timeline import open_storage
+from metatxn.timeline import open_storage
 from txn.spark._sql._catalog import WAREHOUSE_KEY, set_warehouse
 
 

@@ -12,8 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import FakeClock
-from timeline import (
+from metatxn.timeline import (
     REQUESTED,
     Heartbeat,
     Instant,
@@ -24,8 +23,9 @@ from timeline import (
     open_storage,
     system_clock,
 )
-from timeline._heartbeat import heartbeat_path, last_beat_ms
-from timeline._layout import HEARTBEAT_FOLDER
+from metatxn.timeline._heartbeat import heartbeat_path, last_beat_ms
+from metatxn.timeline._layout import HEARTBEAT_FOLDER
+from tests.conftest import FakeClock
 
 TIMEOUT_MS = 4_000
 OPTIONS = TimelineOptions(heartbeat_interval_ms=1_000, heartbeat_timeout_ms=TIMEOUT_MS)

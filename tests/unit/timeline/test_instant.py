@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from timeline import (
+from metatxn.timeline import (
     ACTIONS,
     COMPLETED,
     INFLIGHT,
@@ -21,7 +21,7 @@ from timeline import (
     parse_time,
     time_of,
 )
-from timeline._instant import file_name, looks_like_instant, state_rank
+from metatxn.timeline._instant import file_name, looks_like_instant, state_rank
 
 # Years 1000..9999: every instant time a 17-digit yyyyMMddHHmmssSSS string can express.
 MIN_MS = -30_610_224_000_000  # 1000-01-01T00:00:00.000Z

@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 
-import timeline._local as local_module
-from tests.faults import FullDisk, temporary_files
-from timeline import (
+import metatxn.timeline._local as local_module
+from metatxn.timeline import (
     InvalidOptionError,
     LocalStorage,
     MemoryStorage,
@@ -30,6 +29,7 @@ from timeline import (
     Storage,
     StorageError,
 )
+from tests.faults import FullDisk, temporary_files
 
 ESCAPING_KEYS = [
     "../victim.txt",

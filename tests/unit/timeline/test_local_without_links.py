@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-import timeline._local as local_module
-import timeline._noreplace as noreplace
-from timeline import LocalStorage, ObjectExistsError, Storage, StorageError, open_storage
+import metatxn.timeline._local as local_module
+import metatxn.timeline._noreplace as noreplace
+from metatxn.timeline import LocalStorage, ObjectExistsError, Storage, StorageError, open_storage
 
 from .test_put_if_absent_race import Race, _race_in_child, assert_one_winner_per_key, run_race
 from .test_storage_contract import AbstractStorageTests, MakeStorage

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FakeClock
-from timeline import (
+from metatxn.timeline import (
     LockLostError,
     LockRecord,
     LockTimeoutError,
@@ -32,7 +31,8 @@ from timeline import (
     open_storage,
     system_clock,
 )
-from timeline._layout import LOCK_FOLDER
+from metatxn.timeline._layout import LOCK_FOLDER
+from tests.conftest import FakeClock
 
 LEASE_MS = 60_000
 

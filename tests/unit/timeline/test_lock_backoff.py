@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import pytest
 
+from metatxn.timeline import LockTimeoutError, Storage, TableLock, Timeline, open_storage
+from metatxn.timeline._lock import DEFAULT_MAX_POLL_MS
 from tests.conftest import FakeClock
 from tests.faults import FaultyStorage
-from timeline import LockTimeoutError, Storage, TableLock, Timeline, open_storage
-from timeline._lock import DEFAULT_MAX_POLL_MS
 
 LEASE_MS = 60_000
 

@@ -14,10 +14,10 @@ import logging
 import pytest
 
 import txn
+from metatxn.timeline import LockTimeoutError, Storage, TableLock, open_storage
+from metatxn.timeline._layout import LOCK_FOLDER
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, rows, storage_of
-from timeline import LockTimeoutError, Storage, TableLock, open_storage
-from timeline._layout import LOCK_FOLDER
 
 LEASE_MS = 60_000
 DAMAGES = {"empty": b"", "truncated": b'{"kind":"lock","seq":', "garbage": b"\x07\x14\xee" * 9}

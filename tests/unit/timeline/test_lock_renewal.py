@@ -22,8 +22,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.conftest import FakeClock
-from timeline import (
+from metatxn.timeline import (
     LockLostError,
     LockRecord,
     LockTimeoutError,
@@ -34,8 +33,9 @@ from timeline import (
     open_storage,
     system_clock,
 )
-from timeline._layout import LOCK_FOLDER
-from timeline._lock import DEFAULT_LEASE_MS
+from metatxn.timeline._layout import LOCK_FOLDER
+from metatxn.timeline._lock import DEFAULT_LEASE_MS
+from tests.conftest import FakeClock
 
 SHORT_LEASE_MS = 600
 _decoder = msgspec.json.Decoder(LockRecord)
@@ -180,7 +180,7 @@ def test_a_holder_paused_past_its_lease_fails_its_commit(storage: Storage,
 
 HOLDER = r"""
 import sys, time
-from timeline import TableLock, open_storage, system_clock
+from metatxn.timeline import TableLock, open_storage, system_clock
 uri, lease_ms = sys.argv[1], int(sys.argv[2])
 lock = TableLock(open_storage(uri), owner="child", clock=system_clock, lease_ms=lease_ms,
                  poll_ms=5, max_poll_ms=50)
@@ -231,7 +231,7 @@ def test_a_killed_holder_is_taken_over_within_its_lease(tmp_path: Path) -> None:
 
 PAUSED_COMMIT = r"""
 import sys, time
-from timeline import LockLostError, Timeline, TimelineOptions, open_storage
+from metatxn.timeline import LockLostError, Timeline, TimelineOptions, open_storage
 uri, lease_ms, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 timeline = Timeline(open_storage(uri), owner="child",
                     options=TimelineOptions(lock_lease_ms=lease_ms, lock_poll_ms=5))

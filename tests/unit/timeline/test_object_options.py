@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.fs
 import pytest
 
-from timeline import InvalidOptionError, ObjectStorage, fsspec_options, makes_folders, open_storage
-from timeline._options import AZURITE_ACCOUNT, store_options
+from metatxn.timeline import InvalidOptionError, ObjectStorage, fsspec_options, makes_folders, open_storage
+from metatxn.timeline._options import AZURITE_ACCOUNT, store_options
 
 pytest.importorskip("obstore")
 

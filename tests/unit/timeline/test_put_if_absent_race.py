@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from timeline import Storage, open_storage
+from metatxn.timeline import Storage, open_storage
 
 pytestmark = pytest.mark.multiprocess
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import timeline._local as local_module
-from timeline import (
+import metatxn.timeline._local as local_module
+from metatxn.timeline import (
     InvalidOptionError,
     LocalStorage,
     MemoryStorage,
@@ -32,7 +32,7 @@ from timeline import (
     leftover_temporaries,
     open_storage,
 )
-from timeline._storage import move
+from metatxn.timeline._storage import move
 
 MakeStorage = Callable[[str], Storage]
 
@@ -519,7 +519,7 @@ def test_two_memory_handles_on_one_url_share_objects(memory_uri: str) -> None:
 @pytest.mark.parametrize("scheme", ["s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss"])
 def test_an_object_store_url_opens_object_storage(scheme: str) -> None:
     pytest.importorskip("obstore")
-    from timeline._object import ObjectStorage
+    from metatxn.timeline._object import ObjectStorage
 
     options = {"skip_signature": True}
     if scheme in ("az", "azure", "abfs", "abfss"):
@@ -531,7 +531,7 @@ def test_an_object_store_url_opens_object_storage(scheme: str) -> None:
 
 def test_an_abfs_url_names_the_account_and_the_container() -> None:
     pytest.importorskip("obstore")
-    from timeline._object import ObjectStorage
+    from metatxn.timeline._object import ObjectStorage
 
     storage = open_storage("abfss://data@acct.dfs.core.windows.net/t", {"skip_signature": True})
     assert isinstance(storage, ObjectStorage)

@@ -11,9 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.conftest import FakeClock
-from tests.faults import FaultyStorage, InjectedFault, injected
-from timeline import (
+from metatxn.timeline import (
     COMPLETED,
     INFLIGHT,
     REQUESTED,
@@ -33,7 +31,9 @@ from timeline import (
     parse_time,
     read_archive,
 )
-from timeline._archive import archive_level, archive_merge_due
+from metatxn.timeline._archive import archive_level, archive_merge_due
+from tests.conftest import FakeClock
+from tests.faults import FaultyStorage, InjectedFault, injected
 
 ARCHIVING = TimelineOptions(archive_trigger=5, archive_retain=2, archive_max_files=3)
 
@@ -833,7 +833,7 @@ def test_archive_max_files_1_keeps_one_archive_file(make_timeline: Callable[...,
 def test_a_damaged_file_holding_the_merged_name_leaves_the_merge_undone(storage: Storage) -> None:
     """Found by review: a damaged leftover of an interrupted merge under the name the next
     merge would write made archival raise; the merge is now skipped and the files stay."""
-    from timeline._archive import ArchivedInstant, merge_archives, write_archive
+    from metatxn.timeline._archive import ArchivedInstant, merge_archives, write_archive
 
     def archived(time: str) -> ArchivedInstant:
         return ArchivedInstant(time=time, action="commit", state="completed", completed_at=time)

@@ -14,8 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import timeline
 import txn
+from metatxn import timeline
 from tests.faults import FaultyStorage
 from txn._context import read_config
 

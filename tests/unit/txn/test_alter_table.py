@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 import txn
-from indexes import field_id
+from metatxn.indexes import field_id
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amt", pa.int32()),
                     ("day", pa.string())])

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import txn
+from metatxn.timeline import parse_time
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, rows, sorted_rows
-from timeline import parse_time
 
 UTC = timezone.utc
 #: The fake clock's start: 2026-01-01T00:00:00Z.

@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import timeline
 import txn
+from metatxn import timeline
 from tests.unit.txn.helpers import SCHEMA, CountingStorage, rows, storage_of, table_on
 
 

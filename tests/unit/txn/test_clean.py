@@ -29,9 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import timeline
 import txn
-from indexes import FILES, SEGMENTS
+from metatxn import timeline
+from metatxn.indexes import FILES, SEGMENTS
 from tests.conftest import FakeClock
 from tests.faults import InjectedFault, injected
 from tests.unit.txn.helpers import SCHEMA, Faulty, batch_reader, rows, sorted_rows, storage_of, table_on

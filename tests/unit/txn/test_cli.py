@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import timeline
 import txn
+from metatxn import timeline
 from tests.unit.txn.helpers import SCHEMA, data_files_on_storage, rows
 from txn._cli._demo import run
 from txn._cli._render import partition_cell, plain, size, table

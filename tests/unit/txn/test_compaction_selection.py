@@ -8,8 +8,8 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from indexes import SegmentEntry, SegmentStatus, segment_sort_key
-from timeline import InvalidOptionError, SegmentNotFoundError
+from metatxn.indexes import SegmentEntry, SegmentStatus, segment_sort_key
+from metatxn.timeline import InvalidOptionError, SegmentNotFoundError
 from txn._segments._selection import (
     DEFAULT_LEVEL_THRESHOLD,
     check_custom,

@@ -30,8 +30,8 @@ import pyarrow.compute as pc
 import pytest
 
 import txn
+from metatxn.timeline import Instant
 from tests.unit.txn.helpers import SCHEMA, insert_keys, priced, rows, storage_of
-from timeline import Instant
 from txn._commit import Protocol
 from txn._commit._writes import _base
 from txn._context import CommitMetadata

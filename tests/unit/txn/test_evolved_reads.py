@@ -221,7 +221,7 @@ def test_validate_after_metadata_compaction_of_an_evolved_table(tmp_path: Path) 
 
 
 def test_validate_reports_broken_schema_versions() -> None:
-    from indexes import TableVersion, assign_ids
+    from metatxn.indexes import TableVersion, assign_ids
     from txn._segments._validate import _check_versions
 
     schema = assign_ids(pa.schema([("a", pa.int64()), ("s", pa.struct([("b", pa.int8())]))]))

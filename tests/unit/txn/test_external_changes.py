@@ -139,7 +139,7 @@ def test_external_file_changed_on_another_filesystem_fails(memory_root: str) -> 
 def test_records_without_a_version_keep_reading(tmp_path: Path, monkeypatch: Any) -> None:
     """Tables written before the version was recorded: their files still read, and a change
     of size or rows is still found."""
-    from indexes import FILES
+    from metatxn.indexes import FILES
     from txn._external import _listing
 
     monkeypatch.setattr(_listing, "file_version", lambda info: None)  # as an older ADD SEGMENT

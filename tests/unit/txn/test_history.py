@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-import timeline
 import txn
+from metatxn import timeline
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import (
     METADATA_PREFIXES,

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 import txn
-from indexes import METADATA_FOLDER
+from metatxn.indexes import METADATA_FOLDER
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 

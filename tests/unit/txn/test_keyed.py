@@ -24,7 +24,7 @@ import pyarrow.ipc as ipc
 import pytest
 
 import txn
-from indexes import shard_folder, shard_of
+from metatxn.indexes import shard_folder, shard_of
 from tests.unit.txn.helpers import (
     SCHEMA,
     data_files_on_storage,

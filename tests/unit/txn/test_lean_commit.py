@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 import txn
-from indexes import COLUMN_STATS, DELETES, FILES, SCHEMAS, SEGMENTS, STREAMS, MetadataTable
+from metatxn.indexes import COLUMN_STATS, DELETES, FILES, SCHEMAS, SEGMENTS, STREAMS, MetadataTable
 from tests.unit.txn.helpers import SCHEMA, Faulty, rows, storage_of, table_on
 
 ALL = (SCHEMAS, FILES, SEGMENTS, COLUMN_STATS, DELETES, STREAMS)

@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 import pytest
 
 import txn
-from indexes import METADATA_FOLDER, MetadataTable
-from timeline import Instant, PrefixedStorage, Timeline
+from metatxn.indexes import METADATA_FOLDER, MetadataTable
+from metatxn.timeline import Instant, PrefixedStorage, Timeline
 from txn._commit import wait_for_background_maintenance
 
 from ...conftest import FakeClock

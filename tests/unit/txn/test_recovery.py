@@ -20,8 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import timeline
 import txn
+from metatxn import timeline
 from tests.conftest import FakeClock
 from tests.faults import InjectedFault, injected
 from tests.unit.txn.helpers import (

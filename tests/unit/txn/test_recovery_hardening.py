@@ -27,9 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import timeline
-import timeline._local as local_module
+import metatxn.timeline._local as local_module
 import txn
+from metatxn import timeline
 from tests.conftest import FakeClock
 from tests.faults import FullDisk, InjectedFault, temporary_files
 from tests.unit.txn.helpers import (

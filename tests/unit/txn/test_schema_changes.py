@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from indexes import assign_ids, field_id
-from timeline import InvalidOptionError, SchemaEvolutionError
+from metatxn.indexes import assign_ids, field_id
+from metatxn.timeline import InvalidOptionError, SchemaEvolutionError
 from txn._schema import (
     AddColumn,
     AlterColumn,

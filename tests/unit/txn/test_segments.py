@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
-import timeline
 import txn
+from metatxn import timeline
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, rows, storage_of
 from txn._commit import protocol_of

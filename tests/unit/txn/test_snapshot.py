@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import timeline
 import txn
+from metatxn import timeline
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import (
     SCHEMA,

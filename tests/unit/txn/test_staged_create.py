@@ -22,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import timeline
 import txn
+from metatxn import timeline
 from tests.conftest import FakeClock
 from tests.faults import injected
 from tests.unit.txn.helpers import SCHEMA, Faulty, batch_reader, rows, sorted_rows, states, storage_of

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-import indexes
 import txn
-from indexes._blocks import read_block, write_block
-from indexes._layout import parse_listing, partition_folder
+from metatxn import indexes
+from metatxn.indexes._blocks import read_block, write_block
+from metatxn.indexes._layout import parse_listing, partition_folder
 from tests.unit.txn.helpers import SCHEMA, rows, storage_of
 
 

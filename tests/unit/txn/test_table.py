@@ -8,9 +8,9 @@ from datetime import date
 import pyarrow as pa
 import pytest
 
-import timeline
 import txn
-from indexes import FIELD_ID, field_id
+from metatxn import timeline
+from metatxn.indexes import FIELD_ID, field_id
 from tests.conftest import FakeClock, make_ids
 
 ORDERS = pa.schema([

@@ -23,10 +23,10 @@ import pyarrow.compute as pc
 import pytest
 
 import txn
+from metatxn.timeline import CorruptMetadataError
 from tests.conftest import FakeClock
 from tests.faults import InjectedFault
 from tests.unit.txn.helpers import SCHEMA, Faulty, rows, storage_of, table_on
-from timeline import CorruptMetadataError
 from txn._context import WritePlan
 from txn._context._config import decode_config
 

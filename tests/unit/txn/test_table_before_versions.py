@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 
 import txn
-from indexes import field_id
+from metatxn.indexes import field_id
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "table_before_versions"
 

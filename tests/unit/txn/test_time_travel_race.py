@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import timeline
 import txn
-from indexes import MetadataTable
+from metatxn import timeline
+from metatxn.indexes import MetadataTable
 from tests.unit.txn.helpers import CountingStorage, storage_of, table_on
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import timeline
 import txn
+from metatxn import timeline
 from tests.unit.txn.helpers import SCHEMA, data_files_on_storage, priced, rows, sorted_rows
 from txn._context import CommitMetadata
 

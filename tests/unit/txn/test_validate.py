@@ -14,13 +14,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-import timeline
 import txn
 import txn._files._scan as txn_scan
-from indexes._blocks import decoding
+from metatxn import timeline
+from metatxn.indexes._blocks import decoding
+from metatxn.timeline import RollbackPlan
 from tests.conftest import FakeClock
 from tests.unit.txn.helpers import SCHEMA, data_files_on_storage, rows, storage_of
-from timeline import RollbackPlan
 from txn._files import reading_file
 
 

@@ -12,13 +12,13 @@ import pyarrow as pa
 import pytest
 
 import txn
-from indexes import SEGMENTS_SCHEMA, STREAMS_SCHEMA, SegmentEntry
-from indexes._metadata_table import _Retention
-from indexes._segments import merge_segment, segments_from_arrow
-from indexes._streams import streams_from_arrow
-from timeline import Action, MemoryStorage, Timeline, Vocabulary, parse_file_name
-from timeline._archive import ArchivedInstant
-from timeline._timeline import InstantFile, RollbackPlan
+from metatxn.indexes import SEGMENTS_SCHEMA, STREAMS_SCHEMA, SegmentEntry
+from metatxn.indexes._metadata_table import _Retention
+from metatxn.indexes._segments import merge_segment, segments_from_arrow
+from metatxn.indexes._streams import streams_from_arrow
+from metatxn.timeline import Action, MemoryStorage, Timeline, Vocabulary, parse_file_name
+from metatxn.timeline._archive import ArchivedInstant
+from metatxn.timeline._timeline import InstantFile, RollbackPlan
 from txn import CleanReason, Operation, ProducerKind, SegmentStatus
 from txn._context import CleanPlan, CommitMetadata, WritePlan
 

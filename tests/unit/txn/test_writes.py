@@ -16,9 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import indexes
-import timeline
 import txn
+from metatxn import indexes, timeline
 from tests.conftest import FakeClock, make_ids
 from tests.unit.txn.helpers import (
     SCHEMA,

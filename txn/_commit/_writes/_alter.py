@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from indexes import FILES_SCHEMA, column_stats_schema
-from timeline import TimelineView
+from metatxn.indexes import FILES_SCHEMA, column_stats_schema
+from metatxn.timeline import TimelineView
 
 from ..._context import TableContext
 from ..._results import Operation

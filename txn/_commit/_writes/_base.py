@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from indexes import (
+from metatxn.indexes import (
     DELETES_SCHEMA,
     FILES_SCHEMA,
     MetadataChanges,
@@ -43,7 +43,7 @@ from indexes import (
     field_id,
     tombstones,
 )
-from timeline import Lease, TimelineView, parse_time
+from metatxn.timeline import Lease, TimelineView, parse_time
 
 from ..._context import (
     ACTION_OF,

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import msgspec
 import pyarrow as pa
 
-from indexes import SegmentEntry, SegmentStatus, segment_sort_key
-from timeline import TimelineView, TxnError
+from metatxn.indexes import SegmentEntry, SegmentStatus, segment_sort_key
+from metatxn.timeline import TimelineView, TxnError
 
 from ..._context import TableContext
 from ..._files import LiveDeltas

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from indexes import MetadataChanges
-from timeline import Instant, Lease, TimelineView
+from metatxn.indexes import MetadataChanges
+from metatxn.timeline import Instant, Lease, TimelineView
 
 from ..._context import TableContext
 from ..._results import Commit

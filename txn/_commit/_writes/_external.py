@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from indexes import SegmentEntry, SegmentStatus
-from timeline import TimelineView, parse_time
+from metatxn.indexes import SegmentEntry, SegmentStatus
+from metatxn.timeline import TimelineView, parse_time
 
 from ..._context import TableContext
 from ..._files import FileStatus, KeyLocations, LiveDeltas

@@ -10,8 +10,8 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from indexes import SCHEMAS, SegmentEntry, SegmentStatus, TableVersion, live
-from timeline import CommitConflictError, TimelineView
+from metatxn.indexes import SCHEMAS, SegmentEntry, SegmentStatus, TableVersion, live
+from metatxn.timeline import CommitConflictError, TimelineView
 
 from ..._context import (
     ACTION_OF,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from indexes import MAX_BATCH, STREAMS, ProducerKind, StreamRecord, StreamStatus
-from timeline import StreamDroppedError, TimelineView
+from metatxn.indexes import MAX_BATCH, STREAMS, ProducerKind, StreamRecord, StreamStatus
+from metatxn.timeline import StreamDroppedError, TimelineView
 
 from ..._context import TableContext
 from .._protocol import Pending

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from timeline import TimelineView
+from metatxn.timeline import TimelineView
 
 from ..._context import TableContext
 from ..._files import LiveDeltas, Positions

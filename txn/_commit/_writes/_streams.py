@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import msgspec
 import pyarrow as pa
 
-from indexes import SEGMENTS, SegmentEntry, SegmentStatus, StreamRecord
-from timeline import TimelineView, parse_time
+from metatxn.indexes import SEGMENTS, SegmentEntry, SegmentStatus, StreamRecord
+from metatxn.timeline import TimelineView, parse_time
 
 from ..._context import TableContext
 from ..._files import FileStatus, LiveDeltas

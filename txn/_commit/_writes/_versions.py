@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import msgspec
 import pyarrow as pa
 
-from indexes import SCHEMAS, MetadataChanges, TableVersion
-from timeline import SchemaChangedError, TimelineView
+from metatxn.indexes import SCHEMAS, MetadataChanges, TableVersion
+from metatxn.timeline import SchemaChangedError, TimelineView
 
 from ..._context import CommitMetadata, TableContext, check_property_change, check_schema, latest_version
 from ..._schema import Change, Shape, apply_changes, schema_changed
