@@ -45,13 +45,18 @@ test-long: install-test ## Every test, `long` ones too, with random Hypothesis e
 lint: install-dev ## ruff over the code and tests
 	$(BIN)/ruff check txn timeline indexes tests
 
-typecheck: install-dev ## mypy --strict over the packages
-	mkdir -p build/typecheck/metatxn
-	ln -sfn ../../../timeline build/typecheck/metatxn/timeline
-	ln -sfn ../../../indexes build/typecheck/metatxn/indexes
+# metatxn.timeline and metatxn.indexes as folders, for the tools that read source files by module
+# name and do not follow setuptools' editable import hook (mypy, the guide's API reference).
+NAMESPACE := build/namespace
+$(NAMESPACE)/metatxn:
+	mkdir -p $@
+	ln -sfn ../../../timeline $@/timeline
+	ln -sfn ../../../indexes $@/indexes
+
+typecheck: install-dev $(NAMESPACE)/metatxn ## mypy --strict over the packages
 	$(BIN)/mypy
 
-docs: $(BIN)/python ## Build the user guide (docs/) into site/; any warning fails the build
+docs: $(BIN)/python $(NAMESPACE)/metatxn ## Build the user guide (docs/) into site/; any warning fails the build
 	$(BIN)/pip install -q -e '.[docs]'
 	$(BIN)/mkdocs build --strict --quiet
 
