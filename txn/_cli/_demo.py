@@ -276,7 +276,10 @@ def _pipeline(spark: SparkSession, warehouse: str, rows_per_load: int, began: fl
     show(timeline_table(table.timeline(), {e.instant: e for e in table.history()}))
 
     _step("validate")
-    print(table.validate())
+    report = table.validate()
+    print(report)
+    # The demo is also CI's end-to-end check (`make demo`): a table that does not validate fails it.
+    assert report.ok, f"the demo's table does not validate:\n{report}"
     _streaming(spark, warehouse)
     print(f"\ndone in {time.perf_counter() - began:.1f} s")
     return table
@@ -331,4 +334,6 @@ def _streaming(spark: SparkSession, warehouse: str) -> None:
     print(f"DROP STREAM rate_job: the query is {'running' if query.isActive else 'stopped'}; its "
           "segment finished and was handed off to a columnar segment (streaming.auto_handoff):")
     show(segments_table(events.segments()))
-    print(f"{events.snapshot().count():,} rows, each batch exactly once; {events.validate()}")
+    report = events.validate()
+    print(f"{events.snapshot().count():,} rows, each batch exactly once; {report}")
+    assert report.ok, f"the streaming table does not validate:\n{report}"

@@ -541,7 +541,9 @@ def test_the_module_entry_point_runs() -> None:
     assert result.returncode == 0 and "segments" in result.stdout
 
 
-@pytest.mark.slow
+# `long`: CI runs the same job as `make demo` (which ends with validate()); this test checks its
+# output step by step, 30-50 s of the default run's budget.
+@pytest.mark.long
 @pytest.mark.spark
 def test_the_demo_loads_reads_time_travels_and_validates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
