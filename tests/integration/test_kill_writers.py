@@ -82,6 +82,35 @@ def _acks(logs: Path) -> list[dict[str, object]]:
     return acks
 
 
+def recovered_holds_every_ack(uri: str, logs: Path) -> tuple[txn.Table, dict[str, tuple[str, str]]]:
+    """The checks after the kills, on any store: the writers got work done; a fresh writer,
+    later than every lease and heartbeat, recovers with its first write (every pending instant
+    rolled back); and the table holds every acknowledged row, each key once, at its version or
+    later. Gives that writer's table and the timeline's states after it."""
+    acks = _acks(logs)
+    assert sum(1 for a in acks if a["op"] == "append") >= WRITERS, "the writers got work done"
+
+    checker = txn.open_table(uri, clock=lambda: int(time.time() * 1000) + 10 * 60_000)
+    pending = [i.time for i in checker.timeline() if i.state in ("requested", "inflight")]
+    checker.append(pa.table({"id": [-1], "writer": [-1], "version": [0]}, schema=SCHEMA))
+    states = {i.time: (i.action, i.state) for i in checker.timeline()}
+    assert not [t for t, (_, s) in states.items() if s in ("requested", "inflight")]
+    assert all(states[t][1] == "rolledback" or states[t] == ("rollback", "completed")
+               for t in pending), {t: states[t] for t in pending}
+
+    table = checker.to_arrow()
+    ids = table["id"].to_pylist()
+    assert len(ids) == len(set(ids)), "no key twice"
+    found = {row["id"]: row for row in table.to_pylist()}
+    for ack in acks:
+        for key in ack["ids"]:  # type: ignore[attr-defined]
+            assert key in found, (ack, key)
+            row = found[key]
+            assert row["writer"] == ack["writer"]
+            assert row["version"] >= ack["version"], (ack, row)
+    return checker, states
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_writers_killed_at_random_moments_leave_a_table_recovery_makes_whole(tmp_path: Path) -> None:
@@ -118,28 +147,7 @@ def test_writers_killed_at_random_moments_leave_a_table_recovery_makes_whole(tmp
     assert all(code == 0 for code in survivors.values()), (
         survivors, {n: (logs / f"writer-{n}.out").read_text()[-2000:] for n in survivors})
 
-    acks = _acks(logs)
-    assert sum(1 for a in acks if a["op"] == "append") >= WRITERS, "the writers got work done"
-
-    # A fresh writer, later than every lease and heartbeat: its first write recovers.
-    checker = txn.open_table(uri, clock=lambda: int(time.time() * 1000) + 10 * 60_000)
-    pending = [i.time for i in checker.timeline() if i.state in ("requested", "inflight")]
-    checker.append(pa.table({"id": [-1], "writer": [-1], "version": [0]}, schema=SCHEMA))
-    states = {i.time: (i.action, i.state) for i in checker.timeline()}
-    assert not [t for t, (_, s) in states.items() if s in ("requested", "inflight")]
-    assert all(states[t][1] == "rolledback" or states[t] == ("rollback", "completed")
-               for t in pending), {t: states[t] for t in pending}
-
-    table = checker.to_arrow()
-    ids = table["id"].to_pylist()
-    assert len(ids) == len(set(ids)), "no key twice"
-    found = {row["id"]: row for row in table.to_pylist()}
-    for ack in acks:
-        for key in ack["ids"]:  # type: ignore[attr-defined]
-            assert key in found, (ack, key)
-            row = found[key]
-            assert row["writer"] == ack["writer"]
-            assert row["version"] >= ack["version"], (ack, row)
+    checker, states = recovered_holds_every_ack(uri, logs)
 
     # What a marker names is the instant time its name ends with (``..._<T>.parquet``), for a
     # half-written one (``.<marker>.<pid>.<thread>.<n>.tmp``) as well.

@@ -22,12 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 import txn
 from metatxn.timeline import open_storage
-from tests.integration.test_kill_writers import KILLS, SCHEMA, WRITERS, _acks, _start
+from tests.integration.test_kill_writers import KILLS, SCHEMA, WRITERS, _start, recovered_holds_every_ack
 from tests.stores import StoreRoot
 
 pytestmark = [pytest.mark.long, pytest.mark.multiprocess]
@@ -66,27 +65,7 @@ def test_writers_killed_at_random_moments_leave_a_table_recovery_makes_whole_on_
     assert all(code == 0 for code in survivors.values()), (
         survivors, {n: (logs / f"writer-{n}.out").read_text()[-2000:] for n in survivors})
 
-    acks = _acks(logs)
-    assert sum(1 for a in acks if a["op"] == "append") >= WRITERS, "the writers got work done"
-
-    checker = txn.open_table(uri, clock=lambda: int(time.time() * 1000) + 10 * 60_000)
-    pending = [i.time for i in checker.timeline() if i.state in ("requested", "inflight")]
-    checker.append(pa.table({"id": [-1], "writer": [-1], "version": [0]}, schema=SCHEMA))
-    states = {i.time: (i.action, i.state) for i in checker.timeline()}
-    assert not [t for t, (_, s) in states.items() if s in ("requested", "inflight")]
-    assert all(states[t][1] == "rolledback" or states[t] == ("rollback", "completed")
-               for t in pending), {t: states[t] for t in pending}
-
-    table = checker.to_arrow()
-    ids = table["id"].to_pylist()
-    assert len(ids) == len(set(ids)), "no key twice"
-    found = {row["id"]: row for row in table.to_pylist()}
-    for ack in acks:
-        for key in ack["ids"]:  # type: ignore[attr-defined]
-            assert key in found, (ack, key)
-            row = found[key]
-            assert row["writer"] == ack["writer"]
-            assert row["version"] >= ack["version"], (ack, row)
+    checker, states = recovered_holds_every_ack(uri, logs)
 
     storage = open_storage(uri)
     left = [key.rsplit("/", 1)[-1] for key in storage.list("_markers", recursive=True)]
