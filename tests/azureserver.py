@@ -27,9 +27,9 @@ import urllib.error
 import urllib.request
 from email.utils import formatdate
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from metatxn.timeline import Storage, open_storage
+from tests.stores import StoreLocation
 
 # Azurite's one built-in account and its published key (the same for every Azurite).
 ACCOUNT = "devstoreaccount1"
@@ -38,22 +38,7 @@ ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 _container_numbers = itertools.count()
 
 
-class AzureLocation(NamedTuple):
-    """A table location on the test server: unpack as ``uri, storage_options``."""
-
-    uri: str
-    storage_options: dict[str, Any]
-
-    @property
-    def container(self) -> str:
-        return self.uri.split("://", 1)[1].split("/", 1)[0]
-
-    def sibling(self, path: str) -> AzureLocation:
-        """Another location in the same container, at ``path`` below it."""
-        return AzureLocation(f"az://{self.container}/{path}", self.storage_options)
-
-    def open(self) -> Storage:
-        return open_storage(self.uri, dict(self.storage_options))
+AzureLocation = StoreLocation
 
 
 def find_azurite() -> str | None:

@@ -43,31 +43,16 @@ from datetime import datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
-from metatxn.timeline import Storage, open_storage
+from tests.stores import StoreLocation
 
 _bucket_numbers = itertools.count()
 
 
-class GcsLocation(NamedTuple):
-    """A table location on the test server: unpack as ``uri, storage_options``."""
-
-    uri: str
-    storage_options: dict[str, Any]
-
-    @property
-    def bucket(self) -> str:
-        return self.uri.split("://", 1)[1].split("/", 1)[0]
-
-    def sibling(self, path: str) -> GcsLocation:
-        """Another location in the same bucket, at ``path`` below the bucket."""
-        return GcsLocation(f"gs://{self.bucket}/{path}", self.storage_options)
-
-    def open(self) -> Storage:
-        return open_storage(self.uri, dict(self.storage_options))
+GcsLocation = StoreLocation
 
 
 def _free_port() -> int:

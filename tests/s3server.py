@@ -17,9 +17,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
-from metatxn.timeline import Storage, open_storage
+from tests.stores import StoreLocation
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
@@ -28,23 +28,7 @@ REGION = "us-east-1"
 _bucket_numbers = itertools.count()
 
 
-class S3Location(NamedTuple):
-    """A table location on the test server: unpack as ``uri, storage_options``."""
-
-    uri: str
-    storage_options: dict[str, Any]
-
-    @property
-    def bucket(self) -> str:
-        return self.uri.split("://", 1)[1].split("/", 1)[0]
-
-    def sibling(self, path: str) -> S3Location:
-        """Another location in the same bucket, at ``path`` below the bucket."""
-        return S3Location(f"s3://{self.bucket}/{path}", self.storage_options)
-
-    def open(self) -> Storage:
-        """A new handle on the location (a new client each time)."""
-        return open_storage(self.uri, self.storage_options)
+S3Location = StoreLocation
 
 
 _CONFLICT = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ConditionalRequestConflict'

@@ -17,7 +17,32 @@ test body (and what it asserts) is the one that runs on local disk.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, NamedTuple
+
+from metatxn.timeline import Storage, open_storage
+
+
+class StoreLocation(NamedTuple):
+    """A table location on one of the tests' servers (S3, GCS, Azure): unpack as ``uri,
+    storage_options``."""
+
+    uri: str
+    storage_options: dict[str, Any]
+
+    @property
+    def bucket(self) -> str:
+        """The bucket (Azure: the container) the location is in."""
+        return self.uri.split("://", 1)[1].split("/", 1)[0]
+
+    def sibling(self, path: str) -> StoreLocation:
+        """Another location in the same bucket, at ``path`` below it."""
+        scheme = self.uri.split("://", 1)[0]
+        return StoreLocation(f"{scheme}://{self.bucket}/{path}", self.storage_options)
+
+    def open(self) -> Storage:
+        """A new handle on the location (a new client each time)."""
+        return open_storage(self.uri, dict(self.storage_options))
+
 
 #: The fixture of each store's locations (``tests/conftest.py``), by store.
 LOCATION_FIXTURES = {"s3": "s3_uri", "gcs": "gcs_uri", "azure": "azure_uri"}
