@@ -82,6 +82,41 @@ def _acks(logs: Path) -> list[dict[str, object]]:
     return acks
 
 
+def kill_writers_at_random(uri: str, folder: Path, *, settle_s: float, linger_s: float,
+                           stop_wait_s: float) -> Path:
+    """``WRITERS`` writer processes on ``uri``; ``KILLS`` times a random one is SIGKILLed and
+    replaced, after ``settle_s`` for the first ones to import and commit; ``linger_s`` later all
+    are told to stop, and every survivor must exit cleanly. Gives the folder of their logs."""
+    logs, stop = folder / "logs", folder / "stop"
+    logs.mkdir()
+    chance = random.Random(os.getpid())
+    running = {n: _start(uri, n, stop, logs) for n in range(WRITERS)}
+    next_number = WRITERS
+    try:
+        time.sleep(settle_s)
+        for _ in range(KILLS):
+            time.sleep(chance.uniform(0.5, 2.0))
+            victim = chance.choice(sorted(running))
+            running[victim].send_signal(signal.SIGKILL)
+            running[victim].wait(timeout=30)
+            del running[victim]
+            running[next_number] = _start(uri, next_number, stop, logs)
+            next_number += 1
+        time.sleep(linger_s)
+    finally:
+        stop.touch()
+        for process in running.values():
+            try:
+                process.wait(timeout=stop_wait_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    survivors = {n: p.returncode for n, p in running.items()}
+    assert all(code == 0 for code in survivors.values()), (
+        survivors, {n: (logs / f"writer-{n}.out").read_text()[-2000:] for n in survivors})
+    return logs
+
+
 def recovered_holds_every_ack(uri: str, logs: Path) -> tuple[txn.Table, dict[str, tuple[str, str]]]:
     """The checks after the kills, on any store: the writers got work done; a fresh writer,
     later than every lease and heartbeat, recovers with its first write (every pending instant
@@ -117,36 +152,7 @@ def test_writers_killed_at_random_moments_leave_a_table_recovery_makes_whole(tmp
     uri = str(tmp_path / "table")
     txn.create_table(uri, SCHEMA, record_key="id",
                      properties={"lock.lease_ms": "5000", "lock.timeout_ms": "60000"})
-    logs, stop = tmp_path / "logs", tmp_path / "stop"
-    logs.mkdir()
-    chance = random.Random(os.getpid())
-    running = {n: _start(uri, n, stop, logs) for n in range(WRITERS)}
-    next_number = WRITERS
-    killed = []
-    try:
-        time.sleep(2.0)  # let the first writers import and commit a few times
-        for _ in range(KILLS):
-            time.sleep(chance.uniform(0.5, 2.0))
-            victim = chance.choice(sorted(running))
-            running[victim].send_signal(signal.SIGKILL)
-            running[victim].wait(timeout=30)
-            killed.append(victim)
-            del running[victim]
-            running[next_number] = _start(uri, next_number, stop, logs)
-            next_number += 1
-        time.sleep(1.0)
-    finally:
-        stop.touch()
-        for process in running.values():
-            try:
-                process.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-    survivors = {n: p.returncode for n, p in running.items()}
-    assert all(code == 0 for code in survivors.values()), (
-        survivors, {n: (logs / f"writer-{n}.out").read_text()[-2000:] for n in survivors})
-
+    logs = kill_writers_at_random(uri, tmp_path, settle_s=2.0, linger_s=1.0, stop_wait_s=90)
     checker, states = recovered_holds_every_ack(uri, logs)
 
     # What a marker names is the instant time its name ends with (``..._<T>.parquet``), for a

@@ -14,11 +14,6 @@ GCS 30.3 s, Azure 23.3 s; all three passed.
 
 from __future__ import annotations
 
-import os
-import random
-import signal
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +21,7 @@ import pytest
 
 import txn
 from metatxn.timeline import open_storage
-from tests.integration.test_kill_writers import KILLS, SCHEMA, WRITERS, _start, recovered_holds_every_ack
+from tests.integration.test_kill_writers import SCHEMA, kill_writers_at_random, recovered_holds_every_ack
 from tests.stores import StoreRoot
 
 pytestmark = [pytest.mark.long, pytest.mark.multiprocess]
@@ -37,34 +32,8 @@ def test_writers_killed_at_random_moments_leave_a_table_recovery_makes_whole_on_
     uri = StoreRoot(store_env) / "table"
     txn.create_table(uri, SCHEMA, record_key="id",
                      properties={"lock.lease_ms": "5000", "lock.timeout_ms": "60000"})
-    logs, stop = tmp_path / "logs", tmp_path / "stop"
-    logs.mkdir()
-    chance = random.Random(os.getpid())
-    running = {n: _start(uri, n, stop, logs) for n in range(WRITERS)}
-    next_number = WRITERS
-    try:
-        time.sleep(4.0)  # let the first writers import and commit a few times (slower than disk)
-        for _ in range(KILLS):
-            time.sleep(chance.uniform(0.5, 2.0))
-            victim = chance.choice(sorted(running))
-            running[victim].send_signal(signal.SIGKILL)
-            running[victim].wait(timeout=30)
-            del running[victim]
-            running[next_number] = _start(uri, next_number, stop, logs)
-            next_number += 1
-        time.sleep(2.0)
-    finally:
-        stop.touch()
-        for process in running.values():
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-    survivors = {n: p.returncode for n, p in running.items()}
-    assert all(code == 0 for code in survivors.values()), (
-        survivors, {n: (logs / f"writer-{n}.out").read_text()[-2000:] for n in survivors})
-
+    # Slower than disk: the first writers get longer to import and commit, and to stop.
+    logs = kill_writers_at_random(uri, tmp_path, settle_s=4.0, linger_s=2.0, stop_wait_s=120)
     checker, states = recovered_holds_every_ack(uri, logs)
 
     storage = open_storage(uri)
