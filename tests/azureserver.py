@@ -29,7 +29,7 @@ from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
-from tests.stores import StoreLocation
+from tests.stores import StoreLocation, end_process, free_port
 
 # Azurite's one built-in account and its published key (the same for every Azurite).
 ACCOUNT = "devstoreaccount1"
@@ -54,12 +54,6 @@ def find_azurite() -> str | None:
     return shutil.which("azurite-blob")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class AzuriteServer:
     """Azurite's blob service bound to a free port on 127.0.0.1, state in memory."""
 
@@ -69,7 +63,7 @@ class AzuriteServer:
         self.endpoint_url = ""
 
     def start(self) -> AzuriteServer:
-        port = _free_port()
+        port = free_port()
         # --skipApiVersionCheck: object_store may send a newer x-ms-version than this Azurite
         # knows; --loose: ignore headers Azurite does not implement instead of failing on them.
         self._process = subprocess.Popen(
@@ -95,12 +89,7 @@ class AzuriteServer:
     def stop(self) -> None:
         if self._process is None:
             return
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        end_process(self._process)
         if self._process.stderr is not None:
             self._process.stderr.close()
         self._process = None

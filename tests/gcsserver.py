@@ -29,7 +29,6 @@ import http.client
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,18 +46,12 @@ from typing import Any
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
-from tests.stores import StoreLocation
+from tests.stores import StoreLocation, end_process, free_port
 
 _bucket_numbers = itertools.count()
 
 
 GcsLocation = StoreLocation
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class _Missing(Exception):
@@ -75,7 +68,7 @@ class _Emulator:
 
     @classmethod
     def launch(cls) -> _Emulator:
-        port = _free_port()
+        port = free_port()
         process = subprocess.Popen(
             [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
              "--port", str(port), "--in-memory", "--quiet"],
@@ -95,12 +88,7 @@ class _Emulator:
     def stop(self) -> None:
         if self._process is None:
             return
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        end_process(self._process)
 
     def _call(self, method: str, path: str, data: bytes | None = None,
               headers: dict[str, str] | None = None) -> bytes:

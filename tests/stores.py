@@ -17,9 +17,28 @@ test body (and what it asserts) is the one that runs on local disk.
 from __future__ import annotations
 
 import itertools
+import socket
+import subprocess
 from typing import Any, NamedTuple
 
 from metatxn.timeline import Storage, open_storage
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 free now, for a test server to bind."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def end_process(process: subprocess.Popen[bytes]) -> None:
+    """Terminate a test server's process, killing it if it has not exited within 10 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 class StoreLocation(NamedTuple):
